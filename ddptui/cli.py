@@ -1,0 +1,70 @@
+"""Provides the `ddptui` command: the console, and headless subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ddptui.core.backends.base import BackendError
+from ddptui.core.spec import SpecError, check_local_script
+from ddptui.core.store import RunDir
+from ddptui.jobargs import add_job_flags, spec_from_args
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ddptui",
+        description="Operator console for multi-node PyTorch training. With no command, "
+        "opens the console on the job given by the flags (default: 2 local pseudo-nodes "
+        "x 2 processes running trainer/envcheck.py).",
+    )
+    add_job_flags(parser)
+    parser.add_argument("--keymap", help="keymap file (TOML) to apply")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
+    add_job_flags(run)
+    run.add_argument("--headless", action="store_true", help="no UI: JSON events on stdout")
+    run.add_argument("--lines", action="store_true", help="headless: include every log line")
+    run.add_argument("--keymap", help="keymap file (TOML) to apply")
+    run.add_argument("script")
+    run.add_argument("script_args", nargs=argparse.REMAINDER)
+    attach = sub.add_parser("attach", help="follow a run left running (detached, or sbatch)")
+    attach.add_argument("run_id")
+    attach.add_argument("--headless", action="store_true")
+    attach.add_argument("--lines", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "attach":
+            run_dir = RunDir.open(args.run_id)
+            spec = run_dir.read_spec()
+            if args.headless:
+                from ddptui.headless import run_headless
+
+                return run_headless(spec, lines=args.lines, attach=run_dir)
+            return _console(spec, None, attach=run_dir)
+        if args.command == "run":
+            spec = spec_from_args(args, args.script, args.script_args)
+            if spec.backend == "local":
+                check_local_script(spec)
+            if args.headless:
+                from ddptui.headless import run_headless
+
+                return run_headless(spec, lines=args.lines)
+            return _console(spec, args.keymap)
+        spec = spec_from_args(args, None, [])
+        return _console(spec, args.keymap)
+    except (SpecError, BackendError, FileNotFoundError) as exc:
+        print(f"ddptui: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> int:
+    from ddptui.ui.app import DdpApp
+
+    app = DdpApp(spec, keymap_path=keymap, attach=attach)  # type: ignore[arg-type]
+    return app.run() or 0

@@ -1,0 +1,1 @@
+"""The console core: no Textual here, ever."""

@@ -1,0 +1,152 @@
+"""Provides the Backend interface and ShimBackend, which drives nodes through a Transport."""
+
+from __future__ import annotations
+
+import base64
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Any, ClassVar
+
+from ddptui.core.events import Event, TeardownReport
+from ddptui.core.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.spec import JobSpec
+from ddptui.core.store import RunDir
+from ddptui.core.transport import ChunkSink, Transport, TransportError
+
+Emit = Callable[[Event], None]
+REAP_GRACE_S = 3.0
+
+
+class BackendError(RuntimeError):
+    """Nodes could not be had or reached; the message is for the operator, on one line."""
+
+
+class NodeStartError(BackendError):
+    def __init__(self, node: str, message: str) -> None:
+        super().__init__(f"{node}: {message}")
+        self.node = node
+
+
+class Backend(ABC):
+    """Gets nodes, starts one agent per node, follows its output, and proves it gone."""
+
+    name: ClassVar[str]
+    logs_written_locally: ClassVar[bool] = False
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        self.spec = spec
+        self.run = run
+        self.emit = emit
+
+    @abstractmethod
+    async def allocate(self) -> list[NodeTarget]:
+        """Get the nodes; raise BackendError with a clear reason when that is impossible."""
+
+    @abstractmethod
+    async def rdzv_port(self, head: NodeTarget) -> int:
+        """The c10d rendezvous port on the first node."""
+
+    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        return build_plan(self.spec, nodes, self.run.run_id, port)
+
+    @abstractmethod
+    async def start(self, command: NodeCommand) -> None:
+        """Start the node's command detached; raise NodeStartError when it cannot start."""
+
+    @abstractmethod
+    async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        """Stream the node's output from byte `offset` until its agent exits.
+
+        Returns the agent's exit code, or None when the connection was lost first.
+        """
+
+    @abstractmethod
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        """Stop every process of the job on the node and list what is left (should be none)."""
+
+    async def release(self) -> None:
+        """Give the allocation back (Slurm) and close connections."""
+
+    def state(self) -> dict[str, Any]:
+        """What `attach` needs to find the nodes again."""
+        return {"backend": self.name}
+
+    async def restore(self, state: dict[str, Any]) -> None:
+        """Reconnect to a run started earlier, from what `state` returned then."""
+
+
+def shim_source() -> bytes:
+    return resources.files("ddptui.core").joinpath("nodeshim.py").read_bytes()
+
+
+class ShimBackend(Backend):
+    """Nodes reached by a Transport (this machine, SSH), each running the node shim."""
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        self._shim = shim_source()
+
+    @abstractmethod
+    def transport(self, node: str) -> Transport:
+        """The connected transport of a node."""
+
+    @abstractmethod
+    def node_log_path(self, command: NodeCommand) -> str:
+        """Where the node keeps its full log (on the node)."""
+
+    def python(self) -> str:
+        return self.spec.python
+
+    def _argv(self, verb: str, *args: str) -> list[str]:
+        return [self.python(), "-", verb, *args]
+
+    async def start(self, command: NodeCommand) -> None:
+        job = {
+            "argv": list(command.argv),
+            "env": dict(command.env),
+            "cwd": command.cwd,
+            "prelude": command.prelude,
+            "tag": command.tag,
+            "log": self.node_log_path(command),
+        }
+        payload = base64.b64encode(json.dumps(job).encode()).decode()
+        try:
+            result = await self.transport(command.node).run(
+                self._argv("start", payload), stdin=self._shim, timeout=60
+            )
+        except TransportError as exc:
+            raise NodeStartError(command.node, str(exc)) from None
+        report = result.stdout.strip().splitlines()[-1:] or [result.stderr.strip()]
+        if result.exit_code != 0 or not report[0].startswith("{"):
+            reason = report[0] or result.stderr.strip() or f"exit {result.exit_code}"
+            raise NodeStartError(command.node, reason)
+
+    async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        try:
+            result = await self.transport(command.node).stream(
+                self._argv("tail", self.node_log_path(command), str(offset)),
+                on_chunk,
+                stdin=self._shim,
+            )
+        except TransportError:
+            return None
+        for line in reversed(result.stderr.strip().splitlines()):
+            if line.startswith('{"exit"'):
+                return int(json.loads(line)["exit"])
+        return None
+
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        try:
+            result = await self.transport(command.node).run(
+                self._argv("reap", command.tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError) as exc:
+            return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
+        leftover = tuple(report["leftover"])
+        detail = f"{report['found']} process(es) found"
+        if report["killed"]:
+            detail += f", {len(report['killed'])} needed SIGKILL"
+        return TeardownReport(command.node, not leftover, leftover, detail)

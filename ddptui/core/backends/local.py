@@ -1,0 +1,78 @@
+"""Provides the local backend: N pseudo-nodes as separate torchrun agents on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ddptui.core.backends.base import BackendError, Emit, ShimBackend
+from ddptui.core.events import AllocationChanged
+from ddptui.core.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.spec import JobSpec, check_local_script
+from ddptui.core.store import RunDir
+from ddptui.core.transport import LocalTransport, Transport
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now; the OS picks it, so no fixed port can be taken."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def local_launcher(launcher: str) -> str:
+    """`torchrun` of this interpreter's environment, so an un-activated venv still works."""
+    if launcher != "torchrun":
+        return launcher
+    beside = Path(sys.executable).parent / "torchrun"
+    if beside.exists():
+        return str(beside)
+    return shlex.join([sys.executable, "-m", "torch.distributed.run"])
+
+
+class LocalBackend(ShimBackend):
+    """Every pseudo-node is its own torchrun agent; they meet over c10d on 127.0.0.1."""
+
+    name = "local"
+    logs_written_locally = True
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        self._transport = LocalTransport()
+
+    async def allocate(self) -> list[NodeTarget]:
+        check_local_script(self.spec)
+        if self.spec.launcher == "torchrun" and importlib.util.find_spec("torch") is None:
+            raise BackendError(
+                "torch is not installed here; the local backend runs torchrun on this machine "
+                "(pip install 'ddptui[node]')"
+            )
+        nodes = [NodeTarget(f"local{i}", LOOPBACK) for i in range(self.spec.nodes)]
+        self.emit(AllocationChanged("granted", None, tuple(n.name for n in nodes), "this machine"))
+        return nodes
+
+    async def rdzv_port(self, head: NodeTarget) -> int:
+        return self.spec.rdzv_port or free_port()
+
+    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        spec = self.spec.model_copy(update={
+            "launcher": local_launcher(self.spec.launcher),
+            "workdir": str(Path(self.spec.workdir or Path.cwd()).resolve()),
+        })
+        return build_plan(spec, nodes, self.run.run_id, port,
+                          socket_ifnames={n.name: "lo" for n in nodes})
+
+    def python(self) -> str:
+        return sys.executable
+
+    def transport(self, node: str) -> Transport:
+        return self._transport
+
+    def node_log_path(self, command: NodeCommand) -> str:
+        return str(self.run.node_log(command.index, command.node))

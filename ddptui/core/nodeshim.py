@@ -1,0 +1,224 @@
+"""Provides the node-side helper: start a job detached, tail its log, reap and prove it gone.
+
+This file runs on every node as `python3 - VERB ARGS` with its own source on stdin, so it uses
+only the standard library and never imports ddptui. The same code serves the local backend
+(the nodes are this machine) and SSH hosts, so both are stopped and proven clean the same way.
+
+Why a tag in the environment: torchrun starts every worker in a new session, so the agent's
+process group does not hold the workers, and SIGKILL of the agent orphans them (they are
+re-parented to PID 1 and keep training). Every process of the job inherits `DDPTUI_TAG`, and
+`/proc/PID/environ` keeps it whatever the process tree becomes, so the reaper finds them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+TAG_VAR = "DDPTUI_TAG"
+POLL_S = 0.05
+
+
+def _paths(log_path):
+    return {"log": log_path, "exit": log_path + ".exit", "pid": log_path + ".pid"}
+
+
+def start(payload_b64):
+    """Start the command detached from this session; print {"pid", "log"} and return at once."""
+    job = json.loads(base64.b64decode(payload_b64).decode())
+    log = os.path.expanduser(job["log"])
+    paths = _paths(log)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    for stale in (paths["exit"], paths["pid"]):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    read_fd, write_fd = os.pipe()
+    if os.fork() > 0:
+        os.close(write_fd)
+        with os.fdopen(read_fd) as reader:
+            report = reader.read()
+        sys.stdout.write(report + "\n")
+        sys.stdout.flush()
+        return 0 if report.startswith("{") else 1
+    os.close(read_fd)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    _supervise(job, paths, write_fd)
+    os._exit(0)
+
+
+def _supervise(job, paths, report_fd):
+    """Run the job with its output in the log file and record its exit code when it ends."""
+    env = dict(os.environ)
+    env.update(job["env"])
+    env[TAG_VAR] = job["tag"]
+    argv = list(job["argv"])
+    if job.get("prelude"):
+        argv = ["sh", "-c", job["prelude"] + ' && exec "$@"', "ddptui-node", *argv]
+    cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else None
+    log_fd = os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    null_fd = os.open(os.devnull, os.O_RDONLY)
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(err_r)
+        try:
+            os.setsid()
+            os.dup2(null_fd, 0)
+            os.dup2(log_fd, 1)
+            os.dup2(log_fd, 2)
+            if cwd:
+                os.chdir(cwd)
+            os.set_inheritable(err_w, False)
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(err_w, f"{argv[0]}: {exc.strerror}".encode())
+        os._exit(127)
+    os.close(err_w)
+    failure = os.read(err_r, 4096).decode()
+    os.close(err_r)
+    with open(paths["pid"], "w") as f:
+        f.write(f"{pid} {os.getpid()}\n")
+    if failure:
+        os.write(log_fd, f"ddptui: cannot start {failure}\n".encode())
+        os.write(report_fd, f"cannot start {failure}".encode())
+    else:
+        os.write(report_fd, json.dumps({"pid": pid, "log": paths["log"]}).encode())
+    os.close(report_fd)
+    for fd in (0, 1, 2):
+        os.dup2(null_fd, fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    tmp = paths["exit"] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"{code}\n")
+    os.replace(tmp, paths["exit"])
+
+
+def _stdout_closed():
+    """True once the reader of our stdout has gone (an SSH channel closed, a console killed)."""
+    poller = select.poll()
+    poller.register(1, select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+def tail(log_path, offset):
+    """Copy the log from `offset` to stdout until the job has ended and all of it is sent.
+
+    The exit code goes to stderr as the last line ({"exit": code}) so stdout stays the raw log.
+    """
+    paths = _paths(os.path.expanduser(log_path))
+    offset = int(offset)
+    out = sys.stdout.buffer
+    while not os.path.exists(paths["log"]):
+        if os.path.exists(paths["exit"]):
+            break
+        time.sleep(POLL_S)
+    idle = 0.0
+    with open(paths["log"], "rb") as f:
+        f.seek(offset)
+        while True:
+            chunk = f.read(1 << 16)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+                idle = 0.0
+                continue
+            if os.path.exists(paths["exit"]):
+                chunk = f.read()
+                if chunk:
+                    out.write(chunk)
+                    out.flush()
+                break
+            time.sleep(POLL_S)
+            idle += POLL_S
+            if idle >= 1.0:
+                idle = 0.0
+                if _stdout_closed():
+                    return 0
+    with open(paths["exit"]) as f:
+        code = int(f.read().strip() or "1")
+    sys.stderr.write(json.dumps({"exit": code}) + "\n")
+    return 0
+
+
+def _tagged(tag):
+    """PIDs of every process whose environment carries this job's tag."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def reap(tag, grace):
+    """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
+    `grace` seconds, then list what is still there: the proof the node is clean."""
+    grace = float(grace)
+    pids = [p for p in _tagged(tag) if _alive(p)]
+    found = len(pids)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        pids = [p for p in _tagged(tag) if _alive(p)]
+    killed = list(pids)
+    _signal_all(pids, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while pids and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        pids = [p for p in _tagged(tag) if _alive(p)]
+    print(json.dumps({"found": found, "killed": killed, "leftover": pids}))
+    return 0
+
+
+def status(log_path):
+    """Whether the job still runs, its exit code if not, and how much log there is."""
+    paths = _paths(os.path.expanduser(log_path))
+    report = {"exists": os.path.exists(paths["log"]), "exit": None, "size": 0, "running": False}
+    if report["exists"]:
+        report["size"] = os.path.getsize(paths["log"])
+    if os.path.exists(paths["exit"]):
+        with open(paths["exit"]) as f:
+            report["exit"] = int(f.read().strip() or "1")
+    elif os.path.exists(paths["pid"]):
+        with open(paths["pid"]) as f:
+            report["running"] = _alive(int(f.read().split()[0]))
+    print(json.dumps(report))
+    return 0
+
+
+VERBS = {"start": start, "tail": tail, "reap": reap, "status": status}
+
+if __name__ == "__main__":
+    sys.exit(VERBS[sys.argv[1]](*sys.argv[2:]))

@@ -1,0 +1,264 @@
+"""Provides Session: one run end to end — allocate, launch, stream, teardown, record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import IO
+
+from ddptui.core.backends import make_backend
+from ddptui.core.backends.base import Backend, BackendError
+from ddptui.core.events import (
+    Event,
+    NodeChanged,
+    NodeLine,
+    NodeState,
+    Notice,
+    RankState,
+    RunSummary,
+    TeardownReport,
+)
+from ddptui.core.monitor import Monitor
+from ddptui.core.plan import LaunchPlan, NodeCommand
+from ddptui.core.spec import JobSpec, SpecError
+from ddptui.core.store import RunDir, new_run_id
+
+FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
+RECONNECT_TRIES = 5
+DRAIN_S = 5.0
+
+
+class Session:
+    """Drives one job; every change is an Event handed to `emit` (the UI or headless printer)."""
+
+    def __init__(self, spec: JobSpec, emit: Callable[[Event], None],
+                 run: RunDir | None = None, backend: Backend | None = None) -> None:
+        self.spec = spec
+        self._emit_to = emit
+        self.attaching = run is not None
+        self.run = run or RunDir.create(new_run_id())
+        self.backend = backend or make_backend(spec, self.run, self.emit)
+        self.plan: LaunchPlan | None = None
+        self.monitor: Monitor | None = None
+        self.teardown_reports: dict[str, TeardownReport] = {}
+        self.node_exit: dict[str, int | None] = {}
+        self._stop = asyncio.Event()
+        self._detach = False
+        self._logs: dict[str, IO[bytes]] = {}
+        self._first_failed_node: str | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    def emit(self, event: Event) -> None:
+        if not isinstance(event, NodeLine):
+            self.run.record(event)
+        self._emit_to(event)
+
+    def request_teardown(self) -> None:
+        """Stop the job on every node (any time: before, during or after launch)."""
+        self._stop.set()
+
+    def request_detach(self) -> None:
+        """Stop following but leave the job running; `attach` picks it up later."""
+        self._detach = True
+        self._stop.set()
+
+    async def run_job(self) -> RunSummary:
+        detail = ""
+        try:
+            if self.attaching:
+                await self._reattach()
+            else:
+                await self._launch()
+            await self._watch()
+        except (SpecError, BackendError) as exc:
+            detail = str(exc)
+            self.emit(Notice("error", detail))
+        finally:
+            if self._detach:
+                await self._release_followers()
+            else:
+                await self._teardown()
+        return self._finish(detail)
+
+    # -- phases ---------------------------------------------------------------------------
+
+    async def _launch(self) -> None:
+        self.run.write_spec(self.spec)
+        self.emit(Notice("info", f"run {self.run_id}: getting {self.spec.nodes} node(s) "
+                                 f"from {self.backend.name}"))
+        nodes = await self._until_stopped(self.backend.allocate())
+        port = await self.backend.rdzv_port(nodes[0])
+        self.plan = self.backend.plan(nodes, port)
+        self.run.write_plan(self.plan, self.backend.state())
+        self._start_monitor(self.plan)
+        started = await asyncio.gather(
+            *(self._start_node(c) for c in self.plan.commands), return_exceptions=True
+        )
+        errors = [e for e in started if isinstance(e, BaseException)]
+        if errors:
+            raise errors[0] if isinstance(errors[0], BackendError) else BackendError(
+                str(errors[0]))
+
+    async def _reattach(self) -> None:
+        self.plan, state = self.run.read_plan()
+        await self.backend.restore(state)
+        self._start_monitor(self.plan)
+        self.emit(Notice("info", f"attached to run {self.run_id}"))
+
+    def _start_monitor(self, plan: LaunchPlan) -> None:
+        self.monitor = Monitor(plan.node_names, plan.nproc_per_node)
+        for command in plan.commands:
+            self.node_exit[command.node] = None
+            self.emit(NodeChanged(command.node, NodeState.WAITING))
+            if not self.backend.logs_written_locally:
+                path = self.run.node_log(command.index, command.node)
+                self._logs[command.node] = path.open("wb" if self.attaching else "ab")
+        for event in self.monitor.board.initial_events():
+            self.emit(event)
+
+    async def _start_node(self, command: NodeCommand) -> None:
+        try:
+            await self.backend.start(command)
+        except BackendError as exc:
+            self.emit(NodeChanged(command.node, NodeState.FAILED, None, str(exc)))
+            raise
+        self.emit(NodeChanged(command.node, NodeState.LAUNCHED, None, command.shell_line()))
+
+    async def _until_stopped(self, awaitable: object) -> list:  # type: ignore[type-arg]
+        """Wait for allocation, but give up at once if the operator tears down meanwhile."""
+        task = asyncio.ensure_future(awaitable)  # type: ignore[arg-type]
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise BackendError("cancelled while waiting for nodes")
+        return task.result()  # type: ignore[no-any-return]
+
+    async def _watch(self) -> None:
+        assert self.plan is not None
+        self._followers = [asyncio.ensure_future(self._follow(c)) for c in self.plan.commands]
+        ticker = asyncio.ensure_future(self._tick())
+        stop = asyncio.ensure_future(self._stop.wait())
+        everything = asyncio.gather(*self._followers)
+        await asyncio.wait({stop, everything}, return_when=asyncio.FIRST_COMPLETED)
+        ticker.cancel()
+        stop.cancel()
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if self.monitor:
+                for event in self.monitor.board.check_hangs(time.time(), self.spec.hang_timeout):
+                    self.emit(event)
+
+    async def _follow(self, command: NodeCommand) -> None:
+        node = command.node
+        offset, tries = 0, 0
+
+        def on_chunk(chunk: bytes) -> None:
+            nonlocal offset
+            offset += len(chunk)
+            log = self._logs.get(node)
+            if log is not None:
+                log.write(chunk)
+                log.flush()
+            assert self.monitor is not None
+            for event in self.monitor.feed(node, chunk):
+                self.emit(event)
+
+        self.emit(NodeChanged(node, NodeState.RUNNING))
+        while True:
+            before = offset
+            code = await self.backend.follow(command, offset, on_chunk)
+            if code is not None or self._stop.is_set():
+                break
+            tries = 0 if offset > before else tries + 1
+            if tries > RECONNECT_TRIES:
+                self.emit(NodeChanged(node, NodeState.FAILED, None, "connection lost"))
+                self._node_failed(node)
+                return
+            self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
+            await asyncio.sleep(min(2.0, 0.5 * tries))
+        self._node_ended(node, code)
+
+    def _node_ended(self, node: str, code: int | None) -> None:
+        assert self.monitor is not None
+        for event in self.monitor.end_of_output(node):
+            self.emit(event)
+        self.node_exit[node] = code
+        state = NodeState.EXITED if code == 0 else NodeState.FAILED
+        self.emit(NodeChanged(node, state, code))
+        for event in self.monitor.board.node_exited(node, code):
+            self.emit(event)
+        if code != 0:
+            self._node_failed(node)
+
+    def _node_failed(self, node: str) -> None:
+        """torchrun's healthy agents would wait 300 s in their exit barrier: stop them."""
+        if self._first_failed_node is None:
+            self._first_failed_node = node
+            loop = asyncio.get_running_loop()
+            loop.call_later(FAILURE_GRACE_S, self._stop.set)
+
+    async def _release_followers(self) -> None:
+        for task in getattr(self, "_followers", []):
+            task.cancel()
+        for node in self.node_exit:
+            if self.node_exit[node] is None:
+                self.emit(NodeChanged(node, NodeState.DETACHED))
+        await self.backend.release()
+        self._close_logs()
+
+    async def _teardown(self) -> None:
+        if self.plan is not None:
+            for c in self.plan.commands:
+                if self.node_exit.get(c.node) is None:
+                    self.emit(NodeChanged(c.node, NodeState.STOPPING))
+            reports = await asyncio.gather(*(self.backend.reap(c) for c in self.plan.commands))
+            for report in reports:
+                self.teardown_reports[report.node] = report
+                self.emit(report)
+            followers = getattr(self, "_followers", [])
+            if followers:
+                _, pending = await asyncio.wait(followers, timeout=DRAIN_S)
+                for task in pending:
+                    task.cancel()
+        with contextlib.suppress(BackendError):
+            await self.backend.release()
+        self._close_logs()
+
+    def _close_logs(self) -> None:
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+
+    def _finish(self, detail: str) -> RunSummary:
+        ranks = tuple(self.monitor.board.summaries()) if self.monitor else ()
+        clean = all(r.clean for r in self.teardown_reports.values())
+        ok = (
+            not detail
+            and not self._detach
+            and bool(ranks)
+            and all(r.state == RankState.DONE and r.exit_code == 0 for r in ranks)
+            and clean
+        )
+        if self._detach:
+            detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
+        elif not detail and self.monitor and self.monitor.board.first_failure:
+            cell = self.monitor.board.first_failure
+            detail = (f"rank {cell.rank} on {cell.node} failed first "
+                      f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}")
+        summary = RunSummary(ok, self.spec.world_size, ranks, str(self.run.path), self.run_id,
+                             detail)
+        self.emit(summary)
+        self.run.write_summary(summary.to_dict())
+        self.run.close()
+        return summary

@@ -1,0 +1,33 @@
+"""Provides headless mode: the same Session as the console, its events as JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import TextIO
+
+from ddptui.core.events import Event, NodeLine
+from ddptui.core.session import Session
+from ddptui.core.spec import JobSpec
+from ddptui.core.store import RunDir
+
+
+def run_headless(spec: JobSpec, *, lines: bool = False, out: TextIO = sys.stdout,
+                 attach: RunDir | None = None) -> int:
+    """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean."""
+
+    def emit(event: Event) -> None:
+        if lines or not isinstance(event, NodeLine):
+            out.write(event.to_json() + "\n")
+            out.flush()
+
+    async def main() -> int:
+        session = Session(spec, emit, run=attach)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, session.request_teardown)
+        summary = await session.run_job()
+        return 0 if summary.ok else 1
+
+    return asyncio.run(main())

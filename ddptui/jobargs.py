@@ -1,0 +1,114 @@
+"""Provides the job flags shared by `ddptui`, `ddptui run` and friends, and JobSpec from them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ddptui.core.hosts import expand_hosts, read_hostfile
+from ddptui.core.spec import BACKENDS, JobSpec, SpecError, make_spec, parse_env_pairs
+
+
+def bundled_trainer(name: str = "envcheck.py") -> str:
+    """Path of a script from trainer/, shipped with the package or beside a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "trainer" / name, here.parent / "trainer" / name):
+        if candidate.is_file():
+            return str(candidate)
+    return str(here.parent / "trainer" / name)
+
+
+def add_job_flags(parser: argparse.ArgumentParser) -> None:
+    job = parser.add_argument_group("job")
+    job.add_argument("--backend", help=f"where the nodes come from: {', '.join(BACKENDS)}")
+    job.add_argument("--nodes", type=int, help="number of nodes (default 2 local, or #hosts)")
+    job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
+    job.add_argument("--env", action="append", default=[], metavar="K=V",
+                     help="environment for every rank (repeatable)")
+    job.add_argument("--workdir", help="working directory on the nodes")
+    job.add_argument("--rdzv-port", type=int, help="rendezvous port (default: free port / 29400)")
+    job.add_argument("--launcher", help="torchrun command on the nodes (default torchrun)")
+    job.add_argument("--python", help="python3 on the nodes, for ddptui's node helper")
+    job.add_argument("--activate", help="shell step before torchrun, e.g. 'conda activate env'")
+    job.add_argument("--container-image", help="run torchrun in this container image")
+    job.add_argument("--container-engine", choices=["podman", "docker", "pyxis"])
+    job.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST")
+    job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
+    job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
+    job.add_argument("--hang-timeout", type=float, help="seconds of silence before a rank is hung")
+    ssh = parser.add_argument_group("ssh")
+    ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
+    ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
+    ssh.add_argument("--ssh-engine", choices=["asyncssh", "paramiko"])
+    ssh.add_argument("--ssh-config", help="ssh_config file (default ~/.ssh/config)")
+    ssh.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
+    ssh.add_argument("--accept-new-host-keys", action="store_true", default=None,
+                     help="trust hosts whose key is unknown (never a changed key)")
+    ssh.add_argument("--ssh-fanout", type=int, help="concurrent connections (default 32)")
+    slurm = parser.add_argument_group("slurm")
+    slurm.add_argument("--slurm-mode", choices=["auto", "salloc", "existing", "sbatch"])
+    slurm.add_argument("--launch", choices=["torchrun", "srun"], help="launch style (Slurm)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--time")
+    slurm.add_argument("--gres")
+    slurm.add_argument("--exclusive", action="store_true", default=None)
+    slurm.add_argument("--account")
+    slurm.add_argument("--slurm-arg", action="append", default=[], help="extra salloc/sbatch arg")
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v not in (None, [], ())}
+
+
+def spec_from_args(args: argparse.Namespace, script: str | None,
+                   script_args: list[str]) -> JobSpec:
+    """CLI flags over the built-in defaults (profiles sit between the two)."""
+    backend = args.backend or ("ssh" if args.hosts or args.hostfile else "local")
+    if backend not in BACKENDS:
+        raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    hosts: list[str] = []
+    slots: int | None = None
+    if args.hosts:
+        hosts = expand_hosts(args.hosts)
+    elif args.hostfile:
+        entries = read_hostfile(args.hostfile)
+        hosts = [e.name for e in entries]
+        slots = entries[0].slots
+    if backend == "ssh" and not hosts:
+        raise SpecError("the ssh backend needs --hosts or --hostfile")
+    nodes = args.nodes if args.nodes is not None else (len(hosts) or 2)
+    if backend == "ssh" and nodes > len(hosts):
+        raise SpecError(f"--nodes {nodes} but only {len(hosts)} host(s) given")
+    fields: dict[str, Any] = _drop_none({
+        "backend": backend,
+        "profile": "cli" if script else "local",
+        "nodes": nodes,
+        "nproc_per_node": args.nproc_per_node or slots,
+        "script": script or bundled_trainer(),
+        "script_args": tuple(script_args),
+        "env": parse_env_pairs(args.env),
+        "workdir": args.workdir,
+        "hosts": tuple(hosts[:nodes]),
+        "rdzv_port": args.rdzv_port,
+        "launcher": args.launcher,
+        "python": args.python,
+        "activate": args.activate,
+        "socket_ifname": args.socket_ifname,
+        "max_restarts": args.max_restarts,
+        "hang_timeout": args.hang_timeout,
+    })
+    if args.container_image:
+        fields["container"] = _drop_none({"image": args.container_image,
+                                          "engine": args.container_engine,
+                                          "mounts": tuple(args.container_mount)})
+    fields["ssh"] = _drop_none({"engine": args.ssh_engine, "config_file": args.ssh_config,
+                                "known_hosts": args.known_hosts,
+                                "accept_new_host_keys": args.accept_new_host_keys,
+                                "fanout": args.ssh_fanout})
+    fields["slurm"] = _drop_none({"mode": args.slurm_mode, "launch": args.launch,
+                                  "partition": args.partition, "time": args.time,
+                                  "gres": args.gres, "exclusive": args.exclusive,
+                                  "account": args.account,
+                                  "extra_args": tuple(args.slurm_arg)})
+    return make_spec(**fields)

@@ -1,0 +1,382 @@
+"""Isolated multi-host network built from Linux network namespaces.
+
+Why: the console under test talks to "nodes" over SSH/Slurm; real separate hosts are
+simulated by one network namespace per node, all wired to a bridge that lives in a
+namespace of its own, with no default route anywhere, so no packet can leave the
+test subnet.  See /work/shared/TESTBED.md for the measured facts this relies on.
+"""
+from __future__ import annotations
+
+import ctypes
+import ipaddress
+import itertools
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+REQUIRED_TOOLS = ("ip", "unshare", "nsenter")
+IFNAME = "eth0"  # interface name inside every host/head namespace
+_COUNTER = itertools.count()
+_CLONE_NEWNET = 0x40000000
+
+
+class TestbedError(RuntimeError):
+    """Raised when the testbed cannot be built or a prerequisite is missing."""
+
+    __test__ = False  # not a pytest test class
+
+
+def check_prerequisites(tools: Sequence[str] = REQUIRED_TOOLS) -> None:
+    """Fail loudly (never skip) when not root or a needed tool is missing."""
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("must run as root (network namespaces, sshd, slurmd)")
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        problems.append("missing tools on PATH: " + ", ".join(missing))
+    if problems:
+        raise TestbedError("testbed prerequisites not met: " + "; ".join(problems))
+
+
+def _sh(argv: Sequence[str], timeout: float = 30) -> str:
+    """Run a setup command; raise with its stderr on failure."""
+    cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    if cp.returncode != 0:
+        raise TestbedError(f"{' '.join(argv)} failed ({cp.returncode}): {cp.stderr.strip()}")
+    return cp.stdout
+
+
+def _netns_inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def pids_in_netns(ns_path: str) -> list[int]:
+    """PIDs of live (non-zombie) processes whose network namespace is ns_path."""
+    want = _netns_inode(ns_path)
+    if want is None:
+        return []
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        if _netns_inode(f"/proc/{entry}/ns/net") == want:
+            out.append(int(entry))
+    return sorted(out)
+
+
+def cmdline(pid: int) -> str:
+    """Best-effort command line of a PID (for diagnostics)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+class Testbed:
+    """A bridge namespace, N host namespaces and a head namespace on a private /24.
+
+    Addresses: head is .2, host i (1-based) is .(10+i).  Inside every host/head
+    namespace the interface is ``eth0``; the bridge ports are ``p-<ns suffix>``.
+    """
+
+    __test__ = False
+
+    def __init__(
+        self,
+        hosts: int | Sequence[str] = 3,
+        *,
+        prefix: str | None = None,
+        subnet: str | None = None,
+        head_name: str = "head",
+        sshd: bool = False,
+        workdir: str | None = None,
+        keep_workdir: bool = False,
+    ) -> None:
+        n = next(_COUNTER)
+        pid = os.getpid()
+        self.prefix = prefix or (f"dt{pid}" if n == 0 else f"dt{pid}x{n}")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,20}", self.prefix):
+            raise TestbedError(f"bad prefix {self.prefix!r}: use [a-z0-9-], <= 21 chars")
+        if subnet is None:
+            seed = pid * 7 + n
+            subnet = f"10.{(seed >> 8) % 250 + 1}.{seed % 256}.0/24"
+        net = ipaddress.ip_network(subnet)
+        if net.prefixlen != 24 or not net.subnet_of(ipaddress.ip_network("10.0.0.0/8")):
+            raise TestbedError(f"subnet must be a 10.x.y.0/24, got {subnet}")
+        self.subnet = str(net)
+        self._base = str(net.network_address).rsplit(".", 1)[0]
+        names = [f"node{i}" for i in range(1, hosts + 1)] if isinstance(hosts, int) else list(hosts)
+        if not names or len(set(names)) != len(names) or head_name in names or len(names) > 200:
+            raise TestbedError(f"bad host names {names!r} (head {head_name!r})")
+        self.hosts: list[str] = names
+        self.head = head_name
+        self.bridge_ns = f"{self.prefix}-br"
+        self._ns = {name: f"{self.prefix}-h{i}" for i, name in enumerate(names, 1)}
+        self._ns[head_name] = f"{self.prefix}-head"
+        self._ip = {name: f"{self._base}.{10 + i}" for i, name in enumerate(names, 1)}
+        self._ip[head_name] = f"{self._base}.2"
+        self.head_ns = self._ns[head_name]
+        self.ifname = IFNAME
+        self._want_sshd = sshd
+        self._workdir_arg = workdir
+        self.keep_workdir = keep_workdir
+        self.workdir: Path = Path("/nonexistent")
+        self._created_ns: list[str] = []
+        self._procs: list[subprocess.Popen[Any]] = []
+        self.daemon_pids: set[int] = set()
+        self.leftovers: list[tuple[int, str]] = []
+        self.ssh: Any = None  # sshd.SshServers when sshd=True
+        self._started = False
+
+    # ----------------------------------------------------------------- naming
+    def ns(self, where: str) -> str:
+        """Namespace name for a host name, the head name, or one of our ns names."""
+        if where in self._ns:
+            return self._ns[where]
+        if where in self._ns.values() or where == self.bridge_ns:
+            return where
+        raise TestbedError(f"{where!r} is not a host or namespace of testbed {self.prefix}")
+
+    def ns_path(self, where: str) -> str:
+        return f"/run/netns/{self.ns(where)}"
+
+    def host_ip(self, name: str) -> str:
+        return self._ip[name]
+
+    @property
+    def head_ip(self) -> str:
+        return self._ip[self.head]
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.bridge_ns, *self._ns.values()]
+
+    def bridge_port(self, name: str) -> str:
+        return "p-" + self._ns[name][len(self.prefix) + 1:]
+
+    def hosts_file(self, where: str) -> Path:
+        return Path("/etc/netns") / self.ns(where) / "hosts"
+
+    # -------------------------------------------------------------- lifecycle
+    def __enter__(self) -> Testbed:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> Testbed:
+        """Build namespaces, bridge, veths, hosts files (and sshd if asked)."""
+        check_prerequisites()
+        self._started = True
+        try:
+            self.workdir = Path(self._workdir_arg or tempfile.mkdtemp(prefix=f"{self.prefix}-"))
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.workdir, 0o755)  # munge/slurm users must traverse it
+            self._build_network()
+            if self._want_sshd:
+                from .sshd import SshServers
+
+                self.ssh = SshServers(self)
+                self.ssh.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _build_network(self) -> None:
+        existing = set(_sh(["ip", "netns", "list"]).split())
+        clash = [ns for ns in self.namespaces if ns in existing]
+        if clash:
+            raise TestbedError(f"namespaces already exist: {clash} (stale testbed? prefix clash?)")
+        for ns in self.namespaces:
+            _sh(["ip", "netns", "add", ns])
+            self._created_ns.append(ns)
+            _sh(["ip", "-n", ns, "link", "set", "lo", "up"])
+        br = self.bridge_ns
+        _sh(["ip", "-n", br, "link", "add", "br0", "type", "bridge", "stp_state", "0"])
+        _sh(["ip", "-n", br, "link", "set", "br0", "up"])
+        machine = socket.gethostname()
+        for name, ns in self._ns.items():
+            port = self.bridge_port(name)
+            _sh(["ip", "link", "add", IFNAME, "netns", ns, "type", "veth",
+                 "peer", "name", port, "netns", br])
+            _sh(["ip", "-n", br, "link", "set", port, "master", "br0", "up"])
+            _sh(["ip", "-n", ns, "addr", "add", f"{self._ip[name]}/24", "dev", IFNAME])
+            _sh(["ip", "-n", ns, "link", "set", IFNAME, "up"])
+            d = Path("/etc/netns") / ns
+            d.mkdir(parents=True, exist_ok=True)
+            extra = {name: machine} if machine not in self._ip else {}
+            (d / "hosts").write_text(self._hosts_text(extra))
+            (d / "resolv.conf").write_text("# testbed: no DNS inside the test network\n")
+
+    def _hosts_text(self, alias: dict[str, str]) -> str:
+        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        for name, ip in self._ip.items():
+            names = f"{name} {alias[name]}" if name in alias else name
+            lines += [f"{ip} {names}", f"::ffff:{ip} {names}"]
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        """Stop what we started (by PID), kill leftovers in our namespaces, delete all."""
+        if not self._started:
+            return
+        self._started = False
+        if self.ssh is not None:
+            self.ssh.stop()
+        for p in self._procs:
+            _terminate(p.pid)
+        _wait_gone([p.pid for p in self._procs], self._procs)
+        stray = sorted({pid for ns in self._created_ns for pid in pids_in_netns(f"/run/netns/{ns}")})
+        self.leftovers = [(pid, cmdline(pid)) for pid in stray]
+        for pid in stray:
+            _terminate(pid)
+        _wait_gone(stray, self._procs)
+        for ns in reversed(self._created_ns):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        self._created_ns.clear()
+        if not self.keep_workdir and self.workdir.is_dir():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --------------------------------------------------------------- commands
+    def ns_argv(self, where: str, argv: Sequence[str], *, set_hostname: bool = False) -> list[str]:
+        """argv that runs `argv` inside a namespace (with /etc/netns/NS files bound)."""
+        ns = self.ns(where)
+        inner = list(argv)
+        if set_hostname:
+            name = next(k for k, v in self._ns.items() if v == ns)
+            inner = ["unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *inner]
+        return ["ip", "netns", "exec", ns, *inner]
+
+    def exec(self, where: str, argv: Sequence[str], *, set_hostname: bool = False,
+             daemon: bool = False, **popen_kwargs: Any) -> subprocess.Popen[Any]:
+        """Start a process inside a namespace; it is stopped (by PID) at teardown."""
+        p = subprocess.Popen(self.ns_argv(where, argv, set_hostname=set_hostname), **popen_kwargs)
+        self.track(p, daemon=daemon)
+        return p
+
+    def track(self, p: subprocess.Popen[Any], *, daemon: bool = False) -> None:
+        """Remember a process for teardown; daemons are excluded from pids_in()."""
+        self._procs.append(p)
+        if daemon:
+            self.daemon_pids.add(p.pid)
+
+    def run(self, where: str, argv: Sequence[str], *, check: bool = True, timeout: float = 60,
+            set_hostname: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        """Run a command to completion inside a namespace, capturing text output."""
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        cp = subprocess.run(self.ns_argv(where, argv, set_hostname=set_hostname),
+                            timeout=timeout, **kwargs)
+        if check and cp.returncode != 0:
+            raise TestbedError(f"[{where}] {' '.join(argv)} -> {cp.returncode}\n"
+                               f"stdout: {cp.stdout}\nstderr: {cp.stderr}")
+        return cp
+
+    def pids_in(self, where: str, *, include_daemons: bool = False) -> list[int]:
+        """PIDs living in a namespace; by default without the harness's own daemons
+        (sshd listeners, slurmd), so tests can assert "nothing left on that host"."""
+        pids = pids_in_netns(self.ns_path(where))
+        if include_daemons:
+            return pids
+        return [p for p in pids if p not in self.daemon_pids]
+
+    def describe_pids(self, where: str, **kw: Any) -> list[str]:
+        return [f"{pid} {cmdline(pid)}" for pid in self.pids_in(where, **kw)]
+
+    def reset(self) -> list[str]:
+        """Undo a test's damage: links up, sshd running, stray processes in the host
+        and head namespaces killed (by PID).  Returns what was killed (diagnostics)."""
+        for host in self.hosts:
+            self.restore_link(host)
+            if self.ssh is not None:
+                self.ssh.start_sshd(host)
+        stray = [pid for name in [*self.hosts, self.head] for pid in self.pids_in(name)]
+        killed = [f"{pid} {cmdline(pid)}" for pid in stray]
+        for pid in stray:
+            _terminate(pid)
+        _wait_gone(stray, self._procs)
+        return killed
+
+    # ---------------------------------------------------------------- faults
+    def cut_link(self, host: str) -> None:
+        """Silently drop all traffic to/from a host (bridge port down: no RST, timeouts)."""
+        _sh(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "down"])
+
+    def restore_link(self, host: str) -> None:
+        _sh(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "up"])
+
+    @contextmanager
+    def entered(self, where: str) -> Iterator[None]:
+        """Move the *calling thread* into a namespace (sockets it creates live there).
+
+        Why: lets in-process client code (e.g. asyncssh in a test's event loop) connect
+        from the head namespace.  Only the network namespace changes: /etc/hosts is the
+        machine's, so connect by IP or via the generated ssh_config's HostName lines.
+        """
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open("/proc/thread-self/ns/net") as old, open(self.ns_path(where)) as new:
+            if libc.setns(new.fileno(), _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns failed")
+            try:
+                yield
+            finally:
+                if libc.setns(old.fileno(), _CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns back failed")
+
+
+def _terminate(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int, procs: Sequence[subprocess.Popen[Any]]) -> bool:
+    for p in procs:
+        if p.pid == pid:
+            return p.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie we cannot reap counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _wait_gone(pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]],
+               grace: float = 3.0) -> None:
+    """Wait for pids to exit; SIGKILL (by PID) whatever survives the grace period."""
+    deadline = time.monotonic() + grace
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p, procs)]
+        if alive:
+            time.sleep(0.05)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 5
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _alive(p, procs)]
+        if alive:
+            time.sleep(0.05)
