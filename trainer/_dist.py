@@ -289,9 +289,10 @@ def finish(code: int = 0) -> NoReturn:
     interpreter teardown in which gloo's threads abort.
     """
     try:
-        import torch.distributed as dist
-
-        if code == 0 and dist.is_available() and dist.is_initialized():
+        # Only a script that imported torch.distributed can have a group; don't
+        # pay torch's import time to find out on an early error.
+        dist = sys.modules.get("torch.distributed")
+        if code == 0 and dist is not None and dist.is_available() and dist.is_initialized():
             try:
                 dist.barrier()
                 dist.destroy_process_group()

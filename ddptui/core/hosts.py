@@ -25,7 +25,7 @@ def expand_hosts(expression: str) -> list[str]:
     if not expression:
         raise SpecError("empty host list")
     try:
-        names: list[str] = hostlist.expand_hostlist(expression)
+        names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
     except hostlist.BadHostlist as exc:
         raise SpecError(f"bad host list {expression!r}: {exc}") from None
     if any(not n.strip() for n in names):

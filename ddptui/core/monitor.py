@@ -12,7 +12,7 @@ from ddptui.core.events import Event, NodeLine, RankChanged, RankState, RankSumm
 from ddptui.core.lines import LineFramer, RankAttributor
 
 _TRACE_START = re.compile(r"Traceback \(most recent call last\):")
-_TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]:")
+_TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
 MAX_TRACEBACK = 60
 
 
@@ -39,10 +39,11 @@ class RankCell:
     def note_line(self, text: str) -> None:
         """Keep the first Python traceback this rank prints, and its exception line."""
         body = _TORCH_RANK_TAG.sub("", text, count=1)
-        if _TRACE_START.search(body):
+        start = _TRACE_START.search(body)
+        if start:
             if not self.traceback:
                 self._collecting = True
-                self.traceback.append(body.strip())
+                self.traceback.append(body[start.start():].strip())
             return
         if self._collecting:
             self.traceback.append(body.rstrip())

@@ -218,7 +218,51 @@ def status(log_path):
     return 0
 
 
-VERBS = {"start": start, "tail": tail, "reap": reap, "status": status}
+def _ipv4_of(ifname):
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
+        except OSError:
+            return None
+        return socket.inet_ntoa(packed[20:24])
+
+
+def probe():
+    """What the console needs to know of a node: its hostname and which interface holds
+    which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached)."""
+    import platform
+    import socket
+
+    ifaces = {}
+    for _, name in socket.if_nameindex():
+        addr = _ipv4_of(name)
+        if addr:
+            ifaces[addr] = name
+    print(json.dumps({"hostname": socket.gethostname(), "ifaces": ifaces,
+                      "python": platform.python_version()}))
+    return 0
+
+
+def port(addr, number):
+    """Whether the rendezvous port can be bound on this node."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((addr, int(number)))
+        except OSError as exc:
+            print(json.dumps({"free": False, "error": exc.strerror}))
+            return 0
+    print(json.dumps({"free": True, "error": ""}))
+    return 0
+
+
+VERBS = {"start": start, "tail": tail, "reap": reap, "status": status, "probe": probe,
+         "port": port}
 
 if __name__ == "__main__":
     sys.exit(VERBS[sys.argv[1]](*sys.argv[2:]))

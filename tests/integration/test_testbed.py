@@ -1,5 +1,6 @@
 """Proves the multi-host harness is real: isolated hosts, real sshd, real Slurm, real
 torchrun rendezvous across namespaces, and a teardown that leaves nothing behind."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import SlurmCluster, Testbed
-from tests.testbed.netns import pids_in_netns
+from tests.testbed import SlurmCluster, Testbed, cleanup_stale
+from tests.testbed.netns import cmdline, pids_in_netns
+
+pytestmark = pytest.mark.integration
 
 TORCH_SCRIPT = """\
 import os, socket
@@ -45,16 +48,20 @@ def test_ssh_hostname_and_resolution(testbed: Testbed) -> None:
         lines = out.splitlines()
         assert lines[0] == host
         for other in testbed.hosts:
-            assert re.search(rf"^{re.escape(testbed.host_ip(other))}\s+STREAM\s+{other}$", out, re.M), out
+            ip = re.escape(testbed.host_ip(other))
+            assert re.search(rf"^{ip}\s+STREAM\s+{other}$", out, re.M), out
 
 
 def test_ssh_finds_same_python_without_bashrc(testbed: Testbed) -> None:
     """sshd's SetEnv PATH (not ~/.bashrc) must already point at our python3/torchrun."""
-    cmd = ("tr '\\0' '\\n' < /proc/$$/environ | grep ^PATH=; command -v python3 torchrun; "
-           "python3 -c 'import sys; print(sys.prefix)'")
+    cmd = (
+        "tr '\\0' '\\n' < /proc/$$/environ | grep ^PATH=; command -v python3 torchrun; "
+        "python3 -c 'import sys; print(sys.prefix)'"
+    )
     out = testbed.ssh.ssh("node1", cmd).stdout.splitlines()
     assert out[0].startswith(f"PATH={Path(sys.executable).parent}:"), out
-    assert out[1].endswith("/python3") and out[2].endswith("/torchrun"), out
+    assert out[1].endswith("/python3"), out
+    assert out[2].endswith("/torchrun"), out
     assert out[3] == sys.prefix
 
 
@@ -62,10 +69,12 @@ def test_host_keys_checked(testbed: Testbed) -> None:
     ssh = testbed.ssh
     without = ssh.known_hosts_without("node2")
     cp = ssh.ssh("node2", "true", check=False, options=["-o", f"UserKnownHostsFile={without}"])
-    assert cp.returncode == 255 and "Host key verification failed" in cp.stderr, cp.stderr
+    assert cp.returncode == 255, cp.stderr
+    assert "Host key verification failed" in cp.stderr, cp.stderr
     wrong = ssh.write_known_hosts(ssh.dir / "known_hosts.wrong", wrong_key=["node2"])
     cp = ssh.ssh("node2", "true", check=False, options=["-o", f"UserKnownHostsFile={wrong}"])
-    assert cp.returncode == 255 and "IDENTIFICATION HAS CHANGED" in cp.stderr, cp.stderr
+    assert cp.returncode == 255, cp.stderr
+    assert "IDENTIFICATION HAS CHANGED" in cp.stderr, cp.stderr
     assert ssh.ssh("node1", "true", options=["-o", f"UserKnownHostsFile={without}"]).returncode == 0
 
 
@@ -74,9 +83,11 @@ def test_no_route_outside(testbed: Testbed) -> None:
     for where in [*testbed.hosts, testbed.head, testbed.bridge_ns]:
         assert testbed.run(where, ["ip", "route", "show", "default"]).stdout.strip() == ""
         cp = testbed.run(where, ["ip", "route", "get", "192.0.2.1"], check=False)
-        assert cp.returncode != 0 and "unreachable" in cp.stderr, (where, cp.stderr)
+        assert cp.returncode != 0, (where, cp.stderr)
+        assert "unreachable" in cp.stderr, (where, cp.stderr)
     addrs = testbed.run("node1", ["ip", "-4", "-o", "addr"]).stdout
-    assert f"{testbed.host_ip('node1')}/24" in addrs and "eth0" in addrs
+    assert f"{testbed.host_ip('node1')}/24" in addrs
+    assert "eth0" in addrs
 
 
 def test_pids_per_namespace(clean_testbed: Testbed) -> None:
@@ -84,12 +95,14 @@ def test_pids_per_namespace(clean_testbed: Testbed) -> None:
     assert wait_until(lambda: tb.pids_in("node2") == []), tb.describe_pids("node2")
     p = tb.exec("node2", ["sleep", "60"])
     assert wait_until(lambda: p.pid in tb.pids_in("node2"))
-    assert p.pid not in tb.pids_in("node1") and p.pid not in pids_in_netns("/proc/1/ns/net")
+    assert p.pid not in tb.pids_in("node1")
+    assert p.pid not in pids_in_netns("/proc/1/ns/net")
     # a detached process started over ssh is found too, by namespace
     tb.ssh.ssh("node3", "setsid sleep 61 >/dev/null 2>&1 < /dev/null &")
     assert wait_until(lambda: any("sleep 61" in d for d in tb.describe_pids("node3")))
     killed = tb.reset()
-    assert any("sleep 61" in k for k in killed) and any("sleep 60" in k for k in killed)
+    assert any("sleep 61" in k for k in killed), killed
+    assert any("sleep 60" in k for k in killed), killed
     assert wait_until(lambda: tb.pids_in("node2") == [] and tb.pids_in("node3") == [])
     assert tb.ssh.sshd_pid("node2") in tb.pids_in("node2", include_daemons=True)
 
@@ -98,13 +111,15 @@ def test_sshd_down_and_link_cut(clean_testbed: Testbed) -> None:
     tb = clean_testbed
     tb.ssh.stop_sshd("node3")
     cp = tb.ssh.ssh("node3", "true", check=False)
-    assert cp.returncode == 255 and "Connection refused" in cp.stderr, cp.stderr
+    assert cp.returncode == 255, cp.stderr
+    assert "Connection refused" in cp.stderr, cp.stderr
     tb.ssh.start_sshd("node3")
     assert tb.ssh.ssh("node3", "hostname").stdout.strip() == "node3"
     tb.cut_link("node2")
     t0 = time.monotonic()
     cp = tb.ssh.ssh("node2", "true", check=False, options=["-o", "ConnectTimeout=1"])
-    assert cp.returncode == 255 and "timed out" in cp.stderr, cp.stderr
+    assert cp.returncode == 255, cp.stderr
+    assert "timed out" in cp.stderr, cp.stderr
     assert time.monotonic() - t0 < 5
     tb.restore_link("node2")
     assert tb.ssh.ssh("node2", "hostname").stdout.strip() == "node2"
@@ -128,11 +143,19 @@ def test_torchrun_two_nodes_over_ssh(clean_testbed: Testbed) -> None:
     script.write_text(TORCH_SCRIPT)
     procs = {}
     for host in ("node1", "node2"):
-        cmd = (f"cd {tb.workdir} && GLOO_SOCKET_IFNAME={tb.ifname} exec torchrun --nnodes=2 "
-               f"--nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=node1:29500 "
-               f"--rdzv-id=tbtest --local-addr={tb.host_ip(host)} {script}")
-        procs[host] = tb.exec(tb.head, tb.ssh.ssh_argv(host, cmd), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cmd = (
+            f"cd {tb.workdir} && GLOO_SOCKET_IFNAME={tb.ifname} exec torchrun --nnodes=2 "
+            f"--nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=node1:29500 "
+            f"--rdzv-id=tbtest --local-addr={tb.host_ip(host)} {script}"
+        )
+        procs[host] = tb.exec(
+            tb.head,
+            tb.ssh.ssh_argv(host, cmd),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     outs = {}
     for host, p in procs.items():
         out, err = p.communicate(timeout=120)
@@ -146,16 +169,25 @@ def test_torchrun_two_nodes_over_ssh(clean_testbed: Testbed) -> None:
     assert {r: h for r, (h, _) in ranks.items()} == {0: "node1", 1: "node1", 2: "node2", 3: "node2"}
     assert all(h == hostname for h, hostname in ranks.values())
     assert wait_until(lambda: tb.pids_in("node1") == [] and tb.pids_in("node2") == [], 10), (
-        tb.describe_pids("node1") + tb.describe_pids("node2"))
+        tb.describe_pids("node1") + tb.describe_pids("node2")
+    )
 
 
 # ------------------------------------------------------------------------ slurm
 def test_srun_three_nodes(slurm_cluster: SlurmCluster) -> None:
     out = slurm_cluster.run(["srun", "-N3", "hostname"]).stdout.split()
     assert sorted(out) == ["node1", "node2", "node3"]
-    out = slurm_cluster.run(["srun", "-N1", "sh", "-c", "command -v torchrun; python3 -c "
-                             "'import sys; print(sys.prefix)'"]).stdout.split()
-    assert out[0].endswith("/torchrun") and out[1] == sys.prefix
+    out = slurm_cluster.run(
+        [
+            "srun",
+            "-N1",
+            "sh",
+            "-c",
+            "command -v torchrun; python3 -c 'import sys; print(sys.prefix)'",
+        ]
+    ).stdout.split()
+    assert out[0].endswith("/torchrun")
+    assert out[1] == sys.prefix
 
 
 def test_salloc_srun_jobid_scancel(slurm_cluster: SlurmCluster) -> None:
@@ -165,7 +197,8 @@ def test_salloc_srun_jobid_scancel(slurm_cluster: SlurmCluster) -> None:
     job = m.group(1)
     assert job in slurm_cluster.squeue_ids()
     out = slurm_cluster.run(["srun", f"--jobid={job}", "-N2", "hostname"]).stdout.split()
-    assert len(set(out)) == 2 and set(out) <= set(slurm_cluster.nodes)
+    assert len(set(out)) == 2
+    assert set(out) <= set(slurm_cluster.nodes)
     states = {j["job_id"]: j["job_state"] for j in slurm_cluster.squeue_json()}
     assert "RUNNING" in str(states[int(job)])
     slurm_cluster.run(["scancel", job])
@@ -177,11 +210,14 @@ def test_torchrun_under_srun(slurm_cluster: SlurmCluster) -> None:
     tb = slurm_cluster.tb
     script = tb.workdir / "allreduce_srun.py"
     script.write_text(TORCH_SCRIPT)
-    cmd = (f"GLOO_SOCKET_IFNAME={tb.ifname} exec torchrun --nnodes=2 --nproc-per-node=2 "
-           f"--rdzv-backend=c10d --rdzv-endpoint=node1:29501 --rdzv-id=srun "
-           f"--local-addr=$(getent ahostsv4 $(hostname) | head -1 | cut -d' ' -f1) {script}")
-    cp = slurm_cluster.run(["srun", "-N2", "--ntasks-per-node=1", "-w", "node1,node2",
-                            "sh", "-c", cmd], timeout=120)
+    cmd = (
+        f"GLOO_SOCKET_IFNAME={tb.ifname} exec torchrun --nnodes=2 --nproc-per-node=2 "
+        f"--rdzv-backend=c10d --rdzv-endpoint=node1:29501 --rdzv-id=srun "
+        f"--local-addr=$(getent ahostsv4 $(hostname) | head -1 | cut -d' ' -f1) {script}"
+    )
+    cp = slurm_cluster.run(
+        ["srun", "-N2", "--ntasks-per-node=1", "-w", "node1,node2", "sh", "-c", cmd], timeout=120
+    )
     ranks = sorted(int(r) for r in re.findall(r"RANK=(\d) WORLD=4 SUM=10", cp.stdout))
     assert ranks == [0, 1, 2, 3], (cp.stdout, cp.stderr[-3000:])
 
@@ -216,3 +252,32 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_cleanup_stale_after_harness_killed() -> None:
+    """A harness SIGKILLed mid-run leaves daemons behind; cleanup_stale removes them."""
+    code = (
+        "import time; from tests.testbed import Testbed, SlurmCluster; "
+        "tb = Testbed(['z1'], sshd=True).start(); SlurmCluster(tb).start(); "
+        "print(tb.prefix, tb.workdir, flush=True); time.sleep(120)"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        prefix, workdir = p.stdout.readline().split()  # type: ignore[union-attr]
+    finally:
+        p.kill()
+        p.wait()
+    namespaces = [f"{prefix}-{s}" for s in ("br", "head", "h1")]
+    pids = {pid for ns in namespaces for pid in pids_in_netns(f"/run/netns/{ns}")}
+    assert len(pids) >= 3, pids  # sshd, slurmd, slurmctld survive their harness
+    removed = cleanup_stale()
+    assert sorted(removed) == sorted(namespaces)
+    assert [p for p in pids if _running(p)] == []
+    assert not Path(workdir).exists()
+    assert not any(Path("/etc/netns", n).exists() for n in namespaces)
+    assert not any(workdir in cmdline(int(e)) for e in os.listdir("/proc") if e.isdigit())

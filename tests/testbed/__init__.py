@@ -3,6 +3,7 @@
 Why: the console drives torchrun on many nodes over SSH/Slurm; these give it real
 hosts (isolated namespaces on one machine) to drive.  See fixtures.py for pytest use.
 """
+
 from __future__ import annotations
 
 from .netns import Testbed, TestbedError, check_prerequisites, pids_in_netns
@@ -10,5 +11,12 @@ from .slurm import SlurmCluster
 from .sshd import SshServers
 from .stale import cleanup_stale
 
-__all__ = ["Testbed", "TestbedError", "SlurmCluster", "SshServers", "check_prerequisites",
-           "cleanup_stale", "pids_in_netns"]
+__all__ = [
+    "Testbed",
+    "TestbedError",
+    "SlurmCluster",
+    "SshServers",
+    "check_prerequisites",
+    "cleanup_stale",
+    "pids_in_netns",
+]

@@ -6,9 +6,10 @@ Missing root or tools FAIL the test (never skip): CI installs everything.
 
 Use from a conftest.py:  ``from tests.testbed.fixtures import *  # noqa: F401,F403``
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -26,9 +27,12 @@ def _require(*tools: str) -> None:
     try:
         check_prerequisites(("ip", "unshare", "nsenter", *tools))
     except TestbedError as e:
-        pytest.fail(f"{e} -- the multi-host testbed needs root and: apt-get install "
-                    "iproute2 util-linux openssh-server openssh-client slurmctld slurmd "
-                    "slurm-client munge", pytrace=False)
+        pytest.fail(
+            f"{e} -- the multi-host testbed needs root and: apt-get install "
+            "iproute2 util-linux openssh-server openssh-client slurmctld slurmd "
+            "slurm-client munge",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

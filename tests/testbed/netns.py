@@ -5,6 +5,7 @@ simulated by one network namespace per node, all wired to a bridge that lives in
 namespace of its own, with no default route anywhere, so no packet can leave the
 test subnet.  See /work/shared/TESTBED.md for the measured facts this relies on.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,9 +19,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 REQUIRED_TOOLS = ("ip", "unshare", "nsenter")
 IFNAME = "eth0"  # interface name inside every host/head namespace
@@ -114,8 +116,8 @@ class Testbed:
         if subnet is None:
             seed = pid * 7 + n
             subnet = f"10.{(seed >> 8) % 250 + 1}.{seed % 256}.0/24"
-        net = ipaddress.ip_network(subnet)
-        if net.prefixlen != 24 or not net.subnet_of(ipaddress.ip_network("10.0.0.0/8")):
+        net = ipaddress.IPv4Network(subnet)
+        if net.prefixlen != 24 or not net.subnet_of(ipaddress.IPv4Network("10.0.0.0/8")):
             raise TestbedError(f"subnet must be a 10.x.y.0/24, got {subnet}")
         self.subnet = str(net)
         self._base = str(net.network_address).rsplit(".", 1)[0]
@@ -166,7 +168,7 @@ class Testbed:
         return [self.bridge_ns, *self._ns.values()]
 
     def bridge_port(self, name: str) -> str:
-        return "p-" + self._ns[name][len(self.prefix) + 1:]
+        return "p-" + self._ns[name][len(self.prefix) + 1 :]
 
     def hosts_file(self, where: str) -> Path:
         return Path("/etc/netns") / self.ns(where) / "hosts"
@@ -213,8 +215,23 @@ class Testbed:
         machine = socket.gethostname()
         for name, ns in self._ns.items():
             port = self.bridge_port(name)
-            _sh(["ip", "link", "add", IFNAME, "netns", ns, "type", "veth",
-                 "peer", "name", port, "netns", br])
+            _sh(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    IFNAME,
+                    "netns",
+                    ns,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    port,
+                    "netns",
+                    br,
+                ]
+            )
             _sh(["ip", "-n", br, "link", "set", port, "master", "br0", "up"])
             _sh(["ip", "-n", ns, "addr", "add", f"{self._ip[name]}/24", "dev", IFNAME])
             _sh(["ip", "-n", ns, "link", "set", IFNAME, "up"])
@@ -241,7 +258,9 @@ class Testbed:
         for p in self._procs:
             _terminate(p.pid)
         _wait_gone([p.pid for p in self._procs], self._procs)
-        stray = sorted({pid for ns in self._created_ns for pid in pids_in_netns(f"/run/netns/{ns}")})
+        stray = sorted(
+            {pid for ns in self._created_ns for pid in pids_in_netns(f"/run/netns/{ns}")}
+        )
         self.leftovers = [(pid, cmdline(pid)) for pid in stray]
         for pid in stray:
             _terminate(pid)
@@ -263,8 +282,15 @@ class Testbed:
             inner = ["unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *inner]
         return ["ip", "netns", "exec", ns, *inner]
 
-    def exec(self, where: str, argv: Sequence[str], *, set_hostname: bool = False,
-             daemon: bool = False, **popen_kwargs: Any) -> subprocess.Popen[Any]:
+    def exec(
+        self,
+        where: str,
+        argv: Sequence[str],
+        *,
+        set_hostname: bool = False,
+        daemon: bool = False,
+        **popen_kwargs: Any,
+    ) -> subprocess.Popen[Any]:
         """Start a process inside a namespace; it is stopped (by PID) at teardown."""
         p = subprocess.Popen(self.ns_argv(where, argv, set_hostname=set_hostname), **popen_kwargs)
         self.track(p, daemon=daemon)
@@ -276,16 +302,27 @@ class Testbed:
         if daemon:
             self.daemon_pids.add(p.pid)
 
-    def run(self, where: str, argv: Sequence[str], *, check: bool = True, timeout: float = 60,
-            set_hostname: bool = False, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def run(
+        self,
+        where: str,
+        argv: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float = 60,
+        set_hostname: bool = False,
+        **kwargs: Any,
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command to completion inside a namespace, capturing text output."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
-        cp = subprocess.run(self.ns_argv(where, argv, set_hostname=set_hostname),
-                            timeout=timeout, **kwargs)
+        cp = subprocess.run(
+            self.ns_argv(where, argv, set_hostname=set_hostname), timeout=timeout, **kwargs
+        )
         if check and cp.returncode != 0:
-            raise TestbedError(f"[{where}] {' '.join(argv)} -> {cp.returncode}\n"
-                               f"stdout: {cp.stdout}\nstderr: {cp.stderr}")
+            raise TestbedError(
+                f"[{where}] {' '.join(argv)} -> {cp.returncode}\n"
+                f"stdout: {cp.stdout}\nstderr: {cp.stderr}"
+            )
         return cp
 
     def pids_in(self, where: str, *, include_daemons: bool = False) -> list[int]:
@@ -341,10 +378,8 @@ class Testbed:
 
 
 def _terminate(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
 
 
 def _alive(pid: int, procs: Sequence[subprocess.Popen[Any]]) -> bool:
@@ -361,8 +396,9 @@ def _alive(pid: int, procs: Sequence[subprocess.Popen[Any]]) -> bool:
         return False
 
 
-def _wait_gone(pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]],
-               grace: float = 3.0) -> None:
+def _wait_gone(
+    pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]], grace: float = 3.0
+) -> None:
     """Wait for pids to exit; SIGKILL (by PID) whatever survives the grace period."""
     deadline = time.monotonic() + grace
     alive = list(pids)
@@ -371,10 +407,8 @@ def _wait_gone(pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]],
         if alive:
             time.sleep(0.05)
     for pid in alive:
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + 5
     while alive and time.monotonic() < deadline:
         alive = [p for p in alive if _alive(p, procs)]

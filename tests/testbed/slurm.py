@@ -6,6 +6,7 @@ controller and real node daemons exercise srun/salloc/sbatch/scancel/squeue for 
 Every path (state, spool, logs, pids, munge socket/key) lives under the testbed's
 private work dir, so nothing touches the machine's own Slurm or munge setup.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,16 +16,27 @@ import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from .netns import TestbedError, _terminate, _wait_gone
 
 if TYPE_CHECKING:
     from .netns import Testbed
 
-SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "salloc",
-               "sbatch", "scontrol")
+SLURM_TOOLS = (
+    "munged",
+    "slurmctld",
+    "slurmd",
+    "srun",
+    "sinfo",
+    "squeue",
+    "scancel",
+    "salloc",
+    "sbatch",
+    "scontrol",
+)
 
 
 class SlurmCluster:
@@ -36,8 +48,15 @@ class SlurmCluster:
     ``--export=ALL``.
     """
 
-    def __init__(self, testbed: Testbed, *, cpus: int = 4, partition: str = "debug",
-                 kill_wait: int = 5, extra_conf: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        testbed: Testbed,
+        *,
+        cpus: int = 4,
+        partition: str = "debug",
+        kill_wait: int = 5,
+        extra_conf: Sequence[str] = (),
+    ) -> None:
         self.tb = testbed
         self.cpus = cpus
         self.partition = partition
@@ -63,8 +82,10 @@ class SlurmCluster:
     def start(self, timeout: float = 60) -> SlurmCluster:
         missing = [t for t in SLURM_TOOLS if shutil.which(t) is None]
         if missing:
-            raise TestbedError(f"missing Slurm/munge tools: {missing} (apt-get install "
-                               "slurmctld slurmd slurm-client munge)")
+            raise TestbedError(
+                f"missing Slurm/munge tools: {missing} (apt-get install "
+                "slurmctld slurmd slurm-client munge)"
+            )
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             for sub in ("state", "spool", "log"):
@@ -105,15 +126,24 @@ class SlurmCluster:
         os.chmod(mdir, 0o755)  # munged refuses a socket dir without o+x
         log = self._log("munged.log")
         p = subprocess.Popen(
-            ["munged", "--foreground",
-             f"--socket={self.munge_socket}", f"--key-file={key}",
-             f"--pid-file={mdir / 'munged.pid'}", f"--log-file={mdir / 'munged.log'}",
-             f"--seed-file={mdir / 'munged.seed'}"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            user=munge.pw_uid, group=munge.pw_gid, extra_groups=[])  # Popen pid == munged pid
+            [
+                "munged",
+                "--foreground",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={mdir / 'munged.pid'}",
+                f"--log-file={mdir / 'munged.log'}",
+                f"--seed-file={mdir / 'munged.seed'}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            user=munge.pw_uid,
+            group=munge.pw_gid,
+            extra_groups=[],
+        )  # Popen pid == munged pid
         self._track(p)
-        self._wait(lambda: self.munge_socket.is_socket(), 10, "munged socket",
-                   mdir / "munged.log")
+        self._wait(lambda: self.munge_socket.is_socket(), 10, "munged socket", mdir / "munged.log")
 
     # ----------------------------------------------------------------- slurm
     def _conf(self) -> str:
@@ -121,9 +151,12 @@ class SlurmCluster:
         lines = [
             f"ClusterName={tb.prefix.replace('-', '')}",
             f"SlurmctldHost={tb.head}({tb.head_ip})",
-            "SlurmctldPort=6817", "SlurmdPort=6818",
-            "SlurmUser=root", "SlurmdUser=root",
-            "AuthType=auth/munge", "CredType=cred/munge",
+            "SlurmctldPort=6817",
+            "SlurmdPort=6818",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={d / 'state'}",
             f"SlurmdSpoolDir={d / 'spool'}/%n",
@@ -131,42 +164,69 @@ class SlurmCluster:
             f"SlurmdPidFile={d / 'spool'}/slurmd.%n.pid",
             f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
             f"SlurmdLogFile={d / 'log'}/slurmd.%n.log",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill",
             "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none", "JobCompType=jobcomp/none",
-            "MpiDefault=none", "ReturnToService=2",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
             "SlurmdParameters=config_overrides",  # declared CPUs win over the 2 real cores
-            f"KillWait={self.kill_wait}", "InactiveLimit=0", "MessageTimeout=10",
-            "SlurmctldDebug=info", "SlurmdDebug=info",
+            f"KillWait={self.kill_wait}",
+            "InactiveLimit=0",
+            "MessageTimeout=10",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
             *self.extra_conf,
         ]
         for node in self.nodes:
-            lines.append(f"NodeName={node} NodeAddr={tb.host_ip(node)} CPUs={self.cpus} State=UNKNOWN")
-        lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+            lines.append(
+                f"NodeName={node} NodeAddr={tb.host_ip(node)} CPUs={self.cpus} State=UNKNOWN"
+            )
+        lines.append(
+            f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+        )
         return "\n".join(lines) + "\n"
 
     def _nsenter_argv(self, where: str, name: str, daemon_argv: Sequence[str]) -> list[str]:
         """nsenter + private UTS/mount ns; `ip netns exec` remounts /sys, which kills
         slurmd 22.05 ("Unable to initialize cgroup plugin"), so bind /etc/hosts ourselves."""
-        script = (f"mount --bind {shlex.quote(str(self.tb.hosts_file(where)))} /etc/hosts && "
-                  f"hostname {shlex.quote(name)} && exec {shlex.join(daemon_argv)}")
-        return ["nsenter", f"--net={self.tb.ns_path(where)}", "unshare", "--uts", "--mount",
-                "sh", "-c", script]
+        script = (
+            f"mount --bind {shlex.quote(str(self.tb.hosts_file(where)))} /etc/hosts && "
+            f"hostname {shlex.quote(name)} && exec {shlex.join(daemon_argv)}"
+        )
+        return [
+            "nsenter",
+            f"--net={self.tb.ns_path(where)}",
+            "unshare",
+            "--uts",
+            "--mount",
+            "sh",
+            "-c",
+            script,
+        ]
 
     def _start_slurmctld(self) -> None:
         log = self._log("slurmctld.stderr")
-        argv = self._nsenter_argv(self.tb.head, self.tb.head,
-                                  ["slurmctld", "-D", "-i", "-f", str(self.slurm_conf)])
+        argv = self._nsenter_argv(
+            self.tb.head, self.tb.head, ["slurmctld", "-D", "-i", "-f", str(self.slurm_conf)]
+        )
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env)
         self._track(p)
-        self._wait(lambda: self.run(["scontrol", "ping"], check=False, timeout=15).stdout.count("UP") > 0,
-                   30, "slurmctld to answer", self.dir / "log" / "slurmctld.log")
+
+        def up() -> bool:
+            return "UP" in self.run(["scontrol", "ping"], check=False, timeout=15).stdout
+
+        self._wait(up, 30, "slurmctld to answer", self.dir / "log" / "slurmctld.log")
 
     def _start_slurmd(self, node: str) -> None:
         log = self._log(f"slurmd.{node}.stderr")
-        argv = self._nsenter_argv(node, node, ["slurmd", "-D", "-f", str(self.slurm_conf), "-N", node])
+        argv = self._nsenter_argv(
+            node, node, ["slurmd", "-D", "-f", str(self.slurm_conf), "-N", node]
+        )
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=self.env)
         self._track(p)
         self.slurmd_pids[node] = p.pid
@@ -178,9 +238,11 @@ class SlurmCluster:
 
     def wait_idle(self, timeout: float = 60) -> None:
         """Block until sinfo shows every node idle (an earlier srun just queues)."""
+
         def ready() -> bool:
             states = self.node_states()
             return all(states.get(n) == "idle" for n in self.nodes)
+
         self._wait(ready, timeout, "all nodes idle", self.dir / "log" / "slurmctld.log")
 
     # ---------------------------------------------------------------- client
@@ -188,12 +250,19 @@ class SlurmCluster:
         """argv that runs a Slurm client in the head namespace (pass env=self.env)."""
         return self.tb.ns_argv(self.tb.head, argv)
 
-    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60,
-            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: Sequence[str], *, check: bool = True, timeout: float = 60, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
         """Run a Slurm CLI command from the head namespace with SLURM_CONF set."""
         kwargs.setdefault("stdin", subprocess.DEVNULL)
-        return self.tb.run(self.tb.head, argv, check=check, timeout=timeout,
-                           env={**self.env, **kwargs.pop("env", {})}, **kwargs)
+        return self.tb.run(
+            self.tb.head,
+            argv,
+            check=check,
+            timeout=timeout,
+            env={**self.env, **kwargs.pop("env", {})},
+            **kwargs,
+        )
 
     def squeue_ids(self) -> list[str]:
         """Job ids squeue still lists (pending/running/completing)."""
@@ -205,7 +274,7 @@ class SlurmCluster:
 
     # --------------------------------------------------------------- helpers
     def _log(self, name: str) -> IO[bytes]:
-        f = open(self.dir / "log" / name, "ab")
+        f = open(self.dir / "log" / name, "ab")  # noqa: SIM115 - kept open for the daemon
         self._logs.append(f)
         return f
 
@@ -219,7 +288,7 @@ class SlurmCluster:
         while time.monotonic() < deadline:
             dead = [p.args for p in self._procs if p.poll() is not None]
             if dead:
-                what += f" (daemon exited: {dead[0]})"
+                what += f" (daemon exited: {dead[0]!r})"
                 break
             if cond():
                 return

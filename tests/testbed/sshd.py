@@ -8,6 +8,7 @@ Python running the tests (its bin dir holds python3 and torchrun) first on PATH 
 session, so commands do not depend on root's ~/.bashrc running ``pyenv init``
 (that still runs and costs ~100 ms per command, but is no longer needed).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
 from .netns import TestbedError
 
@@ -30,8 +32,11 @@ SSH_TOOLS = ("ssh", "ssh-keygen", SSHD)
 def session_path() -> str:
     """PATH that sessions get: this Python's bin dir first, then ours."""
     first = str(Path(sys.executable).parent)
-    rest = [p for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":")
-            if p and p != first]
+    rest = [
+        p
+        for p in os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":")
+        if p and p != first
+    ]
     for p in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
         if p not in rest:
             rest.append(p)
@@ -40,8 +45,12 @@ def session_path() -> str:
 
 def _keygen(path: Path, comment: str) -> str:
     """Generate an ed25519 key pair; return the public key line."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                   check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     return path.with_suffix(".pub").read_text().strip()
 
 
@@ -65,7 +74,9 @@ class SshServers:
     def start(self) -> None:
         missing = [t for t in SSH_TOOLS if shutil.which(t) is None]
         if missing:
-            raise TestbedError(f"missing OpenSSH tools: {missing} (apt-get install openssh-server openssh-client)")
+            raise TestbedError(
+                f"missing OpenSSH tools: {missing} (apt-get install openssh-server openssh-client)"
+            )
         self.dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.dir, 0o700)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir
@@ -86,33 +97,36 @@ class SshServers:
 
     def _sshd_config(self, host: str) -> str:
         hd = self.dir / host
-        return "\n".join([
-            "Port 22",
-            f"ListenAddress {self.tb.host_ip(host)}",
-            f"HostKey {hd / 'ssh_host_ed25519_key'}",
-            "PidFile none",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            "StrictModes no",
-            "UsePAM no",
-            "UseDNS no",
-            "PrintMotd no",
-            "PrintLastLog no",
-            "X11Forwarding no",
-            "MaxStartups 64:30:128",
-            "MaxSessions 64",
-            "AcceptEnv LANG LC_*",
-            f"SetEnv PATH={self.path_env}",
-            "Subsystem sftp internal-sftp",
-            "LogLevel INFO",
-            "",
-        ])
+        return "\n".join(
+            [
+                "Port 22",
+                f"ListenAddress {self.tb.host_ip(host)}",
+                f"HostKey {hd / 'ssh_host_ed25519_key'}",
+                "PidFile none",
+                f"AuthorizedKeysFile {self.authorized_keys}",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                "StrictModes no",
+                "UsePAM no",
+                "UseDNS no",
+                "PrintMotd no",
+                "PrintLastLog no",
+                "X11Forwarding no",
+                "MaxStartups 64:30:128",
+                "MaxSessions 64",
+                "AcceptEnv LANG LC_*",
+                f"SetEnv PATH={self.path_env}",
+                "Subsystem sftp internal-sftp",
+                "LogLevel INFO",
+                "",
+            ]
+        )
 
-    def write_known_hosts(self, path: Path, *, missing: Iterable[str] = (),
-                          wrong_key: Iterable[str] = ()) -> Path:
+    def write_known_hosts(
+        self, path: Path, *, missing: Iterable[str] = (), wrong_key: Iterable[str] = ()
+    ) -> Path:
         """known_hosts for all hosts; `missing` hosts left out, `wrong_key` hosts get a
         freshly generated (non-matching) key, to test unknown/changed host keys."""
         missing, wrong_key = set(missing), set(wrong_key)
@@ -135,32 +149,41 @@ class SshServers:
     def write_ssh_config(self, path: Path, *, known_hosts: Path | None = None) -> Path:
         """Client config: Host entry per host name (HostName = its IP), strict checking."""
         blocks = [f"Host {h}\n  HostName {self.tb.host_ip(h)}\n" for h in self.tb.hosts]
-        blocks.append("\n".join([
-            "Host *",
-            "  User root",
-            f"  IdentityFile {self.client_key}",
-            "  IdentitiesOnly yes",
-            f"  UserKnownHostsFile {known_hosts or self.known_hosts}",
-            "  GlobalKnownHostsFile /dev/null",
-            "  StrictHostKeyChecking yes",
-            "  CheckHostIP no",
-            "  BatchMode yes",
-            "  ConnectTimeout 5",
-            "  LogLevel ERROR",
-            "",
-        ]))
+        blocks.append(
+            "\n".join(
+                [
+                    "Host *",
+                    "  User root",
+                    f"  IdentityFile {self.client_key}",
+                    "  IdentitiesOnly yes",
+                    f"  UserKnownHostsFile {known_hosts or self.known_hosts}",
+                    "  GlobalKnownHostsFile /dev/null",
+                    "  StrictHostKeyChecking yes",
+                    "  CheckHostIP no",
+                    "  BatchMode yes",
+                    "  ConnectTimeout 5",
+                    "  LogLevel ERROR",
+                    "",
+                ]
+            )
+        )
         path.write_text("\n".join(blocks))
         return path
 
     # ------------------------------------------------------------ lifecycle
     def _spawn(self, host: str) -> None:
         cfg = self.dir / host / "sshd_config"
-        log = open(self.dir / host / "sshd.log", "ab")
+        log = open(self.dir / host / "sshd.log", "ab")  # noqa: SIM115 - kept open for sshd
         self._logs[host] = log
         self._log_offset[host] = log.tell()
-        p = self.tb.exec(host, ["unshare", "--uts", "sh", "-c",
-                                f"hostname {host} && exec {SSHD} -D -e -f {cfg}"],
-                         daemon=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        p = self.tb.exec(
+            host,
+            ["unshare", "--uts", "sh", "-c", f"hostname {host} && exec {SSHD} -D -e -f {cfg}"],
+            daemon=True,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
         self._procs[host] = p
 
     def _wait_listening(self, host: str, timeout: float = 10) -> None:
@@ -210,8 +233,20 @@ class SshServers:
     def ssh_argv(self, host: str, command: str, *, options: Sequence[str] = ()) -> list[str]:
         return ["ssh", "-F", str(self.ssh_config), *options, host, command]
 
-    def ssh(self, host: str, command: str, *, timeout: float = 60, check: bool = True,
-            options: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self,
+        host: str,
+        command: str,
+        *,
+        timeout: float = 60,
+        check: bool = True,
+        options: Sequence[str] = (),
+    ) -> subprocess.CompletedProcess[str]:
         """Run `command` on `host` over real ssh, from the head namespace."""
-        return self.tb.run(self.tb.head, self.ssh_argv(host, command, options=options),
-                           timeout=timeout, check=check, stdin=subprocess.DEVNULL)
+        return self.tb.run(
+            self.tb.head,
+            self.ssh_argv(host, command, options=options),
+            timeout=timeout,
+            check=check,
+            stdin=subprocess.DEVNULL,
+        )

@@ -3,6 +3,7 @@
 Why: a SIGKILLed pytest (CI timeout, Ctrl-C twice) leaves namespaces, /etc/netns dirs,
 sshd/slurmd/munged behind; the next run should start clean instead of failing on clashes.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,0 +1,1 @@
+"""The Textual console: one consumer of the core's events."""

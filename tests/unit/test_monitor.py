@@ -1,0 +1,112 @@
+"""The rank state machine, fed with real torchrun output captured on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddptui.core.agentlog import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
+from ddptui.core.events import NodeLine, RankChanged, RankState
+from ddptui.core.monitor import Monitor
+
+DATA = Path(__file__).parent / "data" / "torchrun"
+
+
+def _feed(monitor: Monitor, node: str, name: str) -> list:
+    events = monitor.feed(node, (DATA / name).read_bytes())
+    return events + monitor.end_of_output(node)
+
+
+def test_agent_parser_reads_rendezvous_result() -> None:
+    parser = AgentLogParser()
+    facts = []
+    for line in (DATA / "success_node1.log").read_text().splitlines():
+        facts += parser.feed(line)
+    assert Assigned(1, (0, 1), (2, 3), 0) in facts
+    assert GroupSucceeded() in facts
+
+
+def test_agent_parser_reads_failure_summary_and_root_cause() -> None:
+    parser = AgentLogParser()
+    facts = []
+    for line in (DATA / "crash_node1.log").read_text().splitlines():
+        facts += parser.feed(line)
+    assert WorkerFailed(1, 1) in facts  # the early "failed (exitcode: 1) local_rank: 1" line
+    assert WorkerFailed(0, -15, 2, False) in facts
+    assert WorkerFailed(1, 1, 3, True) in facts
+
+
+def test_successful_run_goes_assigned_running_done() -> None:
+    m = Monitor(["n0", "n1"], 2)
+    events = _feed(m, "n0", "success_node0.log") + _feed(m, "n1", "success_node1.log")
+    states = [(e.rank, e.state) for e in events if isinstance(e, RankChanged)]
+    for rank in range(4):
+        seq = [s for r, s in states if r == rank]
+        assert seq == [RankState.ASSIGNED, RankState.RUNNING, RankState.DONE]
+    assert [(c.rank, c.state) for c in m.board.all_cells()] == [
+        (0, RankState.DONE), (1, RankState.DONE), (2, RankState.DONE), (3, RankState.DONE)]
+
+
+def test_lines_are_attributed_to_the_right_rank() -> None:
+    m = Monitor(["n1"], 2)
+    lines = [e for e in _feed(m, "n1", "success_node1.log") if isinstance(e, NodeLine)]
+    by_rank = {(e.rank, e.text) for e in lines if e.rank is not None}
+    assert (2, "hello from 2") in by_rank
+    assert (3, "partial done") in by_rank
+    assert (2, "partial done") in by_rank
+
+
+def test_crash_marks_failed_ranks_with_exit_codes_and_traceback() -> None:
+    m = Monitor(["n0", "n1"], 2)
+    _feed(m, "n1", "crash_node1.log")
+    m.board.node_exited("n1", 1)
+    cells = {c.rank: c for c in m.board.all_cells() if c.rank is not None}
+    assert cells[3].state == RankState.FAILED and cells[3].exit_code == 1
+    assert cells[2].state == RankState.FAILED and cells[2].exit_code == -15
+    assert cells[3].error == "RuntimeError: boom"
+    assert cells[3].traceback[0].startswith("Traceback")
+    assert m.board.first_failure is cells[3]
+
+
+def test_node_exit_zero_finishes_ranks_that_never_printed() -> None:
+    m = Monitor(["n0"], 2)
+    events = m.board.node_exited("n0", 0)
+    assert [e.state for e in events] == [RankState.DONE, RankState.DONE]
+
+
+def test_node_failure_marks_remaining_ranks_failed() -> None:
+    m = Monitor(["n0"], 2)
+    m.board.assign("n0", Assigned(0, (0, 1), (0, 1), 0))
+    events = m.board.node_exited("n0", -9)
+    assert all(isinstance(e, RankChanged) and e.state == RankState.FAILED for e in events)
+
+
+def test_unknown_script_output_still_lights_the_grid() -> None:
+    m = Monitor(["n0"], 1)
+    events = m.feed("n0", b"[ddptui:0:0]:\xe2\x9c\x93 my own format 42%\n")
+    assert any(isinstance(e, RankChanged) and e.state == RankState.RUNNING and e.rank == 0
+               for e in events)
+
+
+def test_lines_for_a_local_rank_outside_the_grid_do_not_crash() -> None:
+    m = Monitor(["n0"], 1)
+    events = m.feed("n0", b"[ddptui:7:5]:stray\n")
+    assert [type(e) for e in events] == [NodeLine]
+
+
+def test_silent_rank_turns_hung_while_others_progress() -> None:
+    m = Monitor(["n0"], 2)
+    m.feed("n0", b"[ddptui:0:0]:a\n[ddptui:1:1]:b\n", now=100.0)
+    m.feed("n0", b"[ddptui:0:0]:still going\n", now=200.0)
+    events = m.board.check_hangs(now=201.0, timeout=60.0)
+    assert [(e.rank, e.state) for e in events] == [(1, RankState.HUNG)]
+    back = m.feed("n0", b"[ddptui:1:1]:back\n", now=202.0)
+    assert any(isinstance(e, RankChanged) and e.state == RankState.RUNNING for e in back)
+
+
+def test_restart_reassigns_ranks() -> None:
+    m = Monitor(["n0"], 1)
+    m.board.assign("n0", Assigned(0, (0,), (0,), 0))
+    m.feed("n0", b"[ddptui:0:0]:x\n")
+    m.board.worker_failed("n0", WorkerFailed(0, 1))
+    events = m.board.assign("n0", Assigned(0, (0,), (0,), 1))
+    assert events[0].state == RankState.ASSIGNED and m.board.all_cells()[0].restarts == 1
