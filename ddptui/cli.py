@@ -68,3 +68,7 @@ def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> 
 
     app = DdpApp(spec, keymap_path=keymap, attach=attach)  # type: ignore[arg-type]
     return app.run() or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,1 +1,1 @@
-"""The Textual console: one consumer of the core's events."""
+"""Provides the Textual console: the one UI consumer of the core's session events."""

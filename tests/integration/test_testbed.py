@@ -137,6 +137,23 @@ def test_thread_can_enter_head_namespace(testbed: Testbed) -> None:
     assert os.stat("/proc/thread-self/ns/net").st_ino == before
 
 
+async def test_asyncssh_in_process_from_head(testbed: Testbed) -> None:
+    """The console's own SSH client (asyncssh) works in-process with the generated
+    ssh_config/known_hosts once the socket is created inside the head namespace."""
+    import asyncssh
+
+    cfg = [str(testbed.ssh.ssh_config)]
+    with testbed.entered(testbed.head):
+        conn = await asyncssh.connect("node2", config=cfg)
+    async with conn:
+        result = await conn.run("hostname; command -v torchrun", check=True)
+    assert str(result.stdout).split()[0] == "node2"
+    assert str(result.stdout).split()[1].endswith("/torchrun")
+    unknown = str(testbed.ssh.known_hosts_without("node3"))
+    with testbed.entered(testbed.head), pytest.raises(asyncssh.HostKeyNotVerifiable):
+        await asyncssh.connect("node3", config=cfg, known_hosts=unknown)
+
+
 def test_torchrun_two_nodes_over_ssh(clean_testbed: Testbed) -> None:
     tb = clean_testbed
     script = tb.workdir / "allreduce.py"

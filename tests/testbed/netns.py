@@ -108,6 +108,9 @@ class Testbed:
         workdir: str | None = None,
         keep_workdir: bool = False,
     ) -> None:
+        """hosts: count (node1..nodeN) or host names.  workdir: private dir for keys,
+        configs and logs (default: a fresh /tmp/<prefix>-* removed at close unless
+        keep_workdir; a dir you pass is never removed)."""
         n = next(_COUNTER)
         pid = os.getpid()
         self.prefix = prefix or (f"dt{pid}" if n == 0 else f"dt{pid}x{n}")
@@ -269,7 +272,7 @@ class Testbed:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
             shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         self._created_ns.clear()
-        if not self.keep_workdir and self.workdir.is_dir():
+        if not self.keep_workdir and self._workdir_arg is None and self.workdir.is_dir():
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     # --------------------------------------------------------------- commands

@@ -1,0 +1,1 @@
+"""Provides the console's screens: the job screen and its modal dialogs."""

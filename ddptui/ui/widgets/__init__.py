@@ -1,0 +1,1 @@
+"""Provides the console's widgets: job panel, rank grid, node log panes, run outcome."""
