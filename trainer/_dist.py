@@ -10,16 +10,19 @@ they must exit cleanly: on torch 2.13 with gloo a fair share of runs abort at
 interpreter shutdown after ``destroy_process_group`` (see TESTBED.md), so every
 exit goes through a barrier, the destroy, and ``os._exit``.
 """
+
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import os
 import sys
 import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Callable, Mapping, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:  # torch is heavy; the identity logic must not need it
     import torch
@@ -95,7 +98,9 @@ def _slurm_local_world_size(env: Mapping[str, str], group_rank: int, world_size:
         if env.get(name, "").strip():
             counts = parse_tasks_per_node(env[name])
             return counts[group_rank] if group_rank < len(counts) else counts[0]
-    nnodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
+    nnodes = (
+        env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or env.get("SLURM_JOB_NUM_NODES")
+    )
     if nnodes is None or nnodes.strip() == "1":
         return world_size
     raise IdentityError(
@@ -143,32 +148,36 @@ def resolve_identity(env: Mapping[str, str] | None = None) -> Identity:
         world = _int(env, "WORLD_SIZE")
         # A hand-set RANK/WORLD_SIZE (no torchrun) means one node.
         local_rank = _int(env, "LOCAL_RANK", rank)
-        return _check(Identity(
-            rank=rank,
-            world_size=world,
-            local_rank=local_rank,
-            local_world_size=_int(env, "LOCAL_WORLD_SIZE", world),
-            group_rank=_int(env, "GROUP_RANK", 0),
-            master_addr=addr,
-            master_port=port,
-            source="torchrun",
-        ))
+        return _check(
+            Identity(
+                rank=rank,
+                world_size=world,
+                local_rank=local_rank,
+                local_world_size=_int(env, "LOCAL_WORLD_SIZE", world),
+                group_rank=_int(env, "GROUP_RANK", 0),
+                master_addr=addr,
+                master_port=port,
+                source="torchrun",
+            )
+        )
     if env.get("SLURM_PROCID", "").strip():
         if not env.get("SLURM_NTASKS", "").strip():
             raise IdentityError("SLURM_PROCID is set but SLURM_NTASKS is not")
         rank = _int(env, "SLURM_PROCID")
         world = _int(env, "SLURM_NTASKS")
         group_rank = _int(env, "SLURM_NODEID", 0)
-        return _check(Identity(
-            rank=rank,
-            world_size=world,
-            local_rank=_int(env, "SLURM_LOCALID", 0),
-            local_world_size=_slurm_local_world_size(env, group_rank, world),
-            group_rank=group_rank,
-            master_addr=addr,
-            master_port=port,
-            source="slurm",
-        ))
+        return _check(
+            Identity(
+                rank=rank,
+                world_size=world,
+                local_rank=_int(env, "SLURM_LOCALID", 0),
+                local_world_size=_slurm_local_world_size(env, group_rank, world),
+                group_rank=group_rank,
+                master_addr=addr,
+                master_port=port,
+                source="slurm",
+            )
+        )
     raise IdentityError(
         "no distributed identity in the environment: launch with torchrun "
         "(sets RANK, WORLD_SIZE, LOCAL_RANK, ...) or srun (sets SLURM_PROCID, "
@@ -240,15 +249,17 @@ def setup(timeout_s: float | None = None, ident: Identity | None = None) -> Dist
         )
     backend = choose_backend()
     device = choose_device(ident, backend)
-    os.environ.update({
-        "RANK": str(ident.rank),
-        "WORLD_SIZE": str(ident.world_size),
-        "LOCAL_RANK": str(ident.local_rank),
-        "LOCAL_WORLD_SIZE": str(ident.local_world_size),
-        "GROUP_RANK": str(ident.group_rank),
-        "MASTER_ADDR": ident.master_addr,
-        "MASTER_PORT": str(ident.master_port),
-    })
+    os.environ.update(
+        {
+            "RANK": str(ident.rank),
+            "WORLD_SIZE": str(ident.world_size),
+            "LOCAL_RANK": str(ident.local_rank),
+            "LOCAL_WORLD_SIZE": str(ident.local_world_size),
+            "GROUP_RANK": str(ident.group_rank),
+            "MASTER_ADDR": ident.master_addr,
+            "MASTER_PORT": str(ident.master_port),
+        }
+    )
     # Gloo picks its interface from the hostname, which often resolves to
     # 127.0.1.1; a loopback master means every rank is on this host anyway.
     if backend == "gloo" and _is_loopback(ident.master_addr):
@@ -301,10 +312,8 @@ def finish(code: int = 0) -> NoReturn:
                 code = 1
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 

@@ -13,6 +13,7 @@ busbw = algbw * 2(n-1)/n, both in GB/s (1e9 bytes). Rank 0 prints::
 
 A wrong sum prints ``allreduce_bench rank=R size=N check=FAIL ...`` and exits 1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dist  # noqa: E402
-
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
@@ -34,10 +34,18 @@ DEFAULT_MAX_CPU = 64 << 20
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--min-bytes", type=_dist.parse_bytes, default=1 << 20,
-                   help="smallest message, e.g. 1M (default: 1 MiB)")
-    p.add_argument("--max-bytes", type=_dist.parse_bytes, default=None,
-                   help="largest message, e.g. 64M (default: 1 GiB on cuda, 64 MiB on cpu)")
+    p.add_argument(
+        "--min-bytes",
+        type=_dist.parse_bytes,
+        default=1 << 20,
+        help="smallest message, e.g. 1M (default: 1 MiB)",
+    )
+    p.add_argument(
+        "--max-bytes",
+        type=_dist.parse_bytes,
+        default=None,
+        help="largest message, e.g. 64M (default: 1 GiB on cuda, 64 MiB on cpu)",
+    )
     p.add_argument("--iters", type=int, default=20, help="timed ops per size (default: 20)")
     p.add_argument("--warmup", type=int, default=5, help="untimed ops per size (default: 5)")
     args = p.parse_args(argv)
@@ -105,9 +113,14 @@ def main() -> int:
     max_bytes = max(max_bytes, args.min_bytes)
     factor = bus_factor(world)
     if rank == 0:
-        _dist.say(f"allreduce_bench world_size={world} backend={d.backend} device={d.device} "
-                  f"dtype=float32 iters={args.iters} warmup={args.warmup}")
-        _dist.say(f"#{'size(B)':>15} {'count(elems)':>15} {'time(us)':>13} {'algbw(GB/s)':>13} {'busbw(GB/s)':>13}")
+        _dist.say(
+            f"allreduce_bench world_size={world} backend={d.backend} device={d.device} "
+            f"dtype=float32 iters={args.iters} warmup={args.warmup}"
+        )
+        _dist.say(
+            f"#{'size(B)':>15} {'count(elems)':>15} {'time(us)':>13} "
+            f"{'algbw(GB/s)':>13} {'busbw(GB/s)':>13}"
+        )
     results: list[dict[str, float | int]] = []
     all_ok = True
     for nbytes in sizes(args.min_bytes, max_bytes):
@@ -115,12 +128,20 @@ def main() -> int:
         all_ok = all_ok and ok
         algbw = nbytes / seconds / 1e9 if seconds > 0 else 0.0
         busbw = algbw * factor
-        row = {"bytes": nbytes, "count": nbytes // ELEM_BYTES, "time_us": round(seconds * 1e6, 3),
-               "algbw_gbps": round(algbw, 4), "busbw_gbps": round(busbw, 4), "ok": ok}
+        row = {
+            "bytes": nbytes,
+            "count": nbytes // ELEM_BYTES,
+            "time_us": round(seconds * 1e6, 3),
+            "algbw_gbps": round(algbw, 4),
+            "busbw_gbps": round(busbw, 4),
+            "ok": ok,
+        }
         results.append(row)
         if rank == 0:
-            _dist.say(f" {nbytes:>15} {nbytes // ELEM_BYTES:>15} {seconds * 1e6:>13.2f} "
-                      f"{algbw:>13.4f} {busbw:>13.4f}")
+            _dist.say(
+                f" {nbytes:>15} {nbytes // ELEM_BYTES:>15} {seconds * 1e6:>13.2f} "
+                f"{algbw:>13.4f} {busbw:>13.4f}"
+            )
     if rank == 0:
         avg_busbw = sum(float(r["busbw_gbps"]) for r in results) / len(results)
         _dist.say(f"# Avg bus bandwidth : {avg_busbw:.4f}")

@@ -15,6 +15,7 @@ a resumed run starts again at epoch e.
 Usage: ``torchrun --nproc_per_node 2 cpu_ddp.py TOTAL_EPOCHS SAVE_EVERY
 [--batch_size 32] [--checkpoint_path snapshot.pt]``
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dist  # noqa: E402
-
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -39,13 +39,16 @@ def make_dataset(size: int = DATASET_SIZE) -> TensorDataset:
     """(20-float, 1-float) samples, seeded: DistributedSampler assumes every
     rank holds the same dataset and only picks different indices."""
     gen = torch.Generator().manual_seed(DATA_SEED)
-    return TensorDataset(torch.rand(size, 20, generator=gen), torch.rand(size, 1, generator=gen))
+    features = torch.rand(size, 20, generator=gen)
+    return TensorDataset(features, torch.rand(size, 1, generator=gen))
 
 
 class Trainer:
     """Runs epochs and owns the snapshot (the tutorial's Trainer, on CPU or GPU)."""
 
-    def __init__(self, d: _dist.Dist, loader: DataLoader, save_every: int, snapshot_path: str) -> None:
+    def __init__(
+        self, d: _dist.Dist, loader: DataLoader, save_every: int, snapshot_path: str
+    ) -> None:
         self.d = d
         self.rank = d.ident.rank
         self.loader = loader
@@ -83,7 +86,8 @@ class Trainer:
 
     def _run_epoch(self, epoch: int) -> None:
         b_sz = len(next(iter(self.loader))[0])
-        _dist.say(f"[RANK {self.rank}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.loader)}")
+        steps = len(self.loader)
+        _dist.say(f"[RANK {self.rank}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {steps}")
         sampler = self.loader.sampler
         assert isinstance(sampler, DistributedSampler)
         sampler.set_epoch(epoch)
@@ -111,9 +115,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="simple distributed training job (CPU DDP test case)")
     p.add_argument("total_epochs", type=int, help="Total epochs to train the model")
     p.add_argument("save_every", type=int, help="How often to save a snapshot")
-    p.add_argument("--batch_size", default=32, type=int, help="Input batch size on each device (default: 32)")
-    p.add_argument("--checkpoint_path", default="snapshot.pt", type=str,
-                   help="Snapshot file to resume from and save to (default: snapshot.pt)")
+    p.add_argument(
+        "--batch_size", default=32, type=int, help="Input batch size on each device (default: 32)"
+    )
+    p.add_argument(
+        "--checkpoint_path",
+        default="snapshot.pt",
+        type=str,
+        help="Snapshot file to resume from and save to (default: snapshot.pt)",
+    )
     args = p.parse_args(argv)
     if args.save_every < 1:
         p.error("save_every must be >= 1")

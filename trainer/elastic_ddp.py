@@ -8,6 +8,7 @@ Output::
     rank N step=K loss=X.XXXXXX            (one per step, K from 1)
     rank N finished
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dist  # noqa: E402
-
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402

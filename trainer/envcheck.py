@@ -2,13 +2,15 @@
 
 Output (one line each, one ``os.write`` per line)::
 
-    envcheck host=H local_rank=L rank=R group_rank=G local_world_size=LW world_size=W backend=B device=D
+    envcheck host=H local_rank=L rank=R group_rank=G local_world_size=LW world_size=W \
+backend=B device=D
     envcheck rank=R allreduce=ok sum=S          (or allreduce=FAIL ... expected=E, exit 1)
     envcheck rank=R heartbeat=N                 (with --sleep, once a second)
 
 ``--fail-rank R`` makes rank R raise (traceback, exit 1) right after joining
 the group, or after ``--fail-after`` seconds of heartbeats, for crash tests.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,15 +25,36 @@ import _dist  # noqa: E402
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sleep", type=float, default=0.0, metavar="SECONDS",
-                   help="keep running this long after the all-reduce, with a heartbeat line every second")
-    p.add_argument("--fail-rank", type=int, default=None, metavar="R",
-                   help="rank R raises an exception (for crash tests)")
-    p.add_argument("--fail-after", type=float, default=None, metavar="SECONDS",
-                   help="with --fail-rank: fail after the all-reduce and this many seconds of heartbeats "
-                        "instead of right after init")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="process-group timeout, so a missing peer fails instead of hanging for 30 min")
+    p.add_argument(
+        "--sleep",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep running this long after the all-reduce, with a heartbeat line every second",
+    )
+    p.add_argument(
+        "--fail-rank",
+        type=int,
+        default=None,
+        metavar="R",
+        help="rank R raises an exception (for crash tests)",
+    )
+    p.add_argument(
+        "--fail-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --fail-rank: fail after the all-reduce and this many seconds "
+        "of heartbeats instead of right after init",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="process-group timeout (default 300), so a missing peer fails "
+        "instead of hanging for 30 min",
+    )
     return p.parse_args(argv)
 
 

@@ -24,6 +24,8 @@ from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.keys import Keys, _character_to_key
 
+from ddptui.core.spec import SpecError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -36,8 +38,11 @@ _NAMED_KEYS = frozenset(
 KEY_EXAMPLES = "a, A, 5, ctrl+x, shift+up, f1, enter, escape, pagedown, question_mark"
 
 
-class KeymapError(ValueError):
-    """A keymap file that cannot be used; the message names the file and every problem."""
+class KeymapError(SpecError):
+    """A keymap file that cannot be used; the message names the file and every problem.
+
+    A SpecError, so `ddptui` reports it like any other bad input, before the screen opens.
+    """
 
 
 @dataclass(frozen=True)
@@ -191,9 +196,10 @@ def validate_keymap(entries: Mapping[str, Any], scopes: BindingScopes,
     if not problems:
         problems += _clashes(catalogue, keymap)
     if problems:
-        valid = ", ".join(sorted(catalogue))
         listing = "\n  ".join(problems)
-        raise KeymapError(f"keymap {source}:\n  {listing}\nvalid binding ids: {valid}")
+        if any(p.startswith("unknown binding id") for p in problems):
+            listing += "\nvalid binding ids: " + ", ".join(sorted(catalogue))
+        raise KeymapError(f"keymap {source}:\n  {listing}")
     return keymap
 
 

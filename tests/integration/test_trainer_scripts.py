@@ -4,8 +4,10 @@ on 127.0.0.1, real gloo collectives, and srun-style launches without torchrun.
 They pin the output line formats the console's log parser depends on, the
 clean exit (no gloo abort at shutdown), and snapshot resume.
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -20,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import pids_with_tag
+
 pytest.importorskip("torch")
+pytestmark = pytest.mark.integration
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"
 TIMEOUT_S = 180.0
@@ -32,7 +37,10 @@ IDENT_RE = re.compile(
 )
 ALLREDUCE_RE = re.compile(r"^envcheck rank=(?P<rank>\d+) allreduce=ok sum=(?P<sum>\d+)$")
 HEARTBEAT_RE = re.compile(r"^envcheck rank=(?P<rank>\d+) heartbeat=(?P<beat>\d+)$")
-EPOCH_RE = re.compile(r"^\[RANK (?P<rank>\d+)\] Epoch (?P<epoch>\d+) \| Batchsize: (?P<bs>\d+) \| Steps: (?P<steps>\d+)$")
+EPOCH_RE = re.compile(
+    r"^\[RANK (?P<rank>\d+)\] Epoch (?P<epoch>\d+) "
+    r"\| Batchsize: (?P<bs>\d+) \| Steps: (?P<steps>\d+)$"
+)
 SAVED_RE = re.compile(r"^Epoch (?P<epoch>\d+) \| Training snapshot saved at (?P<path>.+)$")
 RESUME_RE = re.compile(r"^Resuming training from snapshot at Epoch (?P<epoch>\d+)$")
 
@@ -50,6 +58,10 @@ class Result:
         return [line for line in self.stdout.splitlines() if line.strip()]
 
 
+def matches(pattern: re.Pattern[str], lines: list[str]) -> list[re.Match[str]]:
+    return [m for line in lines if (m := pattern.match(line))]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -59,22 +71,42 @@ def free_port() -> int:
 def base_env(**extra: str) -> dict[str, str]:
     """The test's environment without any launcher identity leaking in (pytest
     itself might run inside a Slurm job or under torchrun)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SLURM_", "TORCHELASTIC_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                         "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "TORCHELASTIC_"))
+        and k
+        not in (
+            "RANK",
+            "WORLD_SIZE",
+            "LOCAL_RANK",
+            "LOCAL_WORLD_SIZE",
+            "GROUP_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+        )
+    }
     env.update(GLOO_SOCKET_IFNAME="lo", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
 
 
-def torchrun_cmd(script: str, args: list[str], port: int, nnodes: int = 1,
-                 nproc: int = 2, rdzv_id: str = "test") -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run",
-            f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
-            f"--rdzv_id={rdzv_id}", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1",
-            str(TRAINER / script), *args]
+def torchrun_cmd(
+    script: str, args: list[str], port: int, nnodes: int = 1, nproc: int = 2, rdzv_id: str = "test"
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={nproc}",
+        f"--rdzv_id={rdzv_id}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        "--local-addr=127.0.0.1",
+        str(TRAINER / script),
+        *args,
+    ]
 
 
 def run_all(cmds: list[list[str]], cwd: Path, envs: list[dict[str, str]]) -> list[Result]:
@@ -82,42 +114,59 @@ def run_all(cmds: list[list[str]], cwd: Path, envs: list[dict[str, str]]) -> lis
 
     Output goes to files, not pipes, so a chatty process can't block while we
     wait on another. On timeout each process group gets SIGTERM (torchrun
-    forwards it to its workers), then SIGKILL.
+    forwards it to its workers), then SIGKILL. Every process carries a
+    DDPTUI_TAG, and afterwards none may be left.
     """
-    procs = []
-    for i, (cmd, env) in enumerate(zip(cmds, envs)):
-        out = open(cwd / f"proc{i}.{uuid.uuid4().hex[:6]}.out", "w+")
-        err = open(cwd / f"proc{i}.{uuid.uuid4().hex[:6]}.err", "w+")
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
-        procs.append((proc, out, err))
-    deadline = time.monotonic() + TIMEOUT_S
-    timed_out = False
-    for proc, _, _ in procs:
-        try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            timed_out = True
+    tag = f"trainer-test-{uuid.uuid4().hex[:12]}"
+    with contextlib.ExitStack() as stack:
+        procs = []
+        for i, (cmd, env) in enumerate(zip(cmds, envs, strict=True)):
+            out = stack.enter_context(open(cwd / f"{tag}.{i}.out", "w+"))
+            err = stack.enter_context(open(cwd / f"{tag}.{i}.err", "w+"))
+            proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env={**env, "DDPTUI_TAG": tag},
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            procs.append((proc, out, err))
+        deadline = time.monotonic() + TIMEOUT_S
+        timed_out = False
+        for proc, _, _ in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if timed_out:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                for proc, _, _ in procs:
+                    if proc.poll() is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, sig)
+                time.sleep(5)
+        results = []
+        for proc, out, err in procs:
+            proc.wait()
+            out.seek(0)
+            err.seek(0)
+            results.append(Result(proc.returncode, out.read(), err.read()))
     if timed_out:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for proc, _, _ in procs:
-                if proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, sig)
-                    except ProcessLookupError:
-                        pass
-            time.sleep(5)
-    results = []
-    for proc, out, err in procs:
-        proc.wait()
-        out.seek(0)
-        err.seek(0)
-        results.append(Result(proc.returncode, out.read(), err.read()))
-        out.close()
-        err.close()
-    if timed_out:
-        pytest.fail(f"timed out after {TIMEOUT_S}s: " + "\n".join(r.stdout + r.stderr for r in results))
+        pytest.fail(
+            f"timed out after {TIMEOUT_S}s: " + "\n".join(r.stdout + r.stderr for r in results)
+        )
+    assert_nothing_left(tag)
     return results
+
+
+def assert_nothing_left(tag: str) -> None:
+    """No worker outlives its launcher (torchrun reaps them; srun-style ones exit)."""
+    deadline = time.monotonic() + 10
+    while (left := pids_with_tag(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes left behind: {left}"
 
 
 def run_torchrun(script: str, args: list[str], cwd: Path) -> Result:
@@ -158,7 +207,7 @@ def test_envcheck_single_node(tmp_path: Path) -> None:
     result = run_torchrun("envcheck.py", ["--sleep", "1.2"], tmp_path)
     assert_clean(result)
     check_envcheck(result.lines, world=2, local_world=2)
-    beats = {(int(m["rank"]), int(m["beat"])) for line in result.lines if (m := HEARTBEAT_RE.match(line))}
+    beats = {(int(m["rank"]), int(m["beat"])) for m in matches(HEARTBEAT_RE, result.lines)}
     assert beats == {(0, 1), (1, 1)}
 
 
@@ -182,9 +231,19 @@ def test_envcheck_srun_style(tmp_path: Path) -> None:
     """As `srun -N2 -n2 python envcheck.py` would start it: no torchrun, the
     identity comes from SLURM_* and the rendezvous from MASTER_ADDR/PORT."""
     port = str(free_port())
-    envs = [base_env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID=str(i),
-                     SLURM_TASKS_PER_NODE="1(x2)", SLURM_NNODES="2",
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for i in range(2)]
+    envs = [
+        base_env(
+            SLURM_PROCID=str(i),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID="0",
+            SLURM_NODEID=str(i),
+            SLURM_TASKS_PER_NODE="1(x2)",
+            SLURM_NNODES="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        for i in range(2)
+    ]
     cmds = [[sys.executable, str(TRAINER / "envcheck.py")] for _ in range(2)]
     results = run_all(cmds, tmp_path, envs)
     for result in results:
@@ -195,8 +254,16 @@ def test_envcheck_srun_style(tmp_path: Path) -> None:
 def test_envcheck_srun_style_minimal_env(tmp_path: Path) -> None:
     """Only SLURM_PROCID/NTASKS/LOCALID: one node of two tasks."""
     port = str(free_port())
-    envs = [base_env(SLURM_PROCID=str(i), SLURM_NTASKS="2", SLURM_LOCALID=str(i),
-                     MASTER_ADDR="127.0.0.1", MASTER_PORT=port) for i in range(2)]
+    envs = [
+        base_env(
+            SLURM_PROCID=str(i),
+            SLURM_NTASKS="2",
+            SLURM_LOCALID=str(i),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
+        for i in range(2)
+    ]
     cmds = [[sys.executable, str(TRAINER / "envcheck.py")] for _ in range(2)]
     results = run_all(cmds, tmp_path, envs)
     for result in results:
@@ -222,7 +289,7 @@ def test_cpu_ddp_trains_and_resumes(tmp_path: Path) -> None:
     snapshot = tmp_path / "ckpt" / "snap.pt"
     first = run_torchrun("cpu_ddp.py", ["5", "2", "--checkpoint_path", str(snapshot)], tmp_path)
     assert_clean(first)
-    epochs = {(int(m["rank"]), int(m["epoch"])) for line in first.lines if (m := EPOCH_RE.match(line))}
+    epochs = {(int(m["rank"]), int(m["epoch"])) for m in matches(EPOCH_RE, first.lines)}
     assert epochs == {(r, e) for r in range(2) for e in range(5)}
     for line in first.lines:
         if m := EPOCH_RE.match(line):
@@ -232,13 +299,17 @@ def test_cpu_ddp_trains_and_resumes(tmp_path: Path) -> None:
     assert not any(RESUME_RE.match(line) for line in first.lines)
     assert snapshot.exists()
 
-    second = run_torchrun("cpu_ddp.py", ["7", "2", "--checkpoint_path", str(snapshot),
-                                         "--batch_size", "64"], tmp_path)
+    second = run_torchrun(
+        "cpu_ddp.py", ["7", "2", "--checkpoint_path", str(snapshot), "--batch_size", "64"], tmp_path
+    )
     assert_clean(second)
     resumed = [int(m["epoch"]) for line in second.lines if (m := RESUME_RE.match(line))]
     assert resumed == [4, 4]  # every rank; the original reruns the saved epoch
-    epochs = {(int(m["rank"]), int(m["epoch"]), m["bs"], m["steps"])
-              for line in second.lines if (m := EPOCH_RE.match(line))}
+    epochs = {
+        (int(m["rank"]), int(m["epoch"]), m["bs"], m["steps"])
+        for line in second.lines
+        if (m := EPOCH_RE.match(line))
+    }
     assert epochs == {(r, e, "64", "16") for r in range(2) for e in range(4, 7)}
     assert [int(m["epoch"]) for line in second.lines if (m := SAVED_RE.match(line))] == [4, 6]
 
@@ -256,29 +327,38 @@ def test_elastic_ddp(tmp_path: Path) -> None:
     for rank in range(2):
         mine = [line for line in result.lines if re.search(rf"\brank {rank}\b", line)]
         assert mine[0] == f"Start running basic DDP example on rank {rank}."
-        assert [line.split(" loss=")[0] for line in mine[1:-1]] == \
-            [f"rank {rank} step={s}" for s in range(1, 4)]
-        assert all(re.fullmatch(rf"rank {rank} step=\d+ loss=\d+\.\d{{6}}", line) for line in mine[1:-1])
+        assert [line.split(" loss=")[0] for line in mine[1:-1]] == [
+            f"rank {rank} step={s}" for s in range(1, 4)
+        ]
+        for line in mine[1:-1]:
+            assert re.fullmatch(rf"rank {rank} step=\d+ loss=\d+\.\d{{6}}", line)
         assert mine[-1] == f"rank {rank} finished"
 
 
 def test_allreduce_bench(tmp_path: Path) -> None:
-    result = run_torchrun("allreduce_bench.py",
-                          ["--min-bytes", "64K", "--max-bytes", "1M", "--iters", "3", "--warmup", "1"],
-                          tmp_path)
+    result = run_torchrun(
+        "allreduce_bench.py",
+        ["--min-bytes", "64K", "--max-bytes", "1M", "--iters", "3", "--warmup", "1"],
+        tmp_path,
+    )
     assert_clean(result)
     lines = result.lines
-    assert lines[0] == "allreduce_bench world_size=2 backend=gloo device=cpu dtype=float32 iters=3 warmup=1"
-    assert lines[1].startswith("#") and "busbw(GB/s)" in lines[1]
+    assert lines[0] == (
+        "allreduce_bench world_size=2 backend=gloo device=cpu dtype=float32 iters=3 warmup=1"
+    )
+    assert lines[1].startswith("#")
+    assert "busbw(GB/s)" in lines[1]
     rows = [line.split() for line in lines[2:-2]]
     assert [int(r[0]) for r in rows] == [64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20]
     assert lines[-2].startswith("# Avg bus bandwidth : ")
     tag, _, payload = lines[-1].partition(" ")
     assert tag == "ALLREDUCE_RESULT"
     data = json.loads(payload)
-    assert (data["world_size"], data["backend"], data["device"], data["ok"]) == (2, "gloo", "cpu", True)
+    summary = (data["world_size"], data["backend"], data["device"], data["ok"])
+    assert summary == (2, "gloo", "cpu", True)
     assert [r["bytes"] for r in data["results"]] == [int(r[0]) for r in rows]
     for r in data["results"]:
         assert r["count"] == r["bytes"] // 4
-        assert r["time_us"] > 0 and r["algbw_gbps"] > 0
+        assert r["time_us"] > 0
+        assert r["algbw_gbps"] > 0
         assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (2 - 1) / 2, abs=1e-3)

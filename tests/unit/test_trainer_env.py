@@ -4,6 +4,7 @@ Slurm's per-node task counts, size parsing, and one-write line output.
 No process group is created and torch is not imported: these run in
 milliseconds and pin the rules the scripts rely on under every launcher.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,7 +23,8 @@ def _load_dist() -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, TRAINER_DIR / "_dist.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up here
     spec.loader.exec_module(module)
@@ -44,14 +46,23 @@ TORCHRUN_ENV = {
 
 def test_torchrun_env() -> None:
     ident = D.resolve_identity(TORCHRUN_ENV)
-    assert ident == D.Identity(rank=5, world_size=8, local_rank=1, local_world_size=4,
-                               group_rank=1, master_addr="10.0.0.1", master_port=29500,
-                               source="torchrun")
+    assert ident == D.Identity(
+        rank=5,
+        world_size=8,
+        local_rank=1,
+        local_world_size=4,
+        group_rank=1,
+        master_addr="10.0.0.1",
+        master_port=29500,
+        source="torchrun",
+    )
 
 
 def test_torchrun_wins_over_slurm() -> None:
     """Under `srun torchrun`, SLURM_PROCID is the node's task id, not the rank."""
-    env = dict(TORCHRUN_ENV, SLURM_PROCID="1", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID="1")
+    env = dict(
+        TORCHRUN_ENV, SLURM_PROCID="1", SLURM_NTASKS="2", SLURM_LOCALID="0", SLURM_NODEID="1"
+    )
     ident = D.resolve_identity(env)
     assert (ident.source, ident.rank, ident.world_size) == ("torchrun", 5, 8)
 
@@ -59,7 +70,7 @@ def test_torchrun_wins_over_slurm() -> None:
 def test_hand_set_rank_and_world_size_mean_one_node() -> None:
     ident = D.resolve_identity({"RANK": "1", "WORLD_SIZE": "2"})
     assert (ident.local_rank, ident.local_world_size, ident.group_rank) == (1, 2, 0)
-    assert ident.master_addr is None and ident.master_port is None
+    assert (ident.master_addr, ident.master_port) == (None, None)
 
 
 def test_slurm_env_full() -> None:
@@ -73,44 +84,78 @@ def test_slurm_env_full() -> None:
         "MASTER_PORT": "29400",
     }
     ident = D.resolve_identity(env)
-    assert ident == D.Identity(rank=3, world_size=4, local_rank=1, local_world_size=2,
-                               group_rank=1, master_addr="node1", master_port=29400,
-                               source="slurm")
+    assert ident == D.Identity(
+        rank=3,
+        world_size=4,
+        local_rank=1,
+        local_world_size=2,
+        group_rank=1,
+        master_addr="node1",
+        master_port=29400,
+        source="slurm",
+    )
 
 
 def test_slurm_minimal_env_is_one_node() -> None:
     """What a hand-written srun-style launch sets: procid, ntasks, localid."""
-    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234"}
+    env = {
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "1234",
+    }
     ident = D.resolve_identity(env)
     assert (ident.rank, ident.world_size, ident.local_rank) == (1, 2, 1)
     assert (ident.group_rank, ident.local_world_size, ident.source) == (0, 2, "slurm")
 
 
 def test_slurm_tasks_per_node_uneven_layout() -> None:
-    env = {"SLURM_PROCID": "6", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0",
-           "SLURM_NODEID": "3", "SLURM_TASKS_PER_NODE": "2(x3),1"}
+    env = {
+        "SLURM_PROCID": "6",
+        "SLURM_NTASKS": "7",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "3",
+        "SLURM_TASKS_PER_NODE": "2(x3),1",
+    }
     assert D.resolve_identity(env).local_world_size == 1
     env.update(SLURM_PROCID="2", SLURM_NODEID="1")
     assert D.resolve_identity(env).local_world_size == 2
 
 
 def test_slurm_ntasks_per_node_beats_tasks_per_node() -> None:
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-           "SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "4"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_TASKS_PER_NODE": "4",
+    }
     assert D.resolve_identity(env).local_world_size == 2
 
 
 def test_slurm_step_layout_beats_job_layout() -> None:
     """Inside srun the step's layout is the one the tasks run in."""
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-           "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURM_TASKS_PER_NODE": "4(x2)"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+        "SLURM_TASKS_PER_NODE": "4(x2)",
+    }
     assert D.resolve_identity(env).local_world_size == 1
 
 
 def test_slurm_multi_node_without_layout_is_an_error() -> None:
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
-           "SLURM_NODEID": "0", "SLURM_NNODES": "2"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+        "SLURM_NNODES": "2",
+    }
     with pytest.raises(D.IdentityError, match="tasks per node"):
         D.resolve_identity(env)
 
@@ -119,7 +164,8 @@ def test_missing_both_is_a_clear_error() -> None:
     with pytest.raises(D.IdentityError) as info:
         D.resolve_identity({"PATH": "/usr/bin", "MASTER_ADDR": "x"})
     message = str(info.value)
-    assert "torchrun" in message and "srun" in message and "SLURM_PROCID" in message
+    for hint in ("torchrun", "srun", "SLURM_PROCID", "MASTER_ADDR"):
+        assert hint in message
 
 
 def test_empty_values_count_as_missing() -> None:
@@ -135,12 +181,16 @@ def test_empty_values_count_as_missing() -> None:
         ({"RANK": "zero", "WORLD_SIZE": "2"}, "RANK='zero'"),
         ({"RANK": "2", "WORLD_SIZE": "2"}, "outside world size"),
         ({"RANK": "0", "WORLD_SIZE": "0"}, "world size must be"),
-        ({"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
-         "local rank 2 is outside"),
+        (
+            {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+            "local rank 2 is outside",
+        ),
         ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "3"}, "local world size 3"),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "http"}, "MASTER_PORT='http'"),
-        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2(xx)"},
-         "cannot parse"),
+        (
+            {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2(xx)"},
+            "cannot parse",
+        ),
     ],
 )
 def test_bad_values_name_the_problem(env: dict[str, str], pattern: str) -> None:
@@ -166,8 +216,15 @@ def test_parse_tasks_per_node(value: str, expected: list[int]) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("1048576", 1 << 20), ("64K", 64 << 10), ("1M", 1 << 20), ("1MiB", 1 << 20),
-     ("1mb", 1 << 20), ("1G", 1 << 30), ("0.5M", 1 << 19)],
+    [
+        ("1048576", 1 << 20),
+        ("64K", 64 << 10),
+        ("1M", 1 << 20),
+        ("1MiB", 1 << 20),
+        ("1mb", 1 << 20),
+        ("1G", 1 << 30),
+        ("0.5M", 1 << 19),
+    ],
 )
 def test_parse_bytes(text: str, expected: int) -> None:
     assert D.parse_bytes(text) == expected
@@ -183,8 +240,15 @@ def test_parse_bytes_rejects(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("addr", "loopback"),
-    [("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("localhost", True),
-     ("10.0.0.1", False), ("node1", False), (None, False)],
+    [
+        ("127.0.0.1", True),
+        ("127.0.1.1", True),
+        ("::1", True),
+        ("localhost", True),
+        ("10.0.0.1", False),
+        ("node1", False),
+        (None, False),
+    ],
 )
 def test_is_loopback(addr: str | None, loopback: bool) -> None:
     assert D._is_loopback(addr) is loopback

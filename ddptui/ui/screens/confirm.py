@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button, Footer, Label
 
 QuitChoice = Literal["teardown", "detach", "cancel"]
 
@@ -33,6 +33,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(classes="dialog-buttons"):
                 yield Button(self.yes_label, variant="error", id="yes")
                 yield Button("Cancel", id="no")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -68,6 +69,7 @@ class QuitScreen(ModalScreen[QuitChoice]):
                 yield Button("Tear down, then quit", variant="error", id="teardown")
                 yield Button("Detach, then quit", variant="warning", id="detach")
                 yield Button("Cancel", id="cancel")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#cancel", Button).focus()

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Label
+from textual.widgets import DataTable, Footer, Label
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class HelpScreen(ModalScreen[None]):
             yield Label(f"keymap: {self.keymap_source}  ·  ctrl+p opens the command palette",
                         classes="dialog-note")
             yield DataTable(cursor_type="row", zebra_stripes=True)
+        yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

@@ -88,11 +88,19 @@ class NodeLogDeck(Vertical):
         tabs = self.query_one(TabbedContent)
         tabs.get_tab(self._tab_id(index)).label = f"{node} {_STATE_MARK.get(state, '')}".strip()
 
+    def clear(self) -> None:
+        """Empty every pane for a new run of the job."""
+        tabs = self.query_one(TabbedContent)
+        for index, (node, pane) in enumerate(self._panes.items()):
+            pane.restart()
+            tabs.get_tab(self._tab_id(index)).label = node
+
     def step(self, delta: int) -> None:
         """Show the next (+1) or previous (-1) node's log, and focus it for scrolling."""
         if not self.nodes:
             return
-        current = self.nodes.index(self.active_node) if self.active_node in self.nodes else 0
+        active = self.active_node
+        current = self.nodes.index(active) if active is not None else 0
         index = (current + delta) % len(self.nodes)
         self.query_one(TabbedContent).active = self._tab_id(index)
         self._panes[self.nodes[index]].focus()

@@ -45,6 +45,14 @@ class NodeLogPane(Log, inherit_bindings=False):
         if dropped:
             self._update_title()
 
+    def restart(self) -> None:
+        """Empty the pane for a new run of the job."""
+        self.clear()
+        self.node_state = None
+        self.lines_written = self.lines_dropped = 0
+        self.remove_class("-failed")
+        self._update_title()
+
     def show_state(self, state: NodeState, exit_code: int | None) -> None:
         self.node_state = state
         self.set_class(state == NodeState.FAILED, "-failed")

@@ -1,0 +1,138 @@
+"""Provides DdpApp: the console's Textual app — keymap, help, command palette and quitting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from ddptui.core.spec import JobSpec
+from ddptui.core.store import RunDir
+from ddptui.ui.keymap import (
+    BindingScopes,
+    binding_catalogue,
+    effective_keys,
+    load_keymap,
+    resolve_keymap_path,
+)
+from ddptui.ui.screens.confirm import ConfirmScreen, QuitChoice, QuitScreen
+from ddptui.ui.screens.help import HelpRow, HelpScreen
+from ddptui.ui.screens.job import JobScreen
+from ddptui.ui.widgets.node_log import NodeLogPane
+
+
+class DdpApp(App[int]):
+    """The console; its return value is the exit code (0: no run, or the last run was ok)."""
+
+    TITLE = "ddptui"
+    CSS_PATH = "app.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("question_mark,f1", "help", "Help", id="app.help"),
+    ]
+
+    def __init__(self, spec: JobSpec, keymap_path: str | Path | None = None,
+                 attach: RunDir | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.keymap_path = keymap_path
+        # Read and checked now, so a bad file is reported before the terminal is taken over.
+        self.keymap = load_keymap(keymap_path, self.binding_scopes()) if keymap_path else {}
+        self.keymap_source = (str(resolve_keymap_path(keymap_path)) if keymap_path
+                              else "built-in defaults")
+        self.attach = attach
+        self.job_screen = JobScreen(spec, attach)
+        self._run_ok = True
+        self._quitting = False
+
+    @classmethod
+    def binding_scopes(cls) -> BindingScopes:
+        """Which bindings are active together: a keymap must not put two on one key."""
+        return {
+            "console": (cls, JobScreen, NodeLogPane),
+            "confirm dialog": (ConfirmScreen,),
+            "quit dialog": (QuitScreen,),
+            "help": (HelpScreen,),
+        }
+
+    def get_default_screen(self) -> Screen[None]:
+        return self.job_screen
+
+    def on_mount(self) -> None:
+        if self.keymap:
+            self.set_keymap(self.keymap)
+
+    # -- keys, help and the command palette -------------------------------------------------
+
+    def key_for(self, binding_id: str) -> str:
+        """The keys a binding has now, as the footer shows them."""
+        info = binding_catalogue(self.binding_scopes())[binding_id]
+        keys = effective_keys(info, self._keymap)
+        return "/".join(self.get_key_display(Binding(k, info.action)) for k in keys)
+
+    def help_rows(self) -> list[HelpRow]:
+        rows = [HelpRow(self.key_for(i.id), i.description, i.id, i.scope)
+                for i in binding_catalogue(self.binding_scopes()).values()]
+        return rows + [
+            HelpRow("ctrl+p", "Command palette", "(fixed)", "everywhere"),
+            HelpRow("ctrl+q", "Quit (asks first while a job is running)", "(fixed)",
+                    "everywhere"),
+            HelpRow("tab", "Focus the next widget", "(fixed)", "everywhere"),
+        ]
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.help_rows(), self.keymap_source))
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        job = self.job_screen
+        ours = [
+            ("job.launch", "Launch the job", "Start torchrun on every node", job.action_launch),
+            ("job.teardown", "Tear down the job",
+             "Stop every process of the job on every node, with proof", job.action_teardown),
+            ("job.detach", "Detach from the job",
+             "Leave the job running; `ddptui attach` follows it again", job.action_detach),
+            ("logs.next", "Next node log", "Show the next node's log pane", job.action_next_log),
+            ("logs.prev", "Previous node log", "Show the previous node's log pane",
+             job.action_prev_log),
+            ("app.help", "Help: keys", "Every binding with its key and id", self.action_help),
+            ("app.quit", "Quit", "Quit; asks first while a job is running", self.action_quit),
+        ]
+        for binding_id, title, help_text, callback in ours:
+            yield SystemCommand(f"{title} ({self.key_for(binding_id)})", help_text, callback)
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Quit", "Keys"):
+                yield command
+
+    # -- quitting ---------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Every way out (q, ctrl+q, the palette) comes here: a running job is never orphaned."""
+        if self._quitting or isinstance(self.screen, QuitScreen):
+            return
+        if not self.job_screen.job_active:
+            self.exit(0 if self._run_ok else 1)
+            return
+        run_id = self.job_screen.session.run_id if self.job_screen.session else "?"
+        self.push_screen(QuitScreen(run_id), self._quit_chosen)
+
+    def _quit_chosen(self, choice: QuitChoice | None) -> None:
+        if choice == "cancel" or choice is None:
+            return
+        if not self.job_screen.job_active:
+            self.exit(0 if self._run_ok else 1)
+            return
+        self._quitting = True
+        if choice == "teardown":
+            self.job_screen.teardown()
+        else:
+            self.job_screen.detach()
+
+    def on_job_screen_run_ended(self, message: JobScreen.RunEnded) -> None:
+        self._run_ok = message.ok
+        if self._quitting:
+            self.exit(0 if message.ok else 1)

@@ -1,0 +1,256 @@
+"""Provides JobScreen: the job, its rank grid and node logs, and the session that runs it."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+from textual.worker import Worker, WorkerState
+
+from ddptui.core.events import NodeState, Notice, RunSummary
+from ddptui.core.session import Session
+from ddptui.core.spec import JobSpec
+from ddptui.core.store import RunDir
+from ddptui.ui.messages import (
+    AllocationUpdate,
+    NodeUpdate,
+    NoticeUpdate,
+    RankUpdate,
+    SummaryUpdate,
+    TeardownUpdate,
+)
+from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
+from ddptui.ui.relay import SessionRelay
+from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.widgets.job_panel import JobPanel
+from ddptui.ui.widgets.log_deck import NodeLogDeck
+from ddptui.ui.widgets.rank_grid import RankGrid
+from ddptui.ui.widgets.run_outcome import RunOutcome
+
+FLUSH_INTERVAL_S = 1 / 15
+PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
+
+
+class JobScreen(Screen[None]):
+    """Owns the Session: launches it in a worker, renders its events, tears it down."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("l", "launch", "Launch", id="job.launch"),
+        Binding("t", "teardown", "Tear down", id="job.teardown"),
+        Binding("d", "detach", "Detach", id="job.detach"),
+        Binding("right_square_bracket", "next_log", "Next log", id="logs.next"),
+        Binding("left_square_bracket", "prev_log", "Prev log", id="logs.prev"),
+    ]
+
+    class RunEnded(Message):
+        """The session's worker is over: the run finished, was torn down, or was detached."""
+
+        def __init__(self, summary: RunSummary | None, detached: bool) -> None:
+            super().__init__()
+            self.summary = summary
+            self.detached = detached
+
+        @property
+        def ok(self) -> bool:
+            return self.detached or (self.summary is not None and self.summary.ok)
+
+    def __init__(self, spec: JobSpec, attach: RunDir | None = None) -> None:
+        super().__init__()
+        self.spec = spec
+        self.attach = attach
+        self.session: Session | None = None
+        self.relay = SessionRelay(self.post_message)
+        self.summary: RunSummary | None = None
+        self._detaching = False
+        self._plan_adopted = False
+        self._worker: Worker[RunSummary] | None = None
+        commands, note, nodes = self._initial_commands()
+        self.job_panel = JobPanel(spec, commands, note, id="job")
+        self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
+        self.outcome = RunOutcome(id="outcome")
+        self.logs = NodeLogDeck(nodes, id="logs")
+
+    def _initial_commands(self) -> tuple[list[CommandLine], str, list[str]]:
+        if self.attach is not None:
+            plan, _state = self.attach.read_plan()
+            return plan_lines(plan), f"run {plan.run_id} runs:", list(plan.node_names)
+        try:
+            return preview_lines(self.spec), PREVIEW_NOTE, node_names(self.spec)
+        except Exception as exc:  # a preview must never keep the console from opening
+            return [], f"no preview of the commands: {exc}", node_names(self.spec)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        self.job_panel.border_title = "Job"
+        yield self.job_panel
+        with Horizontal(id="board"):
+            with Vertical(id="side") as side:
+                side.border_title = "Ranks"
+                yield self.grid
+                yield self.outcome
+            yield self.logs
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = f"{self.spec.profile} · {self.spec.backend} · not launched"
+        self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
+        if self.attach is not None:
+            self._start(Session(self.spec, self.relay.emit, run=self.attach))
+
+    # -- state the app and the footer ask about -----------------------------------------
+
+    @property
+    def job_active(self) -> bool:
+        """A session is running (launching, following, or tearing down)."""
+        return self._worker is not None and not self._worker.is_finished
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "launch":
+            return None if self.job_active else True
+        if action in ("teardown", "detach"):
+            return True if self.job_active else None
+        return True
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def action_launch(self) -> None:
+        if self.job_active:
+            return
+        try:
+            session = Session(self.spec, self.relay.emit)
+        except OSError as exc:
+            self.notify(f"cannot create the run directory: {exc}", severity="error")
+            return
+        if self.session is not None:
+            await self.grid.reset()
+            self.logs.clear()
+        self._start(session)
+
+    def action_teardown(self) -> None:
+        if not self.job_active or self.session is None:
+            return
+        question = f"Tear down run {self.session.run_id}? Every process on every node is stopped."
+        self.app.push_screen(ConfirmScreen(question, "Tear down"), self._teardown_confirmed)
+
+    def _teardown_confirmed(self, yes: bool | None) -> None:
+        if yes:
+            self.teardown()
+
+    def action_detach(self) -> None:
+        if not self.job_active or self.session is None:
+            return
+        question = (f"Detach from run {self.session.run_id}? It keeps running on the nodes; "
+                    f"`ddptui attach {self.session.run_id}` follows it again.")
+        self.app.push_screen(ConfirmScreen(question, "Detach"), self._detach_confirmed)
+
+    def _detach_confirmed(self, yes: bool | None) -> None:
+        if yes:
+            self.detach()
+
+    def action_next_log(self) -> None:
+        self.logs.step(+1)
+
+    def action_prev_log(self) -> None:
+        self.logs.step(-1)
+
+    def teardown(self) -> None:
+        """Stop the job on every node; the reports arrive as TeardownReport events."""
+        if self.session is not None and self.job_active:
+            self.session.request_teardown()
+            self.outcome.set_phase("tearing down")
+
+    def detach(self) -> None:
+        if self.session is not None and self.job_active:
+            self._detaching = True
+            self.session.request_detach()
+            self.outcome.set_phase("detaching")
+
+    # -- the session ------------------------------------------------------------------------
+
+    def _start(self, session: Session) -> None:
+        self.session = session
+        self.summary = None
+        self._detaching = False
+        self._plan_adopted = False
+        self.outcome.reset(session.run_id, str(session.run.path))
+        self.outcome.set_phase("attaching" if session.attaching else "launching")
+        self.sub_title = f"{self.spec.profile} · {self.spec.backend} · run {session.run_id}"
+        self._worker = self._run_session(session)
+        self.refresh_bindings()
+
+    @work(exclusive=True, group="session", exit_on_error=False)
+    async def _run_session(self, session: Session) -> RunSummary:
+        return await session.run_job()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker is not self._worker or not event.worker.is_finished:
+            return
+        self._flush_logs()
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.outcome.add_notice(Notice("error", f"the session stopped: {error!r}"))
+            self.outcome.set_phase("crashed")
+        self.refresh_bindings()
+        self.post_message(self.RunEnded(self.summary, self._detaching))
+
+    async def _adopt_plan(self) -> None:
+        """Once the backend has built its plan, show the commands that really run."""
+        if self._plan_adopted or self.session is None or self.session.plan is None:
+            return
+        self._plan_adopted = True
+        plan = self.session.plan
+        self.job_panel.show_commands(
+            plan_lines(plan), f"run {plan.run_id}, rendezvous {plan.rdzv_endpoint}; "
+                              "each node runs:")
+        await self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
+        await self.logs.set_nodes(plan.node_names)
+
+    def _flush_logs(self) -> None:
+        for node, (lines, dropped) in self.relay.drain(set(self.logs.nodes)).items():
+            self.logs.write(node, lines, dropped)
+
+    # -- session events, as messages ----------------------------------------------------
+
+    def on_rank_update(self, message: RankUpdate) -> None:
+        self.grid.show_rank(message.event)
+
+    async def on_node_update(self, message: NodeUpdate) -> None:
+        await self._adopt_plan()
+        event = message.event
+        self.grid.show_node(event.node, event.state, event.exit_code)
+        self.logs.show_state(event.node, event.state, event.exit_code)
+        if event.state == NodeState.RUNNING and self.outcome.phase in ("launching", "attaching"):
+            self.outcome.set_phase("running")
+        elif event.state == NodeState.STOPPING and self.outcome.phase != "detaching":
+            self.outcome.set_phase("tearing down")
+        if event.state == NodeState.FAILED and event.detail:
+            self.outcome.add_notice(Notice("error", f"{event.node}: {event.detail}"))
+
+    def on_allocation_update(self, message: AllocationUpdate) -> None:
+        event = message.event
+        nodes = ", ".join(event.nodes)
+        text = f"allocation {event.state}" + (f": {nodes}" if nodes else "")
+        if event.detail:
+            text += f" ({event.detail})"
+        self.outcome.add_notice(Notice("info", text))
+
+    def on_teardown_update(self, message: TeardownUpdate) -> None:
+        self.outcome.add_report(message.event)
+
+    def on_notice_update(self, message: NoticeUpdate) -> None:
+        notice = message.event
+        self.outcome.add_notice(notice)
+        if notice.level in ("error", "warning"):
+            self.notify(notice.message, severity=notice.level)  # type: ignore[arg-type]
+
+    def on_summary_update(self, message: SummaryUpdate) -> None:
+        self.summary = message.event
+        self.outcome.set_summary(message.event, detached=self._detaching)
+        phase = "detached" if self._detaching else ("finished" if message.event.ok else "failed")
+        self.outcome.set_phase(phase)

@@ -1,0 +1,12 @@
+#!/bin/sh
+# Installs everything the test suite needs on Debian 12: the system packages behind the
+# real test hosts (network namespaces, OpenSSH, Slurm, munge, tmux) and the Python packages.
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    iproute2 util-linux procps openssh-server openssh-client \
+    slurmctld slurmd slurm-client munge tmux pdsh clustershell >/dev/null
+python3 -m pip install -q -e '.[test]'
