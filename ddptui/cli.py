@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     add_job_flags(run)
     run.add_argument("--headless", action="store_true", help="no UI: JSON events on stdout")
     run.add_argument("--lines", action="store_true", help="headless: include every log line")
+    run.add_argument("--detach", action="store_true",
+                     help="headless: return once launched, leave the job running")
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
     run.add_argument("script")
     run.add_argument("script_args", nargs=argparse.REMAINDER)
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.headless:
                 from ddptui.headless import run_headless
 
-                return run_headless(spec, lines=args.lines)
+                return run_headless(spec, lines=args.lines, detach=args.detach)
             return _console(spec, args.keymap)
         spec = spec_from_args(args, None, [])
         return _console(spec, args.keymap)

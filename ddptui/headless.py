@@ -14,8 +14,12 @@ from ddptui.core.store import RunDir
 
 
 def run_headless(spec: JobSpec, *, lines: bool = False, out: TextIO = sys.stdout,
-                 attach: RunDir | None = None) -> int:
-    """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean."""
+                 attach: RunDir | None = None, detach: bool = False) -> int:
+    """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean.
+
+    With `detach`, return once every node is launched and leave the job running (exit 0 if
+    it launched); SIGUSR1 detaches at any time. `ddptui attach RUN_ID` follows it later.
+    """
 
     def emit(event: Event) -> None:
         if lines or not isinstance(event, NodeLine):
@@ -23,11 +27,14 @@ def run_headless(spec: JobSpec, *, lines: bool = False, out: TextIO = sys.stdout
             out.flush()
 
     async def main() -> int:
-        session = Session(spec, emit, run=attach)
+        session = Session(spec, emit, run=attach, detach_after_launch=detach)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, session.request_teardown)
+        loop.add_signal_handler(signal.SIGUSR1, session.request_detach)
         summary = await session.run_job()
+        if summary.detached:
+            return 0 if summary.detail.startswith("detached") else 1
         return 0 if summary.ok else 1
 
     return asyncio.run(main())

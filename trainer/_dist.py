@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:  # torch is heavy; the identity logic must not need it
     import torch
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
-SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID")
+# What setup() writes back, so code reading torchrun's variables works under srun too.
+EXPORTED_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                 "MASTER_ADDR", "MASTER_PORT")  # fmt: skip
 # Exit code for a launch environment we cannot make sense of (argparse uses 2 too).
 EXIT_USAGE = 2
 
@@ -249,33 +250,22 @@ def setup(timeout_s: float | None = None, ident: Identity | None = None) -> Dist
         )
     backend = choose_backend()
     device = choose_device(ident, backend)
-    os.environ.update(
-        {
-            "RANK": str(ident.rank),
-            "WORLD_SIZE": str(ident.world_size),
-            "LOCAL_RANK": str(ident.local_rank),
-            "LOCAL_WORLD_SIZE": str(ident.local_world_size),
-            "GROUP_RANK": str(ident.group_rank),
-            "MASTER_ADDR": ident.master_addr,
-            "MASTER_PORT": str(ident.master_port),
-        }
-    )
+    exported = (ident.rank, ident.world_size, ident.local_rank, ident.local_world_size,
+                ident.group_rank, ident.master_addr, ident.master_port)  # fmt: skip
+    os.environ.update(zip(EXPORTED_VARS, map(str, exported), strict=True))
     # Gloo picks its interface from the hostname, which often resolves to
     # 127.0.1.1; a loopback master means every rank is on this host anyway.
     if backend == "gloo" and _is_loopback(ident.master_addr):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    kwargs: dict[str, object] = {}
-    if timeout_s is not None:
-        kwargs["timeout"] = timedelta(seconds=timeout_s)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-        kwargs["device_id"] = device
     dist.init_process_group(
         backend=backend,
         init_method="env://",
         rank=ident.rank,
         world_size=ident.world_size,
-        **kwargs,
+        timeout=None if timeout_s is None else timedelta(seconds=timeout_s),
+        device_id=device if device.type == "cuda" else None,
     )
     return Dist(ident=ident, backend=backend, device=device)
 

@@ -32,7 +32,8 @@ class ToyModel(nn.Module):
         self.net2 = nn.Linear(10, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net2(self.relu(self.net1(x)))
+        out: torch.Tensor = self.net2(self.relu(self.net1(x)))
+        return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -151,6 +151,7 @@ class RunSummary(Event):
     run_dir: str
     run_id: str
     detail: str = ""
+    detached: bool = False
 
     kind = "summary"
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ddptui.core.agentlog import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.events import Event, NodeLine, RankChanged, RankState, RankSummary
 from ddptui.core.lines import LineFramer, RankAttributor
+from ddptui.core.srunlog import task_exit
 
 _TRACE_START = re.compile(r"Traceback \(most recent call last\):")
 _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
@@ -210,6 +211,11 @@ class Monitor:
         cell = self.board.cell(node, local_rank)
         if cell is not None:
             cell.note_line(text)
+        ended = task_exit(text) if text.startswith("srun: error: ") else None
+        if ended is not None:  # srun direct: srun's line about this rank's task (srunlog.py)
+            code, root_cause = ended
+            events += self.board.worker_failed(node, WorkerFailed(local_rank, code, rank,
+                                                                  root_cause))
         return events
 
     def _agent_fact(self, node: str, fact: Assigned | WorkerFailed | GroupSucceeded) -> list[Event]:

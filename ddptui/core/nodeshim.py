@@ -142,6 +142,9 @@ def tail(log_path, offset):
                 idle = 0.0
                 if _stdout_closed():
                     return 0
+                # A heartbeat on stderr lets the console tell a quiet job from a dead link.
+                sys.stderr.write("\n")
+                sys.stderr.flush()
     with open(paths["exit"]) as f:
         code = int(f.read().strip() or "1")
     sys.stderr.write(json.dumps({"exit": code}) + "\n")
@@ -252,6 +255,8 @@ def port(addr, number):
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As c10d's TCPStore does: connections of an earlier run in TIME_WAIT don't count.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((addr, int(number)))
         except OSError as exc:

@@ -34,8 +34,10 @@ class Session:
     """Drives one job; every change is an Event handed to `emit` (the UI or headless printer)."""
 
     def __init__(self, spec: JobSpec, emit: Callable[[Event], None],
-                 run: RunDir | None = None, backend: Backend | None = None) -> None:
+                 run: RunDir | None = None, backend: Backend | None = None,
+                 detach_after_launch: bool = False) -> None:
         self.spec = spec
+        self.detach_after_launch = detach_after_launch
         self._emit_to = emit
         self.attaching = run is not None
         self.run = run or RunDir.create(new_run_id())
@@ -74,6 +76,8 @@ class Session:
                 await self._reattach()
             else:
                 await self._launch()
+                if self.detach_after_launch:
+                    self.request_detach()
             await self._watch()
         except (SpecError, BackendError) as exc:
             detail = str(exc)
@@ -250,14 +254,14 @@ class Session:
             and all(r.state == RankState.DONE and r.exit_code == 0 for r in ranks)
             and clean
         )
-        if self._detach:
+        if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
         elif not detail and self.monitor and self.monitor.board.first_failure:
             cell = self.monitor.board.first_failure
             detail = (f"rank {cell.rank} on {cell.node} failed first "
                       f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}")
         summary = RunSummary(ok, self.spec.world_size, ranks, str(self.run.path), self.run_id,
-                             detail)
+                             detail, detached=self._detach)
         self.emit(summary)
         self.run.write_summary(summary.to_dict())
         self.run.close()

@@ -122,17 +122,20 @@ class ParamikoTransport(Transport):
                 channel.sendall(stdin)
             channel.shutdown_write()
             out, err = bytearray(), bytearray()
-            last_alive = time.monotonic()
+            last_data = time.monotonic()
             while not stop.is_set():
+                while channel.recv_stderr_ready():
+                    err += channel.recv_stderr(1 << 16)
+                    last_data = time.monotonic()
                 try:
                     chunk = channel.recv(1 << 16)
                 except socket.timeout:
-                    transport = channel.get_transport()
-                    if transport is not None and transport.is_active():
-                        last_alive = time.monotonic()
-                    elif time.monotonic() - last_alive > DEAD_AFTER_S:
+                    # paramiko's keepalives expect no reply, so a cut link looks alive for
+                    # minutes; the node helper's tail sends a heartbeat every second instead.
+                    if on_stdout is not None and time.monotonic() - last_data > DEAD_AFTER_S:
                         raise TransportError(f"{self.host}: connection lost") from None
                     continue
+                last_data = time.monotonic()
                 if not chunk:
                     break
                 if on_stdout is None:

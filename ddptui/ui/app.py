@@ -35,15 +35,17 @@ class DdpApp(App[int]):
         Binding("question_mark,f1", "help", "Help", id="app.help"),
     ]
 
-    def __init__(self, spec: JobSpec, keymap_path: str | Path | None = None,
-                 attach: RunDir | None = None) -> None:
+    def __init__(
+        self, spec: JobSpec, keymap_path: str | Path | None = None, attach: RunDir | None = None
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.keymap_path = keymap_path
         # Read and checked now, so a bad file is reported before the terminal is taken over.
         self.keymap = load_keymap(keymap_path, self.binding_scopes()) if keymap_path else {}
-        self.keymap_source = (str(resolve_keymap_path(keymap_path)) if keymap_path
-                              else "built-in defaults")
+        self.keymap_source = (
+            str(resolve_keymap_path(keymap_path)) if keymap_path else "built-in defaults"
+        )
         self.attach = attach
         self.job_screen = JobScreen(spec, attach)
         self._run_ok = True
@@ -75,12 +77,13 @@ class DdpApp(App[int]):
         return "/".join(self.get_key_display(Binding(k, info.action)) for k in keys)
 
     def help_rows(self) -> list[HelpRow]:
-        rows = [HelpRow(self.key_for(i.id), i.description, i.id, i.scope)
-                for i in binding_catalogue(self.binding_scopes()).values()]
+        rows = [
+            HelpRow(self.key_for(i.id), i.description, i.id, i.scope)
+            for i in binding_catalogue(self.binding_scopes()).values()
+        ]
         return rows + [
             HelpRow("ctrl+p", "Command palette", "(fixed)", "everywhere"),
-            HelpRow("ctrl+q", "Quit (asks first while a job is running)", "(fixed)",
-                    "everywhere"),
+            HelpRow("ctrl+q", "Quit (asks first while a job is running)", "(fixed)", "everywhere"),
             HelpRow("tab", "Focus the next widget", "(fixed)", "everywhere"),
         ]
 
@@ -92,13 +95,25 @@ class DdpApp(App[int]):
         job = self.job_screen
         ours = [
             ("job.launch", "Launch the job", "Start torchrun on every node", job.action_launch),
-            ("job.teardown", "Tear down the job",
-             "Stop every process of the job on every node, with proof", job.action_teardown),
-            ("job.detach", "Detach from the job",
-             "Leave the job running; `ddptui attach` follows it again", job.action_detach),
+            (
+                "job.teardown",
+                "Tear down the job",
+                "Stop every process of the job on every node, with proof",
+                job.action_teardown,
+            ),
+            (
+                "job.detach",
+                "Detach from the job",
+                "Leave the job running; `ddptui attach` follows it again",
+                job.action_detach,
+            ),
             ("logs.next", "Next node log", "Show the next node's log pane", job.action_next_log),
-            ("logs.prev", "Previous node log", "Show the previous node's log pane",
-             job.action_prev_log),
+            (
+                "logs.prev",
+                "Previous node log",
+                "Show the previous node's log pane",
+                job.action_prev_log,
+            ),
             ("app.help", "Help: keys", "Every binding with its key and id", self.action_help),
             ("app.quit", "Quit", "Quit; asks first while a job is running", self.action_quit),
         ]

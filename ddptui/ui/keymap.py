@@ -87,8 +87,9 @@ def binding_catalogue(scopes: BindingScopes) -> dict[str, BindingInfo]:
         for owner in owners:
             for b in declared_bindings(owner):
                 if b.id and b.id not in catalogue:
-                    catalogue[b.id] = BindingInfo(b.id, b.key, b.action, b.description or
-                                                  b.action, scope, owner.__name__)
+                    catalogue[b.id] = BindingInfo(
+                        b.id, b.key, b.action, b.description or b.action, scope, owner.__name__
+                    )
     return catalogue
 
 
@@ -171,8 +172,9 @@ def read_keymap_file(path: Path) -> dict[str, Any]:
         raise KeymapError(f"keymap {path}: not valid TOML: {exc}") from None
 
 
-def validate_keymap(entries: Mapping[str, Any], scopes: BindingScopes,
-                    source: str) -> dict[str, str]:
+def validate_keymap(
+    entries: Mapping[str, Any], scopes: BindingScopes, source: str
+) -> dict[str, str]:
     """Check ids, key names and clashes; return Textual's keymap (id -> 'key,key')."""
     catalogue = binding_catalogue(scopes)
     problems: list[str] = []
@@ -214,8 +216,7 @@ def _clashes(catalogue: Mapping[str, BindingInfo], keymap: Mapping[str, str]) ->
     for scope_name, keys in by_scope.items():
         for key, ids in keys.items():
             if len(ids) > 1 and any(i in keymap for i in ids):
-                problems.append(f"key {key!r} is bound to both {' and '.join(ids)} "
-                                f"({scope_name})")
+                problems.append(f"key {key!r} is bound to both {' and '.join(ids)} ({scope_name})")
     return problems
 
 

@@ -48,8 +48,9 @@ class SessionRelay:
     the screen drains on a timer; every other event becomes one message posted to `post`.
     """
 
-    def __init__(self, post: Callable[[Message], object],
-                 buffer_lines: int = DEFAULT_BUFFER_LINES) -> None:
+    def __init__(
+        self, post: Callable[[Message], object], buffer_lines: int = DEFAULT_BUFFER_LINES
+    ) -> None:
         self._post = post
         self._limit = buffer_lines
         self._buffers: dict[str, LineBuffer] = {}

@@ -286,39 +286,34 @@ def test_envcheck_without_launcher_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_cpu_ddp_trains_and_resumes(tmp_path: Path) -> None:
-    snapshot = tmp_path / "ckpt" / "snap.pt"
-    first = run_torchrun("cpu_ddp.py", ["5", "2", "--checkpoint_path", str(snapshot)], tmp_path)
+    """First run with the defaults (snapshot.pt in the cwd), then resume from
+    that snapshot moved to an explicit --checkpoint_path."""
+    first = run_torchrun("cpu_ddp.py", ["5", "2"], tmp_path)
     assert_clean(first)
     epochs = {(int(m["rank"]), int(m["epoch"])) for m in matches(EPOCH_RE, first.lines)}
     assert epochs == {(r, e) for r in range(2) for e in range(5)}
-    for line in first.lines:
-        if m := EPOCH_RE.match(line):
-            assert (m["bs"], m["steps"]) == ("32", "32")  # 2048 samples / 2 ranks / 32
-    saved = [int(m["epoch"]) for line in first.lines if (m := SAVED_RE.match(line))]
-    assert saved == [0, 2, 4]
-    assert not any(RESUME_RE.match(line) for line in first.lines)
-    assert snapshot.exists()
+    for m in matches(EPOCH_RE, first.lines):
+        assert (m["bs"], m["steps"]) == ("32", "32")  # 2048 samples / 2 ranks / 32
+    saved = [(int(m["epoch"]), m["path"]) for m in matches(SAVED_RE, first.lines)]
+    assert saved == [(0, "snapshot.pt"), (2, "snapshot.pt"), (4, "snapshot.pt")]
+    assert not matches(RESUME_RE, first.lines)
 
-    second = run_torchrun(
-        "cpu_ddp.py", ["7", "2", "--checkpoint_path", str(snapshot), "--batch_size", "64"], tmp_path
-    )
+    snapshot = tmp_path / "ckpt" / "snap.pt"
+    snapshot.parent.mkdir()
+    (tmp_path / "snapshot.pt").rename(snapshot)
+    args = ["7", "2", "--checkpoint_path", str(snapshot), "--batch_size", "64"]
+    second = run_torchrun("cpu_ddp.py", args, tmp_path)
     assert_clean(second)
-    resumed = [int(m["epoch"]) for line in second.lines if (m := RESUME_RE.match(line))]
-    assert resumed == [4, 4]  # every rank; the original reruns the saved epoch
+    # Every rank resumes; like the original, the saved epoch runs again.
+    assert [int(m["epoch"]) for m in matches(RESUME_RE, second.lines)] == [4, 4]
     epochs = {
         (int(m["rank"]), int(m["epoch"]), m["bs"], m["steps"])
-        for line in second.lines
-        if (m := EPOCH_RE.match(line))
+        for m in matches(EPOCH_RE, second.lines)
     }
     assert epochs == {(r, e, "64", "16") for r in range(2) for e in range(4, 7)}
-    assert [int(m["epoch"]) for line in second.lines if (m := SAVED_RE.match(line))] == [4, 6]
-
-
-def test_cpu_ddp_default_snapshot_in_cwd(tmp_path: Path) -> None:
-    result = run_torchrun("cpu_ddp.py", ["1", "1"], tmp_path)
-    assert_clean(result)
-    assert "Epoch 0 | Training snapshot saved at snapshot.pt" in result.lines
-    assert (tmp_path / "snapshot.pt").exists()
+    saved = [(int(m["epoch"]), m["path"]) for m in matches(SAVED_RE, second.lines)]
+    assert saved == [(4, str(snapshot)), (6, str(snapshot))]
+    assert not (tmp_path / "snapshot.pt").exists()
 
 
 def test_elastic_ddp(tmp_path: Path) -> None:

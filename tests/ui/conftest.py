@@ -34,8 +34,9 @@ def job_screen(app: DdpApp) -> JobScreen:
     return app.job_screen
 
 
-async def wait_for(pilot: Pilot[object], predicate: Callable[[], bool], what: str,
-                   timeout: float = 120.0) -> None:
+async def wait_for(
+    pilot: Pilot[object], predicate: Callable[[], bool], what: str, timeout: float = 120.0
+) -> None:
     """Poll the app's state (never a fixed sleep) until `predicate` holds."""
     deadline = time.monotonic() + timeout
     while not predicate():

@@ -7,7 +7,7 @@ from ddptui.ui.app import DdpApp
 from ddptui.ui.widgets.job_panel import describe_commands, describe_job
 from ddptui.ui.widgets.log_deck import NodeLogDeck
 
-from .conftest import SIZE, job_screen, local_spec
+from .conftest import SIZE, job_screen, local_spec, wait_for
 
 
 async def test_main_screen_shows_job_and_per_node_commands() -> None:
@@ -17,7 +17,8 @@ async def test_main_screen_shows_job_and_per_node_commands() -> None:
         await pilot.pause()
         screen = job_screen(app)
         facts = describe_job(spec).plain
-        assert "profile local" in facts and "backend local" in facts
+        assert "profile local" in facts
+        assert "backend local" in facts
         assert "3 node(s) × 2 process(es) per node = world size 6" in facts
         assert f"{spec.script} --sleep 5" in facts
 
@@ -25,7 +26,8 @@ async def test_main_screen_shows_job_and_per_node_commands() -> None:
         assert [c.node for c in commands] == ["local0", "local1", "local2"]
         for command in commands:
             line = command.line
-            assert "--nnodes=3" in line and "--nproc_per_node=2" in line
+            assert "--nnodes=3" in line
+            assert "--nproc_per_node=2" in line
             assert "--rdzv_backend=c10d" in line
             assert "--rdzv_endpoint=127.0.0.1:<port>" in line
             assert "--rdzv_id=<run-id>" in line
@@ -68,3 +70,20 @@ async def test_log_panes_switch_by_key() -> None:
         assert deck.active_node == "local1"
         await pilot.press("left_square_bracket", "left_square_bracket")
         assert deck.active_node == "local2"
+
+
+async def test_launch_failure_is_reported_and_can_be_retried() -> None:
+    app = DdpApp(local_spec().model_copy(update={"script": "/nonexistent/train.py"}))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        for attempt in range(2):
+            await pilot.press("l")
+            await wait_for(pilot, lambda: screen.summary is not None, "the failed run", 60)
+            await wait_for(pilot, lambda: not screen.job_active, "the session to end", 60)
+            assert screen.outcome.phase == "failed", attempt
+            text = screen.outcome.describe().plain
+            assert "script not found: /nonexistent/train.py" in text
+            assert "✗ not ok" in text
+            assert set(screen.grid.states().values()) == {RankState.PENDING}
+        await pilot.press("q")
+    assert app.return_value == 1

@@ -199,7 +199,7 @@ def test_bad_values_name_the_problem(env: dict[str, str], pattern: str) -> None:
 
 
 def test_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(D.TORCHRUN_VARS) + list(D.SLURM_VARS):
+    for name in [*D.EXPORTED_VARS, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")

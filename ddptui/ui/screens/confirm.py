@@ -61,10 +61,12 @@ class QuitScreen(ModalScreen[QuitChoice]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Run {self.run_id} is still running. Quit how?",
-                        classes="dialog-question")
-            yield Label("Detaching leaves every node running; `ddptui attach "
-                        f"{self.run_id}` follows it again.", classes="dialog-note")
+            yield Label(f"Run {self.run_id} is still running. Quit how?", classes="dialog-question")
+            yield Label(
+                "Detaching leaves every node running; `ddptui attach "
+                f"{self.run_id}` follows it again.",
+                classes="dialog-note",
+            )
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Tear down, then quit", variant="error", id="teardown")
                 yield Button("Detach, then quit", variant="warning", id="detach")

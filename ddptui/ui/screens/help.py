@@ -36,8 +36,10 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog help"):
             yield Label("Keys", classes="dialog-question")
-            yield Label(f"keymap: {self.keymap_source}  ·  ctrl+p opens the command palette",
-                        classes="dialog-note")
+            yield Label(
+                f"keymap: {self.keymap_source}  ·  ctrl+p opens the command palette",
+                classes="dialog-note",
+            )
             yield DataTable(cursor_type="row", zebra_stripes=True)
         yield Footer()
 

@@ -98,7 +98,7 @@ class JobScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"{self.spec.profile} · {self.spec.backend} · not launched"
+        self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
         self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
         if self.attach is not None:
             self._start(Session(self.spec, self.relay.emit, run=self.attach))
@@ -145,8 +145,10 @@ class JobScreen(Screen[None]):
     def action_detach(self) -> None:
         if not self.job_active or self.session is None:
             return
-        question = (f"Detach from run {self.session.run_id}? It keeps running on the nodes; "
-                    f"`ddptui attach {self.session.run_id}` follows it again.")
+        question = (
+            f"Detach from run {self.session.run_id}? It keeps running on the nodes; "
+            f"`ddptui attach {self.session.run_id}` follows it again."
+        )
         self.app.push_screen(ConfirmScreen(question, "Detach"), self._detach_confirmed)
 
     def _detach_confirmed(self, yes: bool | None) -> None:
@@ -180,7 +182,9 @@ class JobScreen(Screen[None]):
         self._plan_adopted = False
         self.outcome.reset(session.run_id, str(session.run.path))
         self.outcome.set_phase("attaching" if session.attaching else "launching")
-        self.sub_title = f"{self.spec.profile} · {self.spec.backend} · run {session.run_id}"
+        self.sub_title = (
+            f"profile {self.spec.profile} · backend {self.spec.backend} · run {session.run_id}"
+        )
         self._worker = self._run_session(session)
         self.refresh_bindings()
 
@@ -206,8 +210,8 @@ class JobScreen(Screen[None]):
         self._plan_adopted = True
         plan = self.session.plan
         self.job_panel.show_commands(
-            plan_lines(plan), f"run {plan.run_id}, rendezvous {plan.rdzv_endpoint}; "
-                              "each node runs:")
+            plan_lines(plan), f"run {plan.run_id}, rendezvous {plan.rdzv_endpoint}; each node runs:"
+        )
         await self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
         await self.logs.set_nodes(plan.node_names)
 

@@ -19,8 +19,11 @@ def describe_job(spec: JobSpec) -> Text:
     text = Text()
     rows = [
         ("profile", f"{spec.profile}   backend {spec.backend}"),
-        ("shape", f"{spec.nodes} node(s) × {spec.nproc_per_node} process(es) per node"
-                  f" = world size {spec.world_size}"),
+        (
+            "shape",
+            f"{spec.nodes} node(s) × {spec.nproc_per_node} process(es) per node"
+            f" = world size {spec.world_size}",
+        ),
         ("script", shlex.join([spec.script, *spec.script_args])),
     ]
     if spec.env:
@@ -56,8 +59,9 @@ class JobPanel(VerticalScroll):
     }
     """
 
-    def __init__(self, spec: JobSpec, commands: Sequence[CommandLine], note: str, *,
-                 id: str | None = None) -> None:
+    def __init__(
+        self, spec: JobSpec, commands: Sequence[CommandLine], note: str, *, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.spec = spec
         self.commands = list(commands)

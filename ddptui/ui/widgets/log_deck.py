@@ -30,7 +30,7 @@ class NodeLogDeck(Vertical):
     DEFAULT_CSS = """
     NodeLogDeck {
         & TabPane { padding: 0; }
-        & NodeLogPane { border: round $primary-background; height: 1fr; }
+        & NodeLogPane { border: round $primary-background; height: 1fr; overflow: auto; }
         & NodeLogPane:focus { border: round $primary; }
         & NodeLogPane.-failed { border: round $error; }
     }

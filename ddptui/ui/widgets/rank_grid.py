@@ -136,8 +136,7 @@ class RankGrid(Vertical):
     }
     """
 
-    def __init__(self, nodes: Sequence[str], nproc_per_node: int, *, id: str | None = None
-                 ) -> None:
+    def __init__(self, nodes: Sequence[str], nproc_per_node: int, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.nodes = list(nodes)
         self.nproc_per_node = nproc_per_node

@@ -1,0 +1,92 @@
+"""Provides SrunDemux: one `srun --label` stream split into per-node streams.
+
+srun direct runs every rank as a task of one step; `--label` puts the task id (= global
+rank) before each line (`  3: text`). With `--ntasks-per-node=G --distribution=block`, task R
+runs on node R // G as local rank R % G. Each node's lines are rewritten in the prefix format
+torchrun writes for us (`[ddptui:R:L]:text`), so the Monitor reads them as it reads torchrun.
+srun's own line about tasks (`srun: error: node2: tasks 2-3: Terminated`) becomes one
+line per task, attributed to that rank, so the Monitor learns each rank's exit code from it;
+srun's other lines go to the first node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+LABEL = re.compile(rb"^\s*(\d+): ?")
+SRUN_TASKS_LINE = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
+_EXITED = re.compile(r"Exited with exit code (\d+)")
+_SIGNALS = {"Terminated": -15, "Killed": -9, "Aborted": -6, "Segmentation fault": -11,
+            "Bus error": -7, "Interrupt": -2, "Hangup": -1}
+
+
+def expand_tasks(text: str) -> list[int]:
+    """`0-1,3` -> [0, 1, 3] (srun's task ranges)."""
+    tasks: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            tasks.extend(range(int(lo), int(hi or lo) + 1))
+    return tasks
+
+
+def task_exit(text: str) -> tuple[int, bool] | None:
+    """A rank's own `srun: error: NODE: task R: ...` line -> (exit code, is it a root cause).
+
+    A task that exited by itself with a code is a root cause; one srun terminated or killed
+    (because another task failed, or at teardown) is not.
+    """
+    match = SRUN_TASKS_LINE.match(text)
+    if not match:
+        return None
+    what = match.group(3).strip()
+    exited = _EXITED.search(what)
+    if exited:
+        return int(exited.group(1)), True
+    code = _SIGNALS.get(what.split(" (")[0])
+    return (code, code not in (-15, -9)) if code is not None else (1, True)
+
+
+class SrunDemux:
+    """Feed raw bytes of the step's output; get each node's bytes back by node index."""
+
+    def __init__(self, nodes: Sequence[str], nproc_per_node: int) -> None:
+        self.nodes = list(nodes)
+        self.g = nproc_per_node
+        self._rest = b""
+
+    def _place(self, rank: int) -> tuple[int, bytes]:
+        index = min(rank // self.g, len(self.nodes) - 1)
+        return index, b"[ddptui:%d:%d]:" % (rank, rank - index * self.g)
+
+    def _route(self, line: bytes) -> list[tuple[int, bytes]]:
+        label = LABEL.match(line)
+        if label:
+            index, prefix = self._place(int(label.group(1)))
+            return [(index, prefix + line[label.end():])]
+        about = SRUN_TASKS_LINE.match(line.decode("utf-8", "replace"))
+        if about:
+            node, what = about.group(1), about.group(3)
+            routed = []
+            for rank in expand_tasks(about.group(2)):
+                index, prefix = self._place(rank)
+                routed.append((index, prefix + f"srun: error: {node}: task {rank}: {what}".encode()))
+            return routed
+        return [(0, line)]
+
+    def feed(self, chunk: bytes) -> dict[int, bytes]:
+        data = self._rest + chunk
+        *lines, self._rest = data.split(b"\n")
+        return self._collect(lines, b"\n")
+
+    def flush(self) -> dict[int, bytes]:
+        rest, self._rest = self._rest, b""
+        return self._collect([rest], b"") if rest else {}
+
+    def _collect(self, lines: list[bytes], end: bytes) -> dict[int, bytes]:
+        out: dict[int, list[bytes]] = {}
+        for line in lines:
+            for index, text in self._route(line):
+                out.setdefault(index, []).append(text + end)
+        return {index: b"".join(parts) for index, parts in out.items()}

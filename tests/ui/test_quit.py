@@ -1,0 +1,86 @@
+"""Quitting with a job running asks first: tear down then quit, detach, or cancel."""
+
+from __future__ import annotations
+
+from ddptui.core.events import RankState
+from ddptui.core.session import Session
+from ddptui.core.store import RunDir
+from ddptui.ui.app import DdpApp
+from ddptui.ui.screens.confirm import ConfirmScreen, QuitScreen
+
+from .conftest import (
+    SIZE,
+    job_screen,
+    local_spec,
+    tagged_pids,
+    wait_for,
+    wait_no_tagged_pids,
+)
+
+RUN_TIMEOUT = 180.0
+
+
+async def test_quit_with_job_running_asks_then_tears_down() -> None:
+    app = DdpApp(local_spec("--sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: screen.outcome.phase == "running", "the launch", RUN_TIMEOUT)
+        assert screen.session is not None
+        run_id = screen.session.run_id
+
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), "the quit dialog")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen, "the dialog to close")
+        assert screen.job_active
+        assert app.is_running
+
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), "the quit dialog")
+        await pilot.press("t")
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
+        assert screen.outcome.all_clean
+    assert app.return_value == 1  # a torn-down run is not a successful run
+    assert wait_no_tagged_pids(run_id) == []
+
+
+async def test_quit_and_detach_leaves_job_running_for_attach() -> None:
+    spec = local_spec("--sleep", "60")
+    app = DdpApp(spec)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        await pilot.press("l")
+        await wait_for(
+            pilot,
+            lambda: all(s == RankState.RUNNING for s in screen.grid.states().values()),
+            "every rank running",
+            RUN_TIMEOUT,
+        )
+        assert screen.session is not None
+        run_id = screen.session.run_id
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), "the quit dialog")
+        await pilot.press("d")
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
+    assert app.return_value == 0
+    assert tagged_pids(run_id), "detach must leave the job running"
+
+    # The console attaches to it again and tears it down from there.
+    attached = DdpApp(spec, attach=RunDir.open(run_id))
+    async with attached.run_test(size=SIZE) as pilot:
+        screen = job_screen(attached)
+        await wait_for(pilot, lambda: screen.outcome.phase == "running", "the attach", RUN_TIMEOUT)
+        assert [c.node for c in screen.job_panel.commands] == ["local0", "local1"]
+        await pilot.press("t")
+        await wait_for(
+            pilot, lambda: isinstance(attached.screen, ConfirmScreen), "the confirmation"
+        )
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not screen.job_active, "the teardown", RUN_TIMEOUT)
+        assert screen.outcome.all_clean
+    if pids := wait_no_tagged_pids(run_id):  # never leave a test's processes behind
+        cleanup = Session(spec, lambda _e: None, run=RunDir.open(run_id))
+        cleanup.request_teardown()
+        await cleanup.run_job()
+    assert pids == []
