@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "attach":
-            run_dir = RunDir.open(args.run_id)
+            run_dir = _open_run(args.run_id)
             spec = run_dir.read_spec()
             if args.headless:
                 from ddptui.headless import run_headless
@@ -63,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, BackendError, FileNotFoundError) as exc:
         print(f"ddptui: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _open_run(run_id: str) -> RunDir:
+    """A run id, a run directory, or the id of the Slurm job a run used."""
+    try:
+        return RunDir.open(run_id)
+    except FileNotFoundError:
+        if not run_id.isdigit():
+            raise
+        from ddptui.core.backends.slurm import run_for_job
+
+        found = run_for_job(run_id)
+        if found is None:
+            raise FileNotFoundError(f"no run {run_id!r}, and no run used Slurm job {run_id}")
+        return found
 
 
 def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> int:

@@ -218,7 +218,7 @@ class Session:
         for node in self.node_exit:
             if self.node_exit[node] is None:
                 self.emit(NodeChanged(node, NodeState.DETACHED))
-        await self.backend.release()
+        await self.backend.detach()
         self._close_logs()
 
     async def _teardown(self) -> None:

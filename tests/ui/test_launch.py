@@ -92,7 +92,8 @@ async def test_teardown_by_key_stops_every_process() -> None:
         assert screen.outcome.all_clean, screen.outcome.reports
         assert screen.summary is not None
         assert not screen.summary.ok
-        assert screen.outcome.phase == "failed"
+        assert screen.outcome.phase == "torn down"
+        assert "■ torn down by the operator — 0/4 ranks done" in screen.outcome.describe().plain
         assert wait_no_tagged_pids(run_id) == []
         assert screen.check_action("launch", ()) is True
 

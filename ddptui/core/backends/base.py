@@ -69,6 +69,10 @@ class Backend(ABC):
     async def release(self) -> None:
         """Give the allocation back (Slurm) and close connections."""
 
+    async def detach(self) -> None:
+        """Stop following but leave the job and its allocation running (`ddptui attach`)."""
+        await self.release()
+
     def state(self) -> dict[str, Any]:
         """What `attach` needs to find the nodes again."""
         return {"backend": self.name}

@@ -31,7 +31,7 @@ from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.log_deck import NodeLogDeck
 from ddptui.ui.widgets.rank_grid import RankGrid
-from ddptui.ui.widgets.run_outcome import RunOutcome
+from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
 
 FLUSH_INTERVAL_S = 1 / 15
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
@@ -67,7 +67,7 @@ class JobScreen(Screen[None]):
         self.session: Session | None = None
         self.relay = SessionRelay(self.post_message)
         self.summary: RunSummary | None = None
-        self._detaching = False
+        self._stop_request: StopRequest = None
         self._plan_adopted = False
         self._worker: Worker[RunSummary] | None = None
         commands, note, nodes = self._initial_commands()
@@ -165,11 +165,12 @@ class JobScreen(Screen[None]):
         """Stop the job on every node; the reports arrive as TeardownReport events."""
         if self.session is not None and self.job_active:
             self.session.request_teardown()
+            self._stop_request = self._stop_request or "teardown"
             self.outcome.set_phase("tearing down")
 
     def detach(self) -> None:
         if self.session is not None and self.job_active:
-            self._detaching = True
+            self._stop_request = "detach"
             self.session.request_detach()
             self.outcome.set_phase("detaching")
 
@@ -178,7 +179,7 @@ class JobScreen(Screen[None]):
     def _start(self, session: Session) -> None:
         self.session = session
         self.summary = None
-        self._detaching = False
+        self._stop_request = None
         self._plan_adopted = False
         self.outcome.reset(session.run_id, str(session.run.path))
         self.outcome.set_phase("attaching" if session.attaching else "launching")
@@ -201,7 +202,7 @@ class JobScreen(Screen[None]):
             self.outcome.add_notice(Notice("error", f"the session stopped: {error!r}"))
             self.outcome.set_phase("crashed")
         self.refresh_bindings()
-        self.post_message(self.RunEnded(self.summary, self._detaching))
+        self.post_message(self.RunEnded(self.summary, self._stop_request == "detach"))
 
     async def _adopt_plan(self) -> None:
         """Once the backend has built its plan, show the commands that really run."""
@@ -231,7 +232,7 @@ class JobScreen(Screen[None]):
         self.logs.show_state(event.node, event.state, event.exit_code)
         if event.state == NodeState.RUNNING and self.outcome.phase in ("launching", "attaching"):
             self.outcome.set_phase("running")
-        elif event.state == NodeState.STOPPING and self.outcome.phase != "detaching":
+        elif event.state == NodeState.STOPPING and self._stop_request != "detach":
             self.outcome.set_phase("tearing down")
         if event.state == NodeState.FAILED and event.detail:
             self.outcome.add_notice(Notice("error", f"{event.node}: {event.detail}"))
@@ -255,6 +256,11 @@ class JobScreen(Screen[None]):
 
     def on_summary_update(self, message: SummaryUpdate) -> None:
         self.summary = message.event
-        self.outcome.set_summary(message.event, detached=self._detaching)
-        phase = "detached" if self._detaching else ("finished" if message.event.ok else "failed")
-        self.outcome.set_phase(phase)
+        summary = message.event
+        self.outcome.set_summary(summary, stopped_by=self._stop_request)
+        if self._stop_request == "detach":
+            self.outcome.set_phase("detached")
+        elif summary.ok:
+            self.outcome.set_phase("finished")
+        else:
+            self.outcome.set_phase("torn down" if self._stop_request == "teardown" else "failed")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Literal
 
 from rich.text import Text
 from textual.widgets import Static
@@ -10,6 +11,8 @@ from textual.widgets import Static
 from ddptui.core.events import Notice, RankState, RunSummary, TeardownReport
 
 MAX_NOTICES = 4
+StopRequest = Literal["teardown", "detach"] | None
+"""What the operator asked of a running job, if anything."""
 _LEVEL_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 
 
@@ -31,7 +34,7 @@ class RunOutcome(Static):
         self.notices: deque[Notice] = deque(maxlen=MAX_NOTICES)
         self.reports: dict[str, TeardownReport] = {}
         self.summary: RunSummary | None = None
-        self.detached = False
+        self.stopped_by: StopRequest = None
 
     def on_mount(self) -> None:
         self._redraw()
@@ -41,7 +44,7 @@ class RunOutcome(Static):
         self.notices.clear()
         self.reports.clear()
         self.summary = None
-        self.detached = False
+        self.stopped_by = None
         self._redraw()
 
     def set_phase(self, phase: str) -> None:
@@ -56,9 +59,9 @@ class RunOutcome(Static):
         self.reports[report.node] = report
         self._redraw()
 
-    def set_summary(self, summary: RunSummary, *, detached: bool = False) -> None:
+    def set_summary(self, summary: RunSummary, *, stopped_by: StopRequest = None) -> None:
         self.summary = summary
-        self.detached = detached
+        self.stopped_by = stopped_by
         self.run_dir = summary.run_dir
         self._redraw()
 
@@ -89,20 +92,23 @@ class RunOutcome(Static):
                     text.append(f" — {report.detail}", style="dim")
         if self.summary is not None:
             text.append("\nresult ", style="bold")
-            text.append_text(_describe_summary(self.summary, self.detached))
+            text.append_text(_describe_summary(self.summary, self.stopped_by))
         for notice in self.notices:
             text.append(f"\n{notice.level:>7} ", style=_LEVEL_STYLE.get(notice.level, ""))
             text.append(notice.message)
         return text
 
 
-def _describe_summary(summary: RunSummary, detached: bool) -> Text:
-    if detached:
+def _describe_summary(summary: RunSummary, stopped_by: StopRequest) -> Text:
+    if stopped_by == "detach":
         return Text(f"⇥ {summary.detail}", style="bold yellow")
     done = sum(1 for r in summary.ranks if r.state == RankState.DONE and r.exit_code == 0)
     counts = f"{done}/{summary.world_size} ranks done"
     if summary.ok:
         return Text(f"✓ ok — {counts}", style="bold green")
+    if stopped_by == "teardown":
+        # The core's detail names the first rank the teardown stopped: noise, not a cause.
+        return Text(f"■ torn down by the operator — {counts}", style="bold yellow")
     text = Text(f"✗ not ok — {counts}", style="bold red")
     if summary.detail:
         text.append(f"\n  {summary.detail}")

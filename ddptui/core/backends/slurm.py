@@ -1,0 +1,416 @@
+"""Provides the Slurm backend: torchrun (or the script itself) on nodes Slurm allocates.
+
+Three ways to have nodes: `salloc --no-shell` (ours to release), the allocation the console
+runs inside (SLURM_JOB_ID: left alone), or `sbatch` (the job runs without the console;
+`ddptui attach` follows it again). Whatever the way, every node's output goes straight into
+the run directory from a process that does not depend on the console, so following a node is
+reading a local file, and a console that dies loses nothing.
+
+- torchrun launch: one srun step per node (`ddptui-RUN-I`), started detached through the node
+  shim with its output in that node's log: one stream per node, and each node's own
+  `--local-addr`, so MASTER_ADDR never depends on DNS.
+- srun direct: one step of N x G tasks with `--label`; its stream is split per node
+  (srunlog.SrunDemux) into each node's log in the prefix format the Monitor reads.
+
+Teardown proves each node clean with the node shim's `reap` run on that node by srun
+(`--overlap`, inside the allocation while it exists; for sbatch, whose allocation ends with
+its script, a one-task job of its own on that node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, ShimBackend
+from ddptui.core.events import AllocationChanged, Notice, TeardownReport
+from ddptui.core.logfollow import follow_log
+from ddptui.core.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.slurmalloc import SlurmAllocator
+from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, last_error, slurm
+from ddptui.core.slurmplan import (
+    STEP_LOG,
+    batch_script,
+    direct_argv,
+    direct_environment,
+    direct_step_argv,
+    direct_tag,
+    helper_argv,
+    job_name,
+    salloc_argv,
+    step_name,
+    torchrun_step_argv,
+)
+from ddptui.core.spec import JobSpec, SpecError
+from ddptui.core.srunlog import SrunDemux
+from ddptui.core.store import RunDir
+from ddptui.core.transport import ChunkSink, LocalTransport, Transport
+
+HELPER_TIMEOUT_S = 90.0
+CHECK_JOB_WAIT_S = 30  # sbatch proof: how long a one-task check job may wait for its node
+
+
+def resolve_mode(spec: JobSpec, environ: dict[str, str] | None = None) -> str:
+    """auto: the allocation we are inside if there is one, else a new one with salloc."""
+    env = os.environ if environ is None else environ
+    mode = spec.slurm.mode
+    if mode == "auto":
+        return "existing" if env.get("SLURM_JOB_ID") else "salloc"
+    if mode == "existing" and not env.get("SLURM_JOB_ID"):
+        raise SpecError("--slurm-mode existing needs an allocation: run inside salloc/sbatch "
+                        "(SLURM_JOB_ID is not set)")
+    return mode
+
+
+def _ipv4(address: str) -> str:
+    """NodeAddr may be a name: resolve it here once, so no node ever has to."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv4Address(address))
+    try:
+        return str(socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0])
+    except OSError:
+        return address
+
+
+class SlurmBackend(ShimBackend):
+    name = "slurm"
+    logs_written_locally = True
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        self.mode = spec.slurm.mode  # "auto" is resolved by allocate(), or restore() on attach
+        self.direct = spec.slurm.launch == "srun"
+        self.query = choose_query()
+        self.alloc = SlurmAllocator(self.query, emit, job_name(run.run_id))
+        self._transport = LocalTransport()
+        self.job_id: str | None = None
+        self.nodes: list[NodeTarget] = []
+        self.cpus_per_node = 0
+        self.cwd = spec.workdir or os.getcwd()
+        self._ifnames: dict[str, str] = {}
+        self._port_problem = ""
+        self._once: dict[str, asyncio.Future[Any]] = {}
+        self._told_batch_output = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def transport(self, node: str) -> Transport:
+        return self._transport
+
+    def python(self) -> str:
+        return sys.executable  # the shim's start/reap verbs run here, on the console's host
+
+    def node_log_path(self, command: NodeCommand) -> str:
+        if self.direct:
+            return str(self.run.path / STEP_LOG)
+        return str(self.run.node_log(command.index, command.node))
+
+    async def _one_time(self, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Actions every node asks for but that must happen once (one step for all nodes)."""
+        if key not in self._once:
+            self._once[key] = asyncio.ensure_future(make())
+        return await asyncio.shield(self._once[key])
+
+    async def _helper(self, node: str, verb: str, *args: str,
+                      inside: bool = True) -> dict[str, Any]:
+        """Run a node shim verb on `node` through srun; its JSON report, or SlurmError."""
+        name = f"{job_name(self.run.run_id)}-{verb}"
+        extra: list[str] = []
+        if not inside:
+            s = self.spec.slurm
+            extra = [f"--immediate={CHECK_JOB_WAIT_S}", "--time=5"]
+            extra += [f"--{k}={v}" for k, v in (("partition", s.partition),
+                                                 ("account", s.account)) if v]
+        argv = helper_argv(self.job_id if inside else None, node, name, self.spec.python, verb,
+                           *args, extra=extra)
+        result = await slurm(argv, stdin=self._shim, timeout=HELPER_TIMEOUT_S, check=False)
+        lines = result.stdout.strip().splitlines()
+        if result.exit_code != 0 or not lines or not lines[-1].startswith("{"):
+            raise SlurmError(last_error(result.stderr) or f"srun exited {result.exit_code}")
+        report: dict[str, Any] = json.loads(lines[-1])
+        return report
+
+    # -- allocation ---------------------------------------------------------------------------
+
+    async def allocate(self) -> list[NodeTarget]:
+        self.mode = resolve_mode(self.spec)
+        if self.direct:
+            direct_argv(self.spec)  # a container engine srun cannot run fails here, early
+        if self.mode == "existing":
+            job = await self.alloc.existing(os.environ["SLURM_JOB_ID"])
+            how = "the allocation this console runs in"
+        elif self.mode == "salloc":
+            job = await self.alloc.salloc(salloc_argv(self.spec, self.run.run_id))
+            how = "salloc"
+        else:
+            job = await self._submit()
+            how = "sbatch"
+        self.job_id = job.job_id
+        self.cpus_per_node = job.cpus_per_node
+        try:
+            names = await self._node_names(job)
+            addresses = await self.query.node_addresses(names)
+            self.nodes = [NodeTarget(n, await asyncio.to_thread(_ipv4, addresses.get(n, n)))
+                          for n in names]
+            self.emit(AllocationChanged("granted", job.job_id, tuple(names), how))
+            if self.mode != "sbatch":
+                await self._probe()
+        except SlurmError as exc:
+            raise BackendError(str(exc)) from None
+        return self.nodes
+
+    async def _node_names(self, job: JobInfo) -> list[str]:
+        names = await self.query.hostnames(job.nodes)
+        if len(names) < self.spec.nodes:
+            raise BackendError(f"job {job.job_id} has {len(names)} node(s) ({job.nodes}), "
+                               f"{self.spec.nodes} asked for")
+        return names[: self.spec.nodes]
+
+    async def _submit(self) -> JobInfo:
+        script = batch_script(self.spec, self.run.run_id, str(self.run.path.resolve()),
+                              self.spec.rdzv_port or DEFAULT_RDZV_PORT)
+        path = self.run.path / "job.sbatch"
+        path.write_text(script)
+        self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
+        self.job_id = await self.alloc.submit(str(path))
+        return await self.alloc.wait_running(self.job_id)
+
+    async def _probe(self) -> None:
+        """Each node's interfaces (for GLOO/NCCL_SOCKET_IFNAME) and a usable python there;
+        the rendezvous port on the first node, all at once."""
+        port = str(self.spec.rdzv_port or DEFAULT_RDZV_PORT)
+        head = self.nodes[0]
+
+        async def probe(node: NodeTarget) -> None:
+            try:
+                report = await self._helper(node.name, "probe")
+            except SlurmError as exc:
+                raise BackendError(f"{node.name}: cannot run {self.spec.python} there "
+                                   f"through srun: {exc}") from None
+            ifname = report.get("ifaces", {}).get(node.address)
+            if ifname:
+                self._ifnames[node.name] = ifname
+
+        async def check_port() -> None:
+            with contextlib.suppress(SlurmError):
+                report = await self._helper(head.name, "port", head.address, port)
+                if not report.get("free", True):
+                    self._port_problem = str(report.get("error", ""))
+
+        await asyncio.gather(*(probe(n) for n in self.nodes), check_port())
+
+    async def rdzv_port(self, head: NodeTarget) -> int:
+        port = self.spec.rdzv_port or DEFAULT_RDZV_PORT
+        if self._port_problem:
+            raise BackendError(f"rendezvous port {port} on {head.name} is not available "
+                               f"({self._port_problem}): choose another with --rdzv-port")
+        return port
+
+    # -- plan and start -----------------------------------------------------------------------
+
+    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        run_id = self.run.run_id
+        if self.direct:
+            return self._direct_plan(nodes, port)
+        if self.mode == "sbatch":  # what each node's share of the batch script runs
+            return build_plan(self.spec, nodes, run_id, port)
+        base = build_plan(self.spec.model_copy(update={"workdir": self.cwd, "activate": None}),
+                          nodes, run_id, port, socket_ifnames=self._ifnames)
+        assert self.job_id is not None
+        commands = tuple(
+            NodeCommand(c.node, c.address, c.index,
+                        tuple(torchrun_step_argv(self.spec, self.job_id, run_id, c.index, c.node,
+                                                 self.cpus_per_node, self.cwd, c.argv)),
+                        c.env, None, None, c.tag)
+            for c in base.commands)
+        return LaunchPlan(run_id, base.rdzv_endpoint, base.nproc_per_node, commands)
+
+    def _direct_plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        run_id = self.run.run_id
+        ifnames = {self._ifnames.get(n.name) for n in nodes} - {None}
+        if len(ifnames) > 1:
+            self.emit(Notice("warning", f"nodes use different interfaces {sorted(ifnames)}: "
+                                        "pass --socket-ifname"))
+        env = direct_environment(self.spec, nodes[0], port, self._ifnames.get(nodes[0].name))
+        if self.mode == "sbatch":
+            argv, cwd, prelude = direct_argv(self.spec), self.spec.workdir, self.spec.activate
+        else:
+            assert self.job_id is not None
+            argv = direct_step_argv(self.spec, self.job_id, run_id, [n.name for n in nodes],
+                                    self.cwd)
+            cwd, prelude = None, None
+        commands = tuple(NodeCommand(n.name, n.address, i, tuple(argv), env, cwd, prelude,
+                                     direct_tag(run_id)) for i, n in enumerate(nodes))
+        endpoint = f"{nodes[0].address}:{port}"
+        return LaunchPlan(run_id, endpoint, self.spec.nproc_per_node, commands)
+
+    async def start(self, command: NodeCommand) -> None:
+        if self.mode == "sbatch":
+            return  # the batch script started every node
+        if self.direct:  # one step for every node: the first caller starts it
+            await self._one_time("start", lambda: super(SlurmBackend, self).start(command))
+            return
+        await super().start(command)
+
+    # -- following ------------------------------------------------------------------------------
+
+    async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        if self.direct:
+            return await self._follow_direct(command, offset, on_chunk)
+        return await follow_log(Path(self.node_log_path(command)), offset, on_chunk,
+                                self._ended)
+
+    async def _ended(self) -> int | None:
+        """None while the job may still write a node's exit file; else the code to report."""
+        if self.job_id is None:
+            return 1
+        try:
+            job = await self.query.job(self.job_id)
+        except SlurmError:
+            return None
+        if job is not None and not job.ended:
+            return None
+        self._batch_output_notice()
+        return job.exit_code if job is not None and job.exit_code else 1
+
+    def _batch_output_notice(self) -> None:
+        """A batch job that ended without a node's exit file: say what its script printed."""
+        if self.mode != "sbatch" or self._told_batch_output:
+            return
+        self._told_batch_output = True
+        out = self.run.path / f"slurm-{self.job_id}.out"
+        if out.exists():
+            tail = out.read_text(errors="replace").strip().splitlines()[-5:]
+            self.emit(Notice("error", f"job {self.job_id} ended; its output ends with:\n"
+                                      + "\n".join(tail)))
+
+    async def _follow_direct(self, command: NodeCommand, offset: int,
+                             on_chunk: ChunkSink) -> int:
+        """Read the step's labelled stream, keep this node's lines, and write them into this
+        node's own log as well (the record, in the same format as torchrun's)."""
+        demux = SrunDemux([n.name for n in self.nodes], self.spec.nproc_per_node)
+        skip = offset
+        path = self.run.node_log(command.index, command.node)
+        with path.open("wb" if offset == 0 else "ab") as log:
+
+            def deliver(part: bytes) -> None:
+                nonlocal skip
+                if skip:
+                    part, skip = part[skip:], max(0, skip - len(part))
+                if part:
+                    log.write(part)
+                    log.flush()
+                    on_chunk(part)
+
+            code = await follow_log(self.run.path / STEP_LOG, 0,
+                                    lambda chunk: deliver(demux.feed(chunk).get(command.index,
+                                                                                b"")),
+                                    self._ended)
+            deliver(demux.flush().get(command.index, b""))
+        return code
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        """End the node's part of the job, then prove on the node that nothing is left."""
+        if self.job_id is None:
+            return TeardownReport(command.node, True, (), "no job was started")
+        if self.mode == "sbatch":
+            await self._one_time("end-job", lambda: self.alloc.release(self.job_id or ""))
+            ended = f"job {self.job_id} scancelled and gone from squeue"
+        else:
+            names = [step_name(self.run.run_id, None if self.direct else command.index)]
+            gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
+            ended = "step ended" if gone else "step still listed by squeue"
+        local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
+        try:
+            report = await self._helper(command.node, "reap", command.tag, str(REAP_GRACE_S),
+                                        inside=self.mode != "sbatch")
+        except SlurmError as exc:
+            return TeardownReport(command.node, False, tuple(local),
+                                  f"{ended}; could not check {command.node}: {exc}")
+        leftover = tuple(report["leftover"]) + tuple(local)
+        detail = f"{ended}; {report['found']} process(es) of the job found on the node"
+        if report["killed"]:
+            detail += f", {len(report['killed'])} needed SIGKILL"
+        return TeardownReport(command.node, not leftover, leftover, detail)
+
+    async def _end_steps(self, names: Sequence[str]) -> bool:
+        assert self.job_id is not None
+        with contextlib.suppress(SlurmError):
+            for step in await self.query.steps(self.job_id):
+                if step.name in names:
+                    await self.alloc.cancel(step.step_id)
+        return await self.alloc.wait_steps_gone(self.job_id, names)
+
+    async def _reap_here(self, tag: str) -> list[int]:
+        """The srun client this console started for the node (tagged too), if it lingers."""
+        if self.mode == "sbatch":
+            return []
+        result = await self._transport.run(self._argv("reap", tag, str(REAP_GRACE_S)),
+                                           stdin=self._shim, timeout=30)
+        with contextlib.suppress(IndexError, ValueError):
+            return list(json.loads(result.stdout.strip().splitlines()[-1])["leftover"])
+        return []
+
+    async def release(self) -> None:
+        if self.job_id is None:
+            return
+        if self.mode != "existing":
+            await self.alloc.release(self.job_id)
+            return
+        prefix = job_name(self.run.run_id)
+        with contextlib.suppress(SlurmError):
+            ours = [s.name for s in await self.query.steps(self.job_id)
+                    if s.name.startswith(prefix)]
+            if ours:
+                await self._end_steps(ours)
+        self.emit(AllocationChanged("kept", self.job_id, tuple(n.name for n in self.nodes),
+                                    "your allocation is left running; ddptui's steps are gone"))
+
+    async def detach(self) -> None:
+        if self.job_id is not None:
+            self.emit(AllocationChanged("detached", self.job_id, tuple(n.name for n in self.nodes),
+                                        f"the job runs on: ddptui attach {self.run.run_id}"))
+
+    # -- attach -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {"backend": self.name, "mode": self.mode, "direct": self.direct,
+                "job_id": self.job_id, "cpus_per_node": self.cpus_per_node,
+                "nodes": [[n.name, n.address] for n in self.nodes]}
+
+    async def restore(self, state: dict[str, Any]) -> None:
+        self.mode = state["mode"]
+        self.direct = bool(state["direct"])
+        self.job_id = state["job_id"]
+        self.cpus_per_node = int(state.get("cpus_per_node", 0))
+        self.nodes = [NodeTarget(name, address) for name, address in state["nodes"]]
+        try:
+            job = await self.query.job(self.job_id or "")
+        except SlurmError as exc:
+            raise BackendError(str(exc)) from None
+        where = job.state if job is not None else "gone from squeue"
+        self.emit(AllocationChanged("attached", self.job_id, tuple(n.name for n in self.nodes),
+                                    f"job {self.job_id}: {where}"))
+
+
+def run_for_job(job_id: str, root: Path | None = None) -> RunDir | None:
+    """The run directory of the newest run that used this Slurm job (`ddptui attach JOBID`)."""
+    from ddptui.core.store import state_dir
+
+    runs = root or state_dir() / "runs"
+    for plan in sorted(runs.glob("*/plan.json"), reverse=True):
+        with contextlib.suppress(OSError, ValueError):
+            backend = json.loads(plan.read_text()).get("backend", {})
+            if backend.get("backend") == "slurm" and str(backend.get("job_id")) == job_id:
+                return RunDir(plan.parent)
+    return None
