@@ -25,8 +25,11 @@ def _parser() -> argparse.ArgumentParser:
     add_job_flags(run)
     run.add_argument("--headless", action="store_true", help="no UI: JSON events on stdout")
     run.add_argument("--lines", action="store_true", help="headless: include every log line")
-    run.add_argument("--detach", action="store_true",
-                     help="headless: return once launched, leave the job running")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="headless: return once launched, leave the job running",
+    )
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
     run.add_argument("script")
     run.add_argument("script_args", nargs=argparse.REMAINDER)
@@ -76,7 +79,9 @@ def _open_run(run_id: str) -> RunDir:
 
         found = run_for_job(run_id)
         if found is None:
-            raise FileNotFoundError(f"no run {run_id!r}, and no run used Slurm job {run_id}")
+            raise FileNotFoundError(
+                f"no run {run_id!r}, and no run used Slurm job {run_id}"
+            ) from None
         return found
 
 

@@ -13,8 +13,14 @@ from ddptui.core.spec import JobSpec
 from ddptui.core.store import RunDir
 
 
-def run_headless(spec: JobSpec, *, lines: bool = False, out: TextIO = sys.stdout,
-                 attach: RunDir | None = None, detach: bool = False) -> int:
+def run_headless(
+    spec: JobSpec,
+    *,
+    lines: bool = False,
+    out: TextIO = sys.stdout,
+    attach: RunDir | None = None,
+    detach: bool = False,
+) -> int:
     """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean.
 
     With `detach`, return once every node is launched and leave the job running (exit 0 if

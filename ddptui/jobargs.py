@@ -24,8 +24,13 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--backend", help=f"where the nodes come from: {', '.join(BACKENDS)}")
     job.add_argument("--nodes", type=int, help="number of nodes (default 2 local, or #hosts)")
     job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
-    job.add_argument("--env", action="append", default=[], metavar="K=V",
-                     help="environment for every rank (repeatable)")
+    job.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="environment for every rank (repeatable)",
+    )
     job.add_argument("--workdir", help="working directory on the nodes")
     job.add_argument("--rdzv-port", type=int, help="rendezvous port (default: free port / 29400)")
     job.add_argument("--launcher", help="torchrun command on the nodes (default torchrun)")
@@ -43,8 +48,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     ssh.add_argument("--ssh-engine", choices=["asyncssh", "paramiko"])
     ssh.add_argument("--ssh-config", help="ssh_config file (default ~/.ssh/config)")
     ssh.add_argument("--known-hosts", help="known_hosts file (default ~/.ssh/known_hosts)")
-    ssh.add_argument("--accept-new-host-keys", action="store_true", default=None,
-                     help="trust hosts whose key is unknown (never a changed key)")
+    ssh.add_argument(
+        "--accept-new-host-keys",
+        action="store_true",
+        default=None,
+        help="trust hosts whose key is unknown (never a changed key)",
+    )
     ssh.add_argument("--ssh-fanout", type=int, help="concurrent connections (default 32)")
     slurm = parser.add_argument_group("slurm")
     slurm.add_argument("--slurm-mode", choices=["auto", "salloc", "existing", "sbatch"])
@@ -61,8 +70,7 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], ())}
 
 
-def spec_from_args(args: argparse.Namespace, script: str | None,
-                   script_args: list[str]) -> JobSpec:
+def spec_from_args(args: argparse.Namespace, script: str | None, script_args: list[str]) -> JobSpec:
     """CLI flags over the built-in defaults (profiles sit between the two)."""
     backend = args.backend or ("ssh" if args.hosts or args.hostfile else "local")
     if backend not in BACKENDS:
@@ -80,35 +88,53 @@ def spec_from_args(args: argparse.Namespace, script: str | None,
     nodes = args.nodes if args.nodes is not None else (len(hosts) or 2)
     if backend == "ssh" and nodes > len(hosts):
         raise SpecError(f"--nodes {nodes} but only {len(hosts)} host(s) given")
-    fields: dict[str, Any] = _drop_none({
-        "backend": backend,
-        "profile": "cli" if script else "local",
-        "nodes": nodes,
-        "nproc_per_node": args.nproc_per_node or slots,
-        "script": script or bundled_trainer(),
-        "script_args": tuple(script_args),
-        "env": parse_env_pairs(args.env),
-        "workdir": args.workdir,
-        "hosts": tuple(hosts[:nodes]),
-        "rdzv_port": args.rdzv_port,
-        "launcher": args.launcher,
-        "python": args.python,
-        "activate": args.activate,
-        "socket_ifname": args.socket_ifname,
-        "max_restarts": args.max_restarts,
-        "hang_timeout": args.hang_timeout,
-    })
+    fields: dict[str, Any] = _drop_none(
+        {
+            "backend": backend,
+            "profile": "cli" if script else "local",
+            "nodes": nodes,
+            "nproc_per_node": args.nproc_per_node or slots,
+            "script": script or bundled_trainer(),
+            "script_args": tuple(script_args),
+            "env": parse_env_pairs(args.env),
+            "workdir": args.workdir,
+            "hosts": tuple(hosts[:nodes]),
+            "rdzv_port": args.rdzv_port,
+            "launcher": args.launcher,
+            "python": args.python,
+            "activate": args.activate,
+            "socket_ifname": args.socket_ifname,
+            "max_restarts": args.max_restarts,
+            "hang_timeout": args.hang_timeout,
+        }
+    )
     if args.container_image:
-        fields["container"] = _drop_none({"image": args.container_image,
-                                          "engine": args.container_engine,
-                                          "mounts": tuple(args.container_mount)})
-    fields["ssh"] = _drop_none({"engine": args.ssh_engine, "config_file": args.ssh_config,
-                                "known_hosts": args.known_hosts,
-                                "accept_new_host_keys": args.accept_new_host_keys,
-                                "fanout": args.ssh_fanout})
-    fields["slurm"] = _drop_none({"mode": args.slurm_mode, "launch": args.launch,
-                                  "partition": args.partition, "time": args.time,
-                                  "gres": args.gres, "exclusive": args.exclusive,
-                                  "account": args.account,
-                                  "extra_args": tuple(args.slurm_arg)})
+        fields["container"] = _drop_none(
+            {
+                "image": args.container_image,
+                "engine": args.container_engine,
+                "mounts": tuple(args.container_mount),
+            }
+        )
+    fields["ssh"] = _drop_none(
+        {
+            "engine": args.ssh_engine,
+            "config_file": args.ssh_config,
+            "known_hosts": args.known_hosts,
+            "accept_new_host_keys": args.accept_new_host_keys,
+            "fanout": args.ssh_fanout,
+        }
+    )
+    fields["slurm"] = _drop_none(
+        {
+            "mode": args.slurm_mode,
+            "launch": args.launch,
+            "partition": args.partition,
+            "time": args.time,
+            "gres": args.gres,
+            "exclusive": args.exclusive,
+            "account": args.account,
+            "extra_args": tuple(args.slurm_arg),
+        }
+    )
     return make_spec(**fields)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class RankState(str, enum.Enum):
+class RankState(enum.StrEnum):
     """Where one rank is in its life, in the order a healthy rank passes through them."""
 
     PENDING = "pending"
@@ -25,7 +25,7 @@ class RankState(str, enum.Enum):
         return self in (RankState.DONE, RankState.FAILED)
 
 
-class NodeState(str, enum.Enum):
+class NodeState(enum.StrEnum):
     """What the console knows of one node's agent."""
 
     WAITING = "waiting"
@@ -109,6 +109,17 @@ class AllocationChanged(Event):
 
 
 @dataclass(frozen=True)
+class PlanReady(Event):
+    """The exact command every node runs, known once the nodes and the port are."""
+
+    run_id: str
+    rdzv_endpoint: str
+    commands: tuple[tuple[str, str], ...]  # (node, shell line)
+
+    kind = "plan"
+
+
+@dataclass(frozen=True)
 class TeardownReport(Event):
     """Proof for one node that nothing of the job is left running there."""
 
@@ -152,6 +163,7 @@ class RunSummary(Event):
     run_id: str
     detail: str = ""
     detached: bool = False
+    stopped_by: str = "finished"  # finished | failure | operator | detached | error
 
     kind = "summary"
 

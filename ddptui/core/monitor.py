@@ -34,8 +34,15 @@ class RankCell:
     _collecting: bool = False
 
     def summary(self) -> RankSummary:
-        return RankSummary(self.rank, self.node, self.local_rank, self.state, self.exit_code,
-                           self.error, tuple(self.traceback))
+        return RankSummary(
+            self.rank,
+            self.node,
+            self.local_rank,
+            self.state,
+            self.exit_code,
+            self.error,
+            tuple(self.traceback),
+        )
 
     def note_line(self, text: str) -> None:
         """Keep the first Python traceback this rank prints, and its exception line."""
@@ -44,7 +51,7 @@ class RankCell:
         if start:
             if not self.traceback:
                 self._collecting = True
-                self.traceback.append(body[start.start():].strip())
+                self.traceback.append(body[start.start() :].strip())
             return
         if self._collecting:
             self.traceback.append(body.rstrip())
@@ -72,8 +79,9 @@ class RankBoard:
     def all_cells(self) -> list[RankCell]:
         return [cell for node in self.nodes for cell in self.cells[node]]
 
-    def _move(self, cell: RankCell, state: RankState, exit_code: int | None = None,
-              detail: str = "") -> list[Event]:
+    def _move(
+        self, cell: RankCell, state: RankState, exit_code: int | None = None, detail: str = ""
+    ) -> list[Event]:
         if cell.state == state and exit_code is None:
             return []
         cell.state = state
@@ -81,8 +89,11 @@ class RankBoard:
             cell.exit_code = exit_code
         if state == RankState.FAILED and self.first_failure is None:
             self.first_failure = cell
-        return [RankChanged(cell.rank, cell.node, cell.local_rank, state, cell.exit_code,
-                            detail or cell.error)]
+        return [
+            RankChanged(
+                cell.rank, cell.node, cell.local_rank, state, cell.exit_code, detail or cell.error
+            )
+        ]
 
     def initial_events(self) -> list[Event]:
         return [RankChanged(None, c.node, c.local_rank, c.state) for c in self.all_cells()]
@@ -101,8 +112,11 @@ class RankBoard:
             cell.rank, cell.restarts = rank, fact.restart_count
             if cell.state == RankState.PENDING or restarted:
                 cell.exit_code = None
-                events += self._move(cell, RankState.ASSIGNED,
-                                     detail=f"restart {fact.restart_count}" if restarted else "")
+                events += self._move(
+                    cell,
+                    RankState.ASSIGNED,
+                    detail=f"restart {fact.restart_count}" if restarted else "",
+                )
         return events
 
     def saw_output(self, node: str, rank: int, local_rank: int, now: float) -> list[Event]:
@@ -125,8 +139,9 @@ class RankBoard:
             cell.rank = fact.rank
         if cell.state == RankState.FAILED and cell.exit_code == fact.exit_code:
             return []
-        if fact.root_cause and (self.first_failure is None or self.first_failure.exit_code in
-                                (-15, None)):
+        if fact.root_cause and (
+            self.first_failure is None or self.first_failure.exit_code in (-15, None)
+        ):
             self.first_failure = cell
         return self._move(cell, RankState.FAILED, fact.exit_code)
 
@@ -137,7 +152,9 @@ class RankBoard:
                 events += self._move(cell, RankState.DONE, 0)
         return events
 
-    def node_exited(self, node: str, exit_code: int | None) -> list[Event]:
+    def node_exited(
+        self, node: str, exit_code: int | None, by_teardown: bool = False
+    ) -> list[Event]:
         """The agent is gone: ranks not yet final are done (exit 0) or failed (stopped)."""
         events: list[Event] = []
         for cell in self.cells.get(node, []):
@@ -146,8 +163,8 @@ class RankBoard:
             if exit_code == 0:
                 events += self._move(cell, RankState.DONE, 0)
             else:
-                events += self._move(cell, RankState.FAILED, None,
-                                     f"node agent exited ({exit_code})")
+                why = "stopped by teardown" if by_teardown else f"node agent exited ({exit_code})"
+                events += self._move(cell, RankState.FAILED, None, why)
         return events
 
     def check_hangs(self, now: float, timeout: float) -> list[Event]:
@@ -159,8 +176,9 @@ class RankBoard:
         events: list[Event] = []
         for cell in running:
             if now - cell.last_output > timeout and newest - cell.last_output > timeout / 2:
-                events += self._move(cell, RankState.HUNG,
-                                     detail=f"silent for {now - cell.last_output:.0f} s")
+                events += self._move(
+                    cell, RankState.HUNG, detail=f"silent for {now - cell.last_output:.0f} s"
+                )
         return events
 
     def summaries(self) -> list[RankSummary]:
@@ -200,8 +218,9 @@ class Monitor:
                 events += self._attributed(node, item.text, item.rank, item.local_rank, now)
         return events
 
-    def _attributed(self, node: str, text: str, rank: int | None, local_rank: int | None,
-                    now: float) -> list[Event]:
+    def _attributed(
+        self, node: str, text: str, rank: int | None, local_rank: int | None, now: float
+    ) -> list[Event]:
         events: list[Event] = [NodeLine(node, text, rank, local_rank, ts=now)]
         if rank is None or local_rank is None:
             for fact in self._readers[node].agent.feed(text):
@@ -214,8 +233,9 @@ class Monitor:
         ended = task_exit(text) if text.startswith("srun: error: ") else None
         if ended is not None:  # srun direct: srun's line about this rank's task (srunlog.py)
             code, root_cause = ended
-            events += self.board.worker_failed(node, WorkerFailed(local_rank, code, rank,
-                                                                  root_cause))
+            events += self.board.worker_failed(
+                node, WorkerFailed(local_rank, code, rank, root_cause)
+            )
         return events
 
     def _agent_fact(self, node: str, fact: Assigned | WorkerFailed | GroupSucceeded) -> list[Event]:

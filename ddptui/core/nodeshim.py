@@ -13,22 +13,24 @@ re-parented to PID 1 and keep training). Every process of the job inherits `DDPT
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
 import signal
 import sys
 import time
+from typing import Any
 
 TAG_VAR = "DDPTUI_TAG"
 POLL_S = 0.05
 
 
-def _paths(log_path):
+def _paths(log_path: str) -> dict[str, str]:
     return {"log": log_path, "exit": log_path + ".exit", "pid": log_path + ".pid"}
 
 
-def start(payload_b64):
+def start(payload_b64: str) -> int:
     """Start the command detached from this session; print {"pid", "log"} and return at once."""
     job = json.loads(base64.b64decode(payload_b64).decode())
     log = os.path.expanduser(job["log"])
@@ -53,7 +55,7 @@ def start(payload_b64):
     os._exit(0)
 
 
-def _supervise(job, paths, report_fd):
+def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     """Run the job with its output in the log file and record its exit code when it ends."""
     env = dict(os.environ)
     env.update(job["env"])
@@ -101,20 +103,20 @@ def _supervise(job, paths, report_fd):
     os.replace(tmp, paths["exit"])
 
 
-def _stdout_closed():
+def _stdout_closed() -> bool:
     """True once the reader of our stdout has gone (an SSH channel closed, a console killed)."""
     poller = select.poll()
     poller.register(1, select.POLLERR | select.POLLHUP)
     return bool(poller.poll(0))
 
 
-def tail(log_path, offset):
+def tail(log_path: str, offset_arg: str) -> int:
     """Copy the log from `offset` to stdout until the job has ended and all of it is sent.
 
     The exit code goes to stderr as the last line ({"exit": code}) so stdout stays the raw log.
     """
     paths = _paths(os.path.expanduser(log_path))
-    offset = int(offset)
+    offset = int(offset_arg)
     out = sys.stdout.buffer
     while not os.path.exists(paths["log"]):
         if os.path.exists(paths["exit"]):
@@ -151,7 +153,7 @@ def tail(log_path, offset):
     return 0
 
 
-def _tagged(tag):
+def _tagged(tag: str) -> list[int]:
     """PIDs of every process whose environment carries this job's tag."""
     needle = f"{TAG_VAR}={tag}".encode()
     me = os.getpid()
@@ -168,7 +170,7 @@ def _tagged(tag):
     return found
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
@@ -176,18 +178,16 @@ def _alive(pid):
         return False
 
 
-def _signal_all(pids, sig):
+def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            pass
 
 
-def reap(tag, grace):
+def reap(tag: str, grace_arg: str) -> int:
     """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
     `grace` seconds, then list what is still there: the proof the node is clean."""
-    grace = float(grace)
+    grace = float(grace_arg)
     pids = [p for p in _tagged(tag) if _alive(p)]
     found = len(pids)
     _signal_all(pids, signal.SIGTERM)
@@ -205,7 +205,7 @@ def reap(tag, grace):
     return 0
 
 
-def status(log_path):
+def status(log_path: str) -> int:
     """Whether the job still runs, its exit code if not, and how much log there is."""
     paths = _paths(os.path.expanduser(log_path))
     report = {"exists": os.path.exists(paths["log"]), "exit": None, "size": 0, "running": False}
@@ -221,7 +221,7 @@ def status(log_path):
     return 0
 
 
-def _ipv4_of(ifname):
+def _ipv4_of(ifname: str) -> str | None:
     import fcntl
     import socket
     import struct
@@ -234,7 +234,7 @@ def _ipv4_of(ifname):
         return socket.inet_ntoa(packed[20:24])
 
 
-def probe():
+def probe() -> int:
     """What the console needs to know of a node: its hostname and which interface holds
     which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached)."""
     import platform
@@ -245,12 +245,19 @@ def probe():
         addr = _ipv4_of(name)
         if addr:
             ifaces[addr] = name
-    print(json.dumps({"hostname": socket.gethostname(), "ifaces": ifaces,
-                      "python": platform.python_version()}))
+    print(
+        json.dumps(
+            {
+                "hostname": socket.gethostname(),
+                "ifaces": ifaces,
+                "python": platform.python_version(),
+            }
+        )
+    )
     return 0
 
 
-def port(addr, number):
+def port(addr: str, number: str) -> int:
     """Whether the rendezvous port can be bound on this node."""
     import socket
 
@@ -266,8 +273,14 @@ def port(addr, number):
     return 0
 
 
-VERBS = {"start": start, "tail": tail, "reap": reap, "status": status, "probe": probe,
-         "port": port}
+VERBS: dict[str, Any] = {
+    "start": start,
+    "tail": tail,
+    "reap": reap,
+    "status": status,
+    "probe": probe,
+    "port": port,
+}
 
 if __name__ == "__main__":
     sys.exit(VERBS[sys.argv[1]](*sys.argv[2:]))

@@ -150,8 +150,9 @@ def node_environment(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]
     return env
 
 
-def container_argv(spec: JobSpec, argv: Sequence[str], env: Mapping[str, str], cwd: str | None,
-                   tag: str) -> list[str]:
+def container_argv(
+    spec: JobSpec, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, tag: str
+) -> list[str]:
     """Wrap argv in `podman|docker run --network=host --ipc=host ...` as the AMD procedure does."""
     assert spec.container is not None
     c = spec.container

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
-from typing import IO
+from collections.abc import Awaitable, Callable
+from typing import IO, Any, TypeVar
 
 from ddptui.core.backends import make_backend
 from ddptui.core.backends.base import Backend, BackendError
@@ -16,6 +16,7 @@ from ddptui.core.events import (
     NodeLine,
     NodeState,
     Notice,
+    PlanReady,
     RankState,
     RunSummary,
     TeardownReport,
@@ -25,6 +26,7 @@ from ddptui.core.plan import LaunchPlan, NodeCommand
 from ddptui.core.spec import JobSpec, SpecError
 from ddptui.core.store import RunDir, new_run_id
 
+T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
 RECONNECT_TRIES = 5
 DRAIN_S = 5.0
@@ -33,9 +35,14 @@ DRAIN_S = 5.0
 class Session:
     """Drives one job; every change is an Event handed to `emit` (the UI or headless printer)."""
 
-    def __init__(self, spec: JobSpec, emit: Callable[[Event], None],
-                 run: RunDir | None = None, backend: Backend | None = None,
-                 detach_after_launch: bool = False) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        emit: Callable[[Event], None],
+        run: RunDir | None = None,
+        backend: Backend | None = None,
+        detach_after_launch: bool = False,
+    ) -> None:
         self.spec = spec
         self.detach_after_launch = detach_after_launch
         self._emit_to = emit
@@ -47,6 +54,7 @@ class Session:
         self.teardown_reports: dict[str, TeardownReport] = {}
         self.node_exit: dict[str, int | None] = {}
         self._stop = asyncio.Event()
+        self._stop_reason = ""
         self._detach = False
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
@@ -62,11 +70,13 @@ class Session:
 
     def request_teardown(self) -> None:
         """Stop the job on every node (any time: before, during or after launch)."""
+        self._stop_reason = self._stop_reason or "operator"
         self._stop.set()
 
     def request_detach(self) -> None:
         """Stop following but leave the job running; `attach` picks it up later."""
         self._detach = True
+        self._stop_reason = "detached"
         self._stop.set()
 
     async def run_job(self) -> RunSummary:
@@ -81,6 +91,7 @@ class Session:
             await self._watch()
         except (SpecError, BackendError) as exc:
             detail = str(exc)
+            self._stop_reason = "error"
             self.emit(Notice("error", detail))
         finally:
             if self._detach:
@@ -93,26 +104,35 @@ class Session:
 
     async def _launch(self) -> None:
         self.run.write_spec(self.spec)
-        self.emit(Notice("info", f"run {self.run_id}: getting {self.spec.nodes} node(s) "
-                                 f"from {self.backend.name}"))
+        self.emit(
+            Notice(
+                "info",
+                f"run {self.run_id}: getting {self.spec.nodes} node(s) from {self.backend.name}",
+            )
+        )
         nodes = await self._until_stopped(self.backend.allocate())
         port = await self.backend.rdzv_port(nodes[0])
         self.plan = self.backend.plan(nodes, port)
         self.run.write_plan(self.plan, self.backend.state())
+        self._announce_plan(self.plan)
         self._start_monitor(self.plan)
         started = await asyncio.gather(
             *(self._start_node(c) for c in self.plan.commands), return_exceptions=True
         )
         errors = [e for e in started if isinstance(e, BaseException)]
         if errors:
-            raise errors[0] if isinstance(errors[0], BackendError) else BackendError(
-                str(errors[0]))
+            raise errors[0] if isinstance(errors[0], BackendError) else BackendError(str(errors[0]))
 
     async def _reattach(self) -> None:
         self.plan, state = self.run.read_plan()
+        self._announce_plan(self.plan)
         await self.backend.restore(state)
         self._start_monitor(self.plan)
         self.emit(Notice("info", f"attached to run {self.run_id}"))
+
+    def _announce_plan(self, plan: LaunchPlan) -> None:
+        lines = tuple((c.node, c.shell_line()) for c in plan.commands)
+        self.emit(PlanReady(self.run_id, plan.rdzv_endpoint, lines))
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
         self.monitor = Monitor(plan.node_names, plan.nproc_per_node)
@@ -133,9 +153,9 @@ class Session:
             raise
         self.emit(NodeChanged(command.node, NodeState.LAUNCHED, None, command.shell_line()))
 
-    async def _until_stopped(self, awaitable: object) -> list:  # type: ignore[type-arg]
+    async def _until_stopped(self, awaitable: Awaitable[T]) -> T:
         """Wait for allocation, but give up at once if the operator tears down meanwhile."""
-        task = asyncio.ensure_future(awaitable)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(awaitable)
         stop = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
@@ -144,15 +164,15 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             raise BackendError("cancelled while waiting for nodes")
-        return task.result()  # type: ignore[no-any-return]
+        return task.result()
 
     async def _watch(self) -> None:
         assert self.plan is not None
         self._followers = [asyncio.ensure_future(self._follow(c)) for c in self.plan.commands]
         ticker = asyncio.ensure_future(self._tick())
-        stop = asyncio.ensure_future(self._stop.wait())
-        everything = asyncio.gather(*self._followers)
-        await asyncio.wait({stop, everything}, return_when=asyncio.FIRST_COMPLETED)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        everything: asyncio.Future[Any] = asyncio.gather(*self._followers)
+        await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
         ticker.cancel()
         stop.cancel()
 
@@ -200,7 +220,8 @@ class Session:
         self.node_exit[node] = code
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         self.emit(NodeChanged(node, state, code))
-        for event in self.monitor.board.node_exited(node, code):
+        stopped = self._stop_reason == "operator"
+        for event in self.monitor.board.node_exited(node, code, stopped):
             self.emit(event)
         if code != 0:
             self._node_failed(node)
@@ -209,6 +230,7 @@ class Session:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them."""
         if self._first_failed_node is None:
             self._first_failed_node = node
+            self._stop_reason = self._stop_reason or "failure"
             loop = asyncio.get_running_loop()
             loop.call_later(FAILURE_GRACE_S, self._stop.set)
 
@@ -254,14 +276,28 @@ class Session:
             and all(r.state == RankState.DONE and r.exit_code == 0 for r in ranks)
             and clean
         )
+        stopped_by = self._stop_reason or "finished"
         if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
+        elif stopped_by == "operator" and not detail:
+            done = sum(r.state == RankState.DONE for r in ranks)
+            detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
         elif not detail and self.monitor and self.monitor.board.first_failure:
             cell = self.monitor.board.first_failure
-            detail = (f"rank {cell.rank} on {cell.node} failed first "
-                      f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}")
-        summary = RunSummary(ok, self.spec.world_size, ranks, str(self.run.path), self.run_id,
-                             detail, detached=self._detach)
+            detail = (
+                f"rank {cell.rank} on {cell.node} failed first "
+                f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}"
+            )
+        summary = RunSummary(
+            ok,
+            self.spec.world_size,
+            ranks,
+            str(self.run.path),
+            self.run_id,
+            detail,
+            detached=self._detach,
+            stopped_by=stopped_by,
+        )
         self.emit(summary)
         self.run.write_summary(summary.to_dict())
         self.run.close()

@@ -73,7 +73,7 @@ class JobSpec(_Model):
     max_restarts: int = Field(0, ge=0)
     hang_timeout: float = Field(120.0, gt=0)
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
-    slurm: SlurmSpec = Field(default_factory=SlurmSpec)  # type: ignore[arg-type]
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
 
     @field_validator("env")
     @classmethod
@@ -91,7 +91,7 @@ class JobSpec(_Model):
 def make_spec(**fields: object) -> JobSpec:
     """Build a JobSpec, turning pydantic's multi-line report into one SpecError line."""
     try:
-        return JobSpec(**fields)  # type: ignore[arg-type]
+        return JobSpec.model_validate(fields)
     except ValidationError as exc:
         raise SpecError(describe_validation_error(exc)) from None
 

@@ -20,8 +20,10 @@ KEEPALIVE_MAX = 3
 
 def trust_hint(host: str, known_hosts: str | None) -> str:
     where = known_hosts or "~/.ssh/known_hosts"
-    return (f"host key of {host} is not in {where}: verify it, then add it with "
-            f"`ssh-keyscan {shlex.quote(host)} >> {where}` or rerun with --accept-new-host-keys")
+    return (
+        f"host key of {host} is not in {where}: verify it, then add it with "
+        f"`ssh-keyscan {shlex.quote(host)} >> {where}` or rerun with --accept-new-host-keys"
+    )
 
 
 class AsyncsshTransport(Transport):
@@ -68,18 +70,18 @@ class AsyncsshTransport(Transport):
         try:
             return await asyncssh.connect(self.host, **kwargs)
         except asyncssh.HostKeyNotVerifiable:
-            if not self.options.accept_new_host_keys or await self._key_was_changed(kwargs):
+            if not self.options.accept_new_host_keys or self._key_was_changed(kwargs):
                 raise TransportError(self._host_key_message(kwargs)) from None
             return await self._accept_new_key(kwargs)
         except asyncssh.PermissionDenied:
             raise TransportError(f"{self.host}: permission denied (no usable key)") from None
-        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, asyncssh.Error) as exc:
             raise TransportError(f"{self.host}: cannot connect: {_reason(exc)}") from None
 
     def _options(self, kwargs: dict[str, Any]) -> asyncssh.SSHClientConnectionOptions:
         return asyncssh.SSHClientConnectionOptions(host=self.host, **_without(kwargs))
 
-    async def _key_was_changed(self, kwargs: dict[str, Any]) -> bool:
+    def _key_was_changed(self, kwargs: dict[str, Any]) -> bool:
         """A host already listed with another key is a changed key: never accepted."""
         path = self._known_hosts_path(kwargs)
         if path is None or not Path(path).is_file():
@@ -109,8 +111,7 @@ class AsyncsshTransport(Transport):
         if key is not None and path:
             peer = conn.get_extra_info("peername")
             names = ",".join(dict.fromkeys([self.host, str(peer[0])] if peer else [self.host]))
-            with open(path, "a") as f:
-                f.write(f"{names} {key.export_public_key().decode().strip()}\n")
+            _append_line(path, f"{names} {key.export_public_key().decode().strip()}")
         return conn
 
     async def close(self) -> None:
@@ -134,7 +135,7 @@ class AsyncsshTransport(Transport):
             result = await asyncio.wait_for(
                 conn.run(shlex.join(argv), input=stdin, encoding=None, check=False), timeout
             )
-        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError, asyncssh.Error) as exc:
             self._drop()
             raise TransportError(f"{self.host}: {_reason(exc)}") from None
         return CommandResult(result.exit_status, _text(result.stdout), _text(result.stderr))
@@ -154,7 +155,7 @@ class AsyncsshTransport(Transport):
             proc.stdin.write_eof()
             err_task = asyncio.ensure_future(proc.stderr.read())
             while chunk := await proc.stdout.read(1 << 16):
-                on_stdout(chunk)  # type: ignore[arg-type]
+                on_stdout(chunk)
             completed = await proc.wait(check=False)
             err = await err_task
         except (OSError, asyncssh.Error) as exc:
@@ -176,6 +177,11 @@ class AsyncsshTransport(Transport):
 def _without(d: dict[str, Any]) -> dict[str, Any]:
     """Connection options minus those that only matter for the socket itself."""
     return {k: v for k, v in d.items() if k not in ("connect_timeout",)}
+
+
+def _append_line(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def _text(data: object) -> str:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -70,11 +69,12 @@ class ParamikoTransport(Transport):
                 timeout=self.options.connect_timeout,
                 banner_timeout=self.options.connect_timeout,
                 auth_timeout=self.options.connect_timeout,
-                sock=sock,  # type: ignore[arg-type]
+                sock=sock,
             )
         except paramiko.BadHostKeyException:
-            raise TransportError(f"{self.host}: HOST KEY CHANGED — refusing to connect "
-                                 f"(check {known_hosts})") from None
+            raise TransportError(
+                f"{self.host}: HOST KEY CHANGED — refusing to connect (check {known_hosts})"
+            ) from None
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
                 raise TransportError(trust_hint(self.host, known_hosts)) from None
@@ -83,7 +83,7 @@ class ParamikoTransport(Transport):
             raise TransportError(
                 f"{self.host}: cannot connect: connection refused (is sshd running there?)"
             ) from None
-        except (OSError, socket.timeout) as exc:
+        except (TimeoutError, OSError) as exc:
             raise TransportError(f"{self.host}: cannot connect: {exc}") from None
         if self.options.accept_new_host_keys:
             client.save_host_keys(known_hosts)
@@ -112,9 +112,14 @@ class ParamikoTransport(Transport):
     async def close(self) -> None:
         await asyncio.to_thread(self._drop)
 
-    def _exec(self, argv: Sequence[str], stdin: bytes | None,
-              on_stdout: ChunkSink | None, stop: threading.Event) -> CommandResult:
-        channel = self._ensure().get_transport().open_session()  # type: ignore[union-attr]
+    def _exec(
+        self,
+        argv: Sequence[str],
+        stdin: bytes | None,
+        on_stdout: ChunkSink | None,
+        stop: threading.Event,
+    ) -> CommandResult:
+        channel = self._ensure().get_transport().open_session()
         channel.settimeout(0.5)
         try:
             channel.exec_command(shlex.join(argv))
@@ -129,7 +134,7 @@ class ParamikoTransport(Transport):
                     last_data = time.monotonic()
                 try:
                     chunk = channel.recv(1 << 16)
-                except socket.timeout:
+                except TimeoutError:
                     # paramiko's keepalives expect no reply, so a cut link looks alive for
                     # minutes; the node helper's tail sends a heartbeat every second instead.
                     if on_stdout is not None and time.monotonic() - last_data > DEAD_AFTER_S:
@@ -167,7 +172,7 @@ class ParamikoTransport(Transport):
             return await asyncio.wait_for(
                 asyncio.to_thread(self._exec, argv, stdin, None, stop), timeout
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             stop.set()
             raise TransportError(f"{self.host}: timed out after {timeout} s") from None
 

@@ -72,12 +72,13 @@ class LocalTransport(Transport):
         proc = await self._spawn(argv)
         try:
             out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
             raise TransportError(f"{argv[0]} timed out after {timeout} s") from None
-        return CommandResult(proc.returncode, out.decode(errors="replace"),
-                             err.decode(errors="replace"))
+        return CommandResult(
+            proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+        )
 
     async def stream(
         self, argv: Sequence[str], on_stdout: ChunkSink, stdin: bytes | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import string
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +25,6 @@ from textual.dom import DOMNode
 from textual.keys import Keys, _character_to_key
 
 from ddptui.core.spec import SpecError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
 _NAMED_KEYS = frozenset(

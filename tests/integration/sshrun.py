@@ -25,8 +25,10 @@ class HeadlessRun:
 
     @property
     def summary(self) -> dict[str, Any]:
-        assert self.events and self.events[-1]["event"] == "summary", (self.events[-5:],
-                                                                       self.stderr)
+        assert self.events and self.events[-1]["event"] == "summary", (
+            self.events[-5:],
+            self.stderr,
+        )
         return self.events[-1]
 
     def of(self, kind: str) -> list[dict[str, Any]]:
@@ -36,32 +38,44 @@ class HeadlessRun:
 def ddptui_argv(tb: Testbed, *args: str, ssh_config: Path | None = None) -> list[str]:
     assert tb.ssh is not None
     cfg = str(ssh_config or tb.ssh.ssh_config)
-    return tb.ns_argv("head", [sys.executable, "-m", "ddptui.cli", *args[:1],
-                               "--ssh-config", cfg, *args[1:]])
+    return tb.ns_argv(
+        "head", [sys.executable, "-m", "ddptui.cli", *args[:1], "--ssh-config", cfg, *args[1:]]
+    )
 
 
 def state_env(state: Path) -> dict[str, str]:
     return {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
 
 
-def run_headless(tb: Testbed, state: Path, *args: str, timeout: float = 240,
-                 ssh_config: Path | None = None) -> HeadlessRun:
-    proc = subprocess.run(ddptui_argv(tb, "run", "--headless", "--backend", "ssh", *args,
-                                      ssh_config=ssh_config),
-                          capture_output=True, text=True, timeout=timeout, cwd=state.parent,
-                          env=state_env(state))
+def run_headless(
+    tb: Testbed, state: Path, *args: str, timeout: float = 240, ssh_config: Path | None = None
+) -> HeadlessRun:
+    proc = subprocess.run(
+        ddptui_argv(tb, "run", "--headless", "--backend", "ssh", *args, ssh_config=ssh_config),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=state.parent,
+        env=state_env(state),
+    )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return HeadlessRun(proc.returncode, events, proc.stderr)
 
 
 def popen_headless(tb: Testbed, state: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(ddptui_argv(tb, "run", "--headless", "--backend", "ssh", *args),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=state.parent, env=state_env(state))
+    return subprocess.Popen(
+        ddptui_argv(tb, "run", "--headless", "--backend", "ssh", *args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=state.parent,
+        env=state_env(state),
+    )
 
 
-def read_until(proc: subprocess.Popen[str], predicate: Any, limit: int = 100000
-               ) -> list[dict[str, Any]]:
+def read_until(
+    proc: subprocess.Popen[str], predicate: Any, limit: int = 100000
+) -> list[dict[str, Any]]:
     """Read events until `predicate(event)` is true; return all read so far."""
     assert proc.stdout is not None
     seen: list[dict[str, Any]] = []

@@ -25,7 +25,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def _headless(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, list[dict]]:
     proc = subprocess.run(
         [sys.executable, "-m", "ddptui.cli", "run", "--headless", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=_env(tmp_path),
     )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc.returncode, events
@@ -47,8 +51,9 @@ def _rank_states(events: list[dict]) -> dict[int, list[str]]:
         ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
     ],
 )
-def test_trainer_script_runs_green_then_done(tmp_path: Path, script: str, args: list[str],
-                                             expect: str) -> None:
+def test_trainer_script_runs_green_then_done(
+    tmp_path: Path, script: str, args: list[str], expect: str
+) -> None:
     code, events = _headless(tmp_path, str(TRAINER / script), *args)
     summary = events[-1]
     assert summary["event"] == "summary", events[-3:]
@@ -70,8 +75,9 @@ def test_trainer_script_runs_green_then_done(tmp_path: Path, script: str, args: 
 
 
 def test_crashing_rank_is_reported_and_others_stopped(tmp_path: Path) -> None:
-    code, events = _headless(tmp_path, str(TRAINER / "envcheck.py"), "--fail-rank", "3",
-                             "--sleep", "60")
+    code, events = _headless(
+        tmp_path, str(TRAINER / "envcheck.py"), "--fail-rank", "3", "--sleep", "60"
+    )
     summary = events[-1]
     assert code == 1 and summary["ok"] is False
     ranks = {r["rank"]: r for r in summary["ranks"]}
@@ -85,9 +91,21 @@ def test_crashing_rank_is_reported_and_others_stopped(tmp_path: Path) -> None:
 def test_teardown_kills_agents_and_workers(tmp_path: Path) -> None:
     """SIGTERM to headless mid-run: every agent and worker (in their own sessions) ends."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--lines",
-         str(TRAINER / "envcheck.py"), "--sleep", "300"],
-        stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(tmp_path),
+        [
+            sys.executable,
+            "-m",
+            "ddptui.cli",
+            "run",
+            "--headless",
+            "--lines",
+            str(TRAINER / "envcheck.py"),
+            "--sleep",
+            "300",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env=_env(tmp_path),
     )
     assert proc.stdout is not None
     running: set[int] = set()
@@ -124,10 +142,16 @@ def test_teardown_kills_agents_and_workers(tmp_path: Path) -> None:
         (["--backend", "ssh", "--hosts", "node[1-", "x.py"], "bad host list"),
     ],
 )
-def test_bad_input_is_one_line_and_starts_nothing(tmp_path: Path, args: list[str],
-                                                  message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ddptui.cli", "run", "--headless", *args],
-                          capture_output=True, text=True, cwd=tmp_path, env=_env(tmp_path))
+def test_bad_input_is_one_line_and_starts_nothing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui.cli", "run", "--headless", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(tmp_path),
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and message in proc.stderr

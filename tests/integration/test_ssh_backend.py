@@ -65,12 +65,20 @@ def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict
         ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
     ],
 )
-def test_two_hosts_each_trainer_green_then_done(testbed: Testbed, tmp_path: Path, engine: str,
-                                                script: str, args: list[str],
-                                                expect: str) -> None:
+def test_two_hosts_each_trainer_green_then_done(
+    testbed: Testbed, tmp_path: Path, engine: str, script: str, args: list[str], expect: str
+) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]",
-                       "--ssh-engine", engine, str(TRAINER / script), *args)
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--ssh-engine",
+        engine,
+        str(TRAINER / script),
+        *args,
+    )
     summary = run.summary
     assert run.code == 0, (summary, run.stderr)
     assert [r["state"] for r in summary["ranks"]] == ["done"] * 4
@@ -81,8 +89,11 @@ def test_two_hosts_each_trainer_green_then_done(testbed: Testbed, tmp_path: Path
     assert all(s[-2:] == ["running", "done"] for s in states.values()), states
     progress = [(e["node"], e["state"]) for e in run.of("node")]
     for host in ("node1", "node2"):
-        assert [s for n, s in progress if n == host][:3] == ["connecting", "authenticated",
-                                                             "waiting"]
+        assert [s for n, s in progress if n == host][:3] == [
+            "connecting",
+            "authenticated",
+            "waiting",
+        ]
     assert all(t["clean"] for t in run.of("teardown"))
     text = "".join(p.read_text() for p in (Path(summary["run_dir"]) / "nodes").glob("*.log"))
     assert expect in text
@@ -92,8 +103,15 @@ def test_two_hosts_each_trainer_green_then_done(testbed: Testbed, tmp_path: Path
 
 
 def test_three_hosts_from_a_hostlist_expression(testbed: Testbed, tmp_path: Path) -> None:
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-3]", "--nproc-per-node",
-                       "1", str(TRAINER / "envcheck.py"))
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-3]",
+        "--nproc-per-node",
+        "1",
+        str(TRAINER / "envcheck.py"),
+    )
     assert run.code == 0, (run.summary, run.stderr)
     assert {r["node"] for r in run.summary["ranks"]} == {"node1", "node2", "node3"}
     assert run.summary["world_size"] == 3
@@ -101,15 +119,30 @@ def test_three_hosts_from_a_hostlist_expression(testbed: Testbed, tmp_path: Path
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_teardown_leaves_nothing_even_after_a_cut_connection(
-        clean_testbed: Testbed, tmp_path: Path, engine: str) -> None:
+    clean_testbed: Testbed, tmp_path: Path, engine: str
+) -> None:
     tb = clean_testbed
-    proc = popen_headless(tb, tmp_path / "state", "--hosts", "node[1-2]", "--ssh-engine",
-                          engine, "--lines", str(TRAINER / "envcheck.py"), "--sleep", "300")
+    proc = popen_headless(
+        tb,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--ssh-engine",
+        engine,
+        "--lines",
+        str(TRAINER / "envcheck.py"),
+        "--sleep",
+        "300",
+    )
     _all_running(proc, 4)
     assert len(_left_on(tb, ["node2"])["node2"]) >= 3  # agent + 2 workers (+ the tail)
     tb.cut_link("node2")
-    read_until(proc, lambda e: e["event"] == "notice" and "node2" in e["message"]
-               and "reconnecting" in e["message"])
+    read_until(
+        proc,
+        lambda e: (
+            e["event"] == "notice" and "node2" in e["message"] and "reconnecting" in e["message"]
+        ),
+    )
     tb.restore_link("node2")
     events = _finish(proc)
     teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
@@ -119,8 +152,16 @@ def test_teardown_leaves_nothing_even_after_a_cut_connection(
 
 def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    run = run_headless(testbed, state, "--hosts", "node[1-2]", "--detach",
-                       str(TRAINER / "envcheck.py"), "--sleep", "300")
+    run = run_headless(
+        testbed,
+        state,
+        "--hosts",
+        "node[1-2]",
+        "--detach",
+        str(TRAINER / "envcheck.py"),
+        "--sleep",
+        "300",
+    )
     assert run.code == 0, (run.events[-3:], run.stderr)
     summary = run.summary
     assert summary["detached"] is True
@@ -128,9 +169,13 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
     assert _left_on(testbed, ["node1", "node2"]).keys() == {"node1", "node2"}
     time.sleep(2)
     attach = subprocess.Popen(
-        testbed.ns_argv("head", [sys.executable, "-m", "ddptui.cli", "attach", run_id,
-                                 "--headless", "--lines"]),
-        stdout=subprocess.PIPE, text=True, env=state_env(state))
+        testbed.ns_argv(
+            "head", [sys.executable, "-m", "ddptui.cli", "attach", run_id, "--headless", "--lines"]
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=state_env(state),
+    )
     lines: list[dict] = []
     beats: set[str] = set()
 
@@ -155,30 +200,50 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
 def test_sshd_down_at_launch_is_a_clear_error(clean_testbed: Testbed, tmp_path: Path) -> None:
     assert clean_testbed.ssh is not None
     clean_testbed.ssh.stop_sshd("node2")
-    run = run_headless(clean_testbed, tmp_path / "state", "--hosts", "node[1-2]",
-                       str(TRAINER / "envcheck.py"))
+    run = run_headless(
+        clean_testbed, tmp_path / "state", "--hosts", "node[1-2]", str(TRAINER / "envcheck.py")
+    )
     assert run.code == 1
-    assert "node2: cannot connect: connection refused (is sshd running there?)" in \
-        run.summary["detail"]
+    assert (
+        "node2: cannot connect: connection refused (is sshd running there?)"
+        in run.summary["detail"]
+    )
     assert not _wait_clean(clean_testbed, ["node1", "node2"])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_unknown_host_key_is_refused_with_how_to_trust(testbed: Testbed, tmp_path: Path,
-                                                      engine: str) -> None:
+def test_unknown_host_key_is_refused_with_how_to_trust(
+    testbed: Testbed, tmp_path: Path, engine: str
+) -> None:
     assert testbed.ssh is not None
     known = testbed.ssh.known_hosts_without("node2")
     cfg = testbed.ssh.write_ssh_config(tmp_path / "ssh_config", known_hosts=known)
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]", "--ssh-engine",
-                       engine, str(TRAINER / "envcheck.py"), ssh_config=cfg)
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--ssh-engine",
+        engine,
+        str(TRAINER / "envcheck.py"),
+        ssh_config=cfg,
+    )
     assert run.code == 1
     detail = run.summary["detail"]
     assert "host key of node2 is not in" in detail and "--accept-new-host-keys" in detail
     assert "node1" not in detail.split("unusable:")[1]
     before = known.read_text()
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]", "--ssh-engine",
-                       engine, "--accept-new-host-keys", str(TRAINER / "envcheck.py"),
-                       ssh_config=cfg)
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--ssh-engine",
+        engine,
+        "--accept-new-host-keys",
+        str(TRAINER / "envcheck.py"),
+        ssh_config=cfg,
+    )
     assert run.code == 0, run.summary
     assert known.read_text() != before  # the accepted key was recorded
 
@@ -187,14 +252,30 @@ def test_changed_host_key_is_never_accepted(testbed: Testbed, tmp_path: Path) ->
     assert testbed.ssh is not None
     known = testbed.ssh.write_known_hosts(tmp_path / "known", wrong_key=["node2"])
     cfg = testbed.ssh.write_ssh_config(tmp_path / "ssh_config", known_hosts=known)
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]",
-                       "--accept-new-host-keys", str(TRAINER / "envcheck.py"), ssh_config=cfg)
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--accept-new-host-keys",
+        str(TRAINER / "envcheck.py"),
+        ssh_config=cfg,
+    )
     assert run.code == 1 and "node2" in run.summary["detail"]
 
 
 def test_rank_crash_shows_exit_code_and_traceback(testbed: Testbed, tmp_path: Path) -> None:
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]",
-                       str(TRAINER / "envcheck.py"), "--fail-rank", "2", "--sleep", "120")
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        str(TRAINER / "envcheck.py"),
+        "--fail-rank",
+        "2",
+        "--sleep",
+        "120",
+    )
     assert run.code == 1
     ranks = {r["rank"]: r for r in run.summary["ranks"]}
     assert ranks[2]["state"] == "failed" and ranks[2]["exit_code"] == 1
@@ -206,8 +287,15 @@ def test_rank_crash_shows_exit_code_and_traceback(testbed: Testbed, tmp_path: Pa
 
 def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Path) -> None:
     tb = clean_testbed
-    proc = popen_headless(tb, tmp_path / "state", "--hosts", "node[1-2]",
-                          str(TRAINER / "envcheck.py"), "--sleep", "300")
+    proc = popen_headless(
+        tb,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        str(TRAINER / "envcheck.py"),
+        "--sleep",
+        "300",
+    )
     _all_running(proc, 4)
     agents = [p for p in tb.describe_pids("node2") if "torchrun" in p]
     assert agents, tb.describe_pids("node2")
@@ -222,14 +310,21 @@ def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Pa
 
 
 def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -> None:
-    squatter = testbed.exec("node1", ["python3", "-c",
-                                      "import socket,time; s=socket.socket(); "
-                                      f"s.bind(('{testbed.host_ip('node1')}', 29400)); "
-                                      "s.listen(); time.sleep(120)"])
+    squatter = testbed.exec(
+        "node1",
+        [
+            "python3",
+            "-c",
+            "import socket,time; s=socket.socket(); "
+            f"s.bind(('{testbed.host_ip('node1')}', 29400)); "
+            "s.listen(); time.sleep(120)",
+        ],
+    )
     try:
         time.sleep(1.0)
-        run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]",
-                           str(TRAINER / "envcheck.py"))
+        run = run_headless(
+            testbed, tmp_path / "state", "--hosts", "node[1-2]", str(TRAINER / "envcheck.py")
+        )
     finally:
         squatter.kill()
         squatter.wait()
@@ -238,19 +333,33 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
     assert "--rdzv-port" in run.summary["detail"]
 
 
-def test_odd_host_names_and_arguments_are_taken_literally(testbed: Testbed,
-                                                          tmp_path: Path) -> None:
+def test_odd_host_names_and_arguments_are_taken_literally(testbed: Testbed, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     script = tmp_path / "echo args.py"
-    script.write_text("import os, sys\nos.write(1, ('ARGS=' + repr(sys.argv[1:]) + '\\n')"
-                      ".encode())\n")
+    script.write_text(
+        "import os, sys\nos.write(1, ('ARGS=' + repr(sys.argv[1:]) + '\\n').encode())\n"
+    )
     nasty = f"a b'c\";touch {marker}"
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]", "--nproc-per-node",
-                       "1", str(script), nasty, "$(touch " + str(marker) + ")")
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--nproc-per-node",
+        "1",
+        str(script),
+        nasty,
+        "$(touch " + str(marker) + ")",
+    )
     assert run.code == 0, run.summary
     text = "".join(p.read_text() for p in (Path(run.summary["run_dir"]) / "nodes").glob("*"))
     assert f"ARGS={[nasty, '$(touch ' + str(marker) + ')']!r}" in text
-    bad = run_headless(testbed, tmp_path / "state", "--hosts", f"node1,node2;touch {marker}",
-                       str(TRAINER / "envcheck.py"))
+    bad = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        f"node1,node2;touch {marker}",
+        str(TRAINER / "envcheck.py"),
+    )
     assert bad.code != 0
     assert not marker.exists()

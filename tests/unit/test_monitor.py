@@ -43,7 +43,11 @@ def test_successful_run_goes_assigned_running_done() -> None:
         seq = [s for r, s in states if r == rank]
         assert seq == [RankState.ASSIGNED, RankState.RUNNING, RankState.DONE]
     assert [(c.rank, c.state) for c in m.board.all_cells()] == [
-        (0, RankState.DONE), (1, RankState.DONE), (2, RankState.DONE), (3, RankState.DONE)]
+        (0, RankState.DONE),
+        (1, RankState.DONE),
+        (2, RankState.DONE),
+        (3, RankState.DONE),
+    ]
 
 
 def test_lines_are_attributed_to_the_right_rank() -> None:
@@ -83,8 +87,9 @@ def test_node_failure_marks_remaining_ranks_failed() -> None:
 def test_unknown_script_output_still_lights_the_grid() -> None:
     m = Monitor(["n0"], 1)
     events = m.feed("n0", b"[ddptui:0:0]:\xe2\x9c\x93 my own format 42%\n")
-    assert any(isinstance(e, RankChanged) and e.state == RankState.RUNNING and e.rank == 0
-               for e in events)
+    assert any(
+        isinstance(e, RankChanged) and e.state == RankState.RUNNING and e.rank == 0 for e in events
+    )
 
 
 def test_lines_for_a_local_rank_outside_the_grid_do_not_crash() -> None:

@@ -11,16 +11,30 @@ NODES = [NodeTarget("node1", "10.0.0.1"), NodeTarget("node2", "10.0.0.2")]
 
 
 def test_every_node_runs_the_manual_torchrun_line() -> None:
-    spec = make_spec(backend="ssh", nodes=2, nproc_per_node=4, script="ddp.py",
-                     script_args=("5000000", "10"), hosts=("node1", "node2"))
+    spec = make_spec(
+        backend="ssh",
+        nodes=2,
+        nproc_per_node=4,
+        script="ddp.py",
+        script_args=("5000000", "10"),
+        hosts=("node1", "node2"),
+    )
     plan = build_plan(spec, NODES, "run42", 29400)
     assert plan.rdzv_endpoint == "10.0.0.1:29400"
     assert plan.world_size == 8
     for node, command in zip(NODES, plan.commands, strict=True):
         assert list(command.argv) == [
-            "torchrun", "--nnodes=2", "--nproc_per_node=4", "--rdzv_id=run42",
-            "--rdzv_backend=c10d", "--rdzv_endpoint=10.0.0.1:29400",
-            f"--local-addr={node.address}", "--tee=3", "ddp.py", "5000000", "10",
+            "torchrun",
+            "--nnodes=2",
+            "--nproc_per_node=4",
+            "--rdzv_id=run42",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=10.0.0.1:29400",
+            f"--local-addr={node.address}",
+            "--tee=3",
+            "ddp.py",
+            "5000000",
+            "10",
         ]
         assert command.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == LINE_PREFIX_TEMPLATE
         assert command.env["PYTHONUNBUFFERED"] == "1"
@@ -37,8 +51,9 @@ def test_user_env_overrides_and_ifname_is_set() -> None:
 
 def test_shell_line_quotes_everything_literally() -> None:
     nasty = "a b'c\";rm -rf /"
-    spec = make_spec(script="my script.py", script_args=(nasty,), workdir="/data/my dir",
-                     env={"X": "$(whoami)"})
+    spec = make_spec(
+        script="my script.py", script_args=(nasty,), workdir="/data/my dir", env={"X": "$(whoami)"}
+    )
     line = build_plan(spec, NODES, "r", 1).commands[0].shell_line()
     parts = shlex.split(line)
     assert parts[:3] == ["cd", "/data/my dir", "&&"]
@@ -47,16 +62,19 @@ def test_shell_line_quotes_everything_literally() -> None:
 
 
 def test_activation_step_and_container_wrapper() -> None:
-    spec = make_spec(script="t.py", activate="conda activate pt",
-                     container={"image": "pytorch:latest", "engine": "podman",
-                                "mounts": ("/data:/data",)}, workdir="/w")
+    spec = make_spec(
+        script="t.py",
+        activate="conda activate pt",
+        container={"image": "pytorch:latest", "engine": "podman", "mounts": ("/data:/data",)},
+        workdir="/w",
+    )
     command = build_plan(spec, NODES, "r", 1).commands[0]
     assert command.prelude == "conda activate pt"
     argv = list(command.argv)
     assert argv[:5] == ["podman", "run", "--rm", "--network=host", "--ipc=host"]
-    assert ["-v", "/data:/data"] == argv[5:7]
+    assert argv[5:7] == ["-v", "/data:/data"]
     assert "pytorch:latest" in argv and argv[argv.index("pytorch:latest") + 1] == "torchrun"
-    assert ["-e", "DDPTUI_TAG"] == argv[argv.index("DDPTUI_TAG") - 1: argv.index("DDPTUI_TAG") + 1]
+    assert argv[argv.index("DDPTUI_TAG") - 1 : argv.index("DDPTUI_TAG") + 1] == ["-e", "DDPTUI_TAG"]
     assert "conda activate pt &&" in command.shell_line()
 
 

@@ -47,7 +47,11 @@ def test_hostfile_with_comments_and_slots(tmp_path: Path) -> None:
     f.write_text("# cluster\nworker-1 slots=8\n\nworker-2 slots=8  # second\nn[3-4]\n")
     entries = read_hostfile(f)
     assert [(e.name, e.slots) for e in entries] == [
-        ("worker-1", 8), ("worker-2", 8), ("n3", None), ("n4", None)]
+        ("worker-1", 8),
+        ("worker-2", 8),
+        ("n3", None),
+        ("n4", None),
+    ]
     f.write_text("worker-1 gpus=8\n")
     with pytest.raises(SpecError, match=r"hosts:1: unexpected 'gpus=8'"):
         read_hostfile(f)

@@ -61,12 +61,15 @@ class LocalBackend(ShimBackend):
         return self.spec.rdzv_port or free_port()
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        spec = self.spec.model_copy(update={
-            "launcher": local_launcher(self.spec.launcher),
-            "workdir": str(Path(self.spec.workdir or Path.cwd()).resolve()),
-        })
-        return build_plan(spec, nodes, self.run.run_id, port,
-                          socket_ifnames={n.name: "lo" for n in nodes})
+        spec = self.spec.model_copy(
+            update={
+                "launcher": local_launcher(self.spec.launcher),
+                "workdir": str(Path(self.spec.workdir or Path.cwd()).resolve()),
+            }
+        )
+        return build_plan(
+            spec, nodes, self.run.run_id, port, socket_ifnames={n.name: "lo" for n in nodes}
+        )
 
     def python(self) -> str:
         return sys.executable

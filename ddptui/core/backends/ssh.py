@@ -45,8 +45,9 @@ class SshBackend(ShimBackend):
         return self._transports[node]
 
     def node_log_path(self, command: NodeCommand) -> str:
-        return posixpath.join(REMOTE_RUNS, self.run.run_id, node_log_name(command.index,
-                                                                            command.node))
+        return posixpath.join(
+            REMOTE_RUNS, self.run.run_id, node_log_name(command.index, command.node)
+        )
 
     async def allocate(self) -> list[NodeTarget]:
         hosts = list(self._transports)
@@ -68,16 +69,22 @@ class SshBackend(ShimBackend):
                 except TransportError as exc:
                     self.emit(NodeChanged(host, NodeState.FAILED, None, str(exc)))
                     return str(exc)
-                self.emit(NodeChanged(host, NodeState.AUTHENTICATED, None,
-                                      f"{self._probes[host].get('hostname')} "
-                                      f"at {self._addresses[host]}"))
+                self.emit(
+                    NodeChanged(
+                        host,
+                        NodeState.AUTHENTICATED,
+                        None,
+                        f"{self._probes[host].get('hostname')} at {self._addresses[host]}",
+                    )
+                )
                 return None
 
         errors = [e for e in await asyncio.gather(*(one(h) for h in hosts)) if e]
         if errors:
             await self.release()
-            raise BackendError(f"{len(errors)} of {len(hosts)} host(s) unusable: "
-                               + "; ".join(errors))
+            raise BackendError(
+                f"{len(errors)} of {len(hosts)} host(s) unusable: " + "; ".join(errors)
+            )
 
     async def _connect(self, host: str) -> None:
         transport = self._transports[host]
@@ -97,8 +104,10 @@ class SshBackend(ShimBackend):
         )
         report = json.loads(result.stdout.strip().splitlines()[-1])
         if not report["free"]:
-            raise BackendError(f"rendezvous port {port} on {head.name} is not available "
-                               f"({report['error']}): choose another with --rdzv-port")
+            raise BackendError(
+                f"rendezvous port {port} on {head.name} is not available "
+                f"({report['error']}): choose another with --rdzv-port"
+            )
         return port
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
