@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -62,7 +63,9 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     env[TAG_VAR] = job["tag"]
     argv = list(job["argv"])
     if job.get("prelude"):
-        argv = ["sh", "-c", job["prelude"] + ' && exec "$@"', "ddptui-node", *argv]
+        # bash where there is one: `source` and `conda activate` are what operators type.
+        shell = shutil.which("bash") or "sh"
+        argv = [shell, "-c", job["prelude"] + ' && exec "$@"', "ddptui-node", *argv]
     cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else None
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null_fd = os.open(os.devnull, os.O_RDONLY)
