@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dist  # noqa: E402
@@ -105,10 +106,18 @@ class Trainer:
         _dist.say(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}")
 
     def train(self, max_epochs: int) -> None:
+        start, samples = time.perf_counter(), 0
         for epoch in range(self.epochs_run, max_epochs):
             self._run_epoch(epoch)
+            samples += len(self.loader.sampler)  # type: ignore[arg-type]
             if self.rank == 0 and epoch % self.save_every == 0:
                 self._save_snapshot(epoch)
+        if self.d.device.type == "cuda":
+            torch.cuda.synchronize(self.d.device)
+        secs = time.perf_counter() - start
+        if samples:
+            _dist.say(f"[RANK {self.rank}] Throughput: {samples / secs:.1f} samples/s "
+                      f"({samples} samples in {secs:.3f} s)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -124,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=str,
         help="Snapshot file to resume from and save to (default: snapshot.pt)",
     )
+    p.add_argument("--dataset_size", default=DATASET_SIZE, type=int,
+                   help=f"synthetic samples (default: {DATASET_SIZE})")
     args = p.parse_args(argv)
     if args.save_every < 1:
         p.error("save_every must be >= 1")
@@ -135,7 +146,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main() -> int:
     args = parse_args()
     d = _dist.setup()
-    dataset = make_dataset()
+    dataset = make_dataset(args.dataset_size)
     loader = DataLoader(
         dataset,
         batch_size=args.batch_size,

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _dist  # noqa: E402
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+BATCH = 20
 
 
 class ToyModel(nn.Module):
@@ -55,14 +58,21 @@ def main() -> int:
     loss_fn = nn.MSELoss()
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.001)
     gen = torch.Generator().manual_seed(rank)  # different data per rank, reproducible
+    start = time.perf_counter()
     for step in range(1, args.steps + 1):
         optimizer.zero_grad()
-        outputs = ddp_model(torch.randn(20, 10, generator=gen).to(d.device))
-        labels = torch.randn(20, 5, generator=gen).to(d.device)
+        outputs = ddp_model(torch.randn(BATCH, 10, generator=gen).to(d.device))
+        labels = torch.randn(BATCH, 5, generator=gen).to(d.device)
         loss = loss_fn(outputs, labels)
         loss.backward()
         optimizer.step()
         _dist.say(f"rank {rank} step={step} loss={loss.item():.6f}")
+    if d.device.type == "cuda":
+        torch.cuda.synchronize(d.device)
+    secs = time.perf_counter() - start
+    if args.steps:
+        _dist.say(f"rank {rank} throughput: {args.steps * BATCH / secs:.1f} samples/s "
+                  f"({args.steps} steps in {secs:.3f} s)")
     _dist.say(f"rank {rank} finished")
     return 0
 
