@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 SIZES = [MiB << k for k in range(0, 11)]  # 1 MiB .. 1 GiB
-ITERS, WARMUP, REPEATS = 20, 5, 3
+ITERS, WARMUP = 20, 5
+REPEATS = int(os.environ.get("GPU_BENCH_REPEATS", "3"))
 
 
 def ddptui(nproc: int, script: str, *args: str) -> str:
@@ -76,7 +77,8 @@ def main() -> int:
              f" driver {smi}, Python {platform.python_version()}, {os.cpu_count()} CPUs",
              f"- all-reduce: float32, {ITERS} timed ops after {WARMUP} warm-up, slowest rank's "
              f"mean; median of {REPEATS} runs, ddptui and raw interleaved", ""]
-    for nproc in range(2, gpus + 1):
+    counts = [n for n in (1, 2, 4, 8) if n <= gpus]
+    for nproc in counts[1:]:
         ours, raw = [], []
         for _ in range(REPEATS):
             ours.append(ddptui_allreduce(nproc))
@@ -93,7 +95,7 @@ def main() -> int:
               "| GPUs | cpu_ddp.py | scaling eff. | elastic_ddp.py | scaling eff. |",
               "|---:|---:|---:|---:|---:|"]
     base: tuple[float, float] | None = None
-    for nproc in range(1, gpus + 1):
+    for nproc in counts:
         cpu = statistics.median(
             throughput(nproc, "cpu_ddp.py", ["20", "100", "--checkpoint_path",
                                              f"/tmp/ddptui-bench-{nproc}-{i}.pt",

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.core.hosts import expand_hosts, read_hostfile
-from ddptui.core.spec import BACKENDS, JobSpec, SpecError, make_spec, parse_env_pairs
+from ddptui.core.profiles import ProfileError, ProfileSet, ResolvedProfile, compose, load_profiles
+from ddptui.core.spec import (
+    BACKENDS,
+    JobSpec,
+    SpecError,
+    check_local_script,
+    make_spec,
+    parse_env_pairs,
+)
 
 
 def bundled_trainer(name: str = "envcheck.py") -> str:
@@ -21,6 +29,12 @@ def bundled_trainer(name: str = "envcheck.py") -> str:
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job = parser.add_argument_group("job")
+    job.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="start from this profile (ddptui.toml, the user's profiles.toml, or a preset); "
+        "flags given here override it",
+    )
     job.add_argument("--backend", help=f"where the nodes come from: {', '.join(BACKENDS)}")
     job.add_argument("--nodes", type=int, help="number of nodes (default 2 local, or #hosts)")
     job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
@@ -70,35 +84,28 @@ def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], ())}
 
 
-def spec_from_args(args: argparse.Namespace, script: str | None, script_args: list[str]) -> JobSpec:
-    """CLI flags over the built-in defaults (profiles sit between the two)."""
-    backend = args.backend or ("ssh" if args.hosts or args.hostfile else "local")
-    if backend not in BACKENDS:
-        raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    hosts: list[str] = []
-    slots: int | None = None
+def _cli_hosts(args: argparse.Namespace) -> tuple[list[str], int | None]:
     if args.hosts:
-        hosts = expand_hosts(args.hosts)
-    elif args.hostfile:
+        return expand_hosts(args.hosts), None
+    if args.hostfile:
         entries = read_hostfile(args.hostfile)
-        hosts = [e.name for e in entries]
-        slots = entries[0].slots
-    if backend == "ssh" and not hosts:
-        raise SpecError("the ssh backend needs --hosts or --hostfile")
-    nodes = args.nodes if args.nodes is not None else (len(hosts) or 2)
-    if backend == "ssh" and nodes > len(hosts):
-        raise SpecError(f"--nodes {nodes} but only {len(hosts)} host(s) given")
+        return [e.name for e in entries], entries[0].slots
+    return [], None
+
+
+def cli_fields(
+    args: argparse.Namespace, script: str | None, script_args: list[str]
+) -> dict[str, Any]:
+    """Only what the operator typed on the command line: these override the profile."""
+    hosts, slots = _cli_hosts(args)
     fields: dict[str, Any] = _drop_none(
         {
-            "backend": backend,
-            "profile": "cli" if script else "local",
-            "nodes": nodes,
+            "backend": args.backend,
+            "nodes": args.nodes,
             "nproc_per_node": args.nproc_per_node or slots,
-            "script": script or bundled_trainer(),
-            "script_args": tuple(script_args),
             "env": parse_env_pairs(args.env),
             "workdir": args.workdir,
-            "hosts": tuple(hosts[:nodes]),
+            "hosts": tuple(hosts),
             "rdzv_port": args.rdzv_port,
             "launcher": args.launcher,
             "python": args.python,
@@ -108,6 +115,9 @@ def spec_from_args(args: argparse.Namespace, script: str | None, script_args: li
             "hang_timeout": args.hang_timeout,
         }
     )
+    if script:
+        fields["script"] = script
+        fields["script_args"] = tuple(script_args)
     if args.container_image:
         fields["container"] = _drop_none(
             {
@@ -116,17 +126,15 @@ def spec_from_args(args: argparse.Namespace, script: str | None, script_args: li
                 "mounts": tuple(args.container_mount),
             }
         )
-    fields["ssh"] = _drop_none(
-        {
+    nested = {
+        "ssh": {
             "engine": args.ssh_engine,
             "config_file": args.ssh_config,
             "known_hosts": args.known_hosts,
             "accept_new_host_keys": args.accept_new_host_keys,
             "fanout": args.ssh_fanout,
-        }
-    )
-    fields["slurm"] = _drop_none(
-        {
+        },
+        "slurm": {
             "mode": args.slurm_mode,
             "launch": args.launch,
             "partition": args.partition,
@@ -135,6 +143,50 @@ def spec_from_args(args: argparse.Namespace, script: str | None, script_args: li
             "exclusive": args.exclusive,
             "account": args.account,
             "extra_args": tuple(args.slurm_arg),
-        }
-    )
-    return make_spec(**fields)
+        },
+    }
+    fields.update({k: _drop_none(v) for k, v in nested.items() if _drop_none(v)})
+    return fields
+
+
+def spec_from_args(
+    args: argparse.Namespace,
+    script: str | None,
+    script_args: list[str],
+    profiles: ProfileSet | None = None,
+) -> JobSpec:
+    """CLI flags over the profile (`--profile`) over the built-in defaults."""
+    cli = cli_fields(args, script, script_args)
+    resolved: ResolvedProfile | None = None
+    base: dict[str, Any] = {}
+    if getattr(args, "profile", None):
+        resolved = (profiles or load_profiles()).resolve(args.profile)
+        base = dict(resolved.fields)
+        if "script" in cli:
+            base.pop("script_args", None)  # a script on the command line brings its own args
+        else:
+            resolved.require_script()
+    fields = compose(base, cli)
+    hosts = list(fields.get("hosts", ()))
+    backend = fields.get("backend") or ("ssh" if hosts else "local")
+    if "backend" not in cli and "hosts" in cli:
+        backend = "ssh"  # --hosts/--hostfile on the command line mean SSH
+    if backend not in BACKENDS:
+        raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if backend == "ssh" and not hosts:
+        raise SpecError("the ssh backend needs --hosts or --hostfile (or hosts in the profile)")
+    nodes = cli.get("nodes", len(cli["hosts"]) if "hosts" in cli else fields.get("nodes"))
+    if nodes is None:
+        nodes = len(hosts) or 2
+    if backend == "ssh" and nodes > len(hosts):
+        raise SpecError(f"--nodes {nodes} but only {len(hosts)} host(s) given")
+    fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:nodes]))
+    fields.setdefault("profile", "cli" if script else "local")
+    fields.setdefault("script", bundled_trainer())
+    spec = make_spec(**fields)
+    if resolved is not None and "script" not in cli and spec.backend == "local":
+        try:
+            check_local_script(spec)
+        except SpecError as exc:
+            raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
+    return spec

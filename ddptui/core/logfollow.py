@@ -59,8 +59,9 @@ class _Reader:
             self._file.close()
 
 
-async def follow_log(path: Path, offset: int, on_chunk: ChunkSink,
-                     ended: Ended | None = None) -> int:
+async def follow_log(
+    path: Path, offset: int, on_chunk: ChunkSink, ended: Ended | None = None
+) -> int:
     """Hand the log from byte `offset` to `on_chunk` as it grows; return the exit code.
 
     `ended()` returns None while the writer may still finish, else the code to report if

@@ -14,6 +14,7 @@ from ddptui.core.srunlog import task_exit
 
 _TRACE_START = re.compile(r"Traceback \(most recent call last\):")
 _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
 MAX_TRACEBACK = 60
 
 
@@ -54,6 +55,8 @@ class RankCell:
                 self.traceback.append(body[start.start() :].strip())
             return
         if self._collecting:
+            if body[:1] not in (" ", "\t") and not _EXCEPTION_LINE.match(body):
+                return  # a stdout line read between the traceback's stderr lines
             self.traceback.append(body.rstrip())
             if body[:1] not in (" ", "\t") or len(self.traceback) >= MAX_TRACEBACK:
                 self._collecting = False

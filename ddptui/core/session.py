@@ -21,6 +21,7 @@ from ddptui.core.events import (
     RunSummary,
     TeardownReport,
 )
+from ddptui.core.history import RunRecorder
 from ddptui.core.monitor import Monitor
 from ddptui.core.plan import LaunchPlan, NodeCommand
 from ddptui.core.spec import JobSpec, SpecError
@@ -48,6 +49,7 @@ class Session:
         self._emit_to = emit
         self.attaching = run is not None
         self.run = run or RunDir.create(new_run_id())
+        self.history = RunRecorder(self.run, spec)
         self.backend = backend or make_backend(spec, self.run, self.emit)
         self.plan: LaunchPlan | None = None
         self.monitor: Monitor | None = None
@@ -66,6 +68,7 @@ class Session:
     def emit(self, event: Event) -> None:
         if not isinstance(event, NodeLine):
             self.run.record(event)
+            self.history.observe(event)
         self._emit_to(event)
 
     def request_teardown(self) -> None:
@@ -81,6 +84,9 @@ class Session:
 
     async def run_job(self) -> RunSummary:
         detail = ""
+        self.history.begin()
+        if self.history.problem:
+            self.emit(Notice("warning", self.history.problem))
         try:
             if self.attaching:
                 await self._reattach()

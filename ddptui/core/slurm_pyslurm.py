@@ -70,8 +70,10 @@ class PyslurmQuery:
             steps: Any = pyslurm.JobSteps.load(int(job_id))
         except pyslurm.RPCError:
             return []
-        return [StepInfo(f"{job_id}.{s.id}", s.name or "", s.allocated_nodes or "")
-                for s in steps.values()]
+        return [
+            StepInfo(f"{job_id}.{s.id}", s.name or "", s.allocated_nodes or "")
+            for s in steps.values()
+        ]
 
     async def hostnames(self, nodelist: str) -> list[str]:
         names: list[str] = hostlist.expand_hostlist(nodelist)

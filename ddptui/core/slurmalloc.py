@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import signal
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,9 +26,17 @@ from ddptui.core.slurmcli import (
     slurm,
 )
 
+PR_SET_PDEATHSIG = 1
 POLL_S = 1.0
 GONE_POLL_S = 0.25
 GONE_TIMEOUT_S = 120.0
+
+
+def _term_with_parent() -> None:
+    """In salloc, before exec: SIGTERM when the console dies, so a console killed while
+    its request pends withdraws the request instead of leaving a job nobody will use."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class SlurmAllocator:
@@ -38,19 +48,24 @@ class SlurmAllocator:
         self.job_name = job_name
         self.released: set[str] = set()
 
-    # -- salloc ---------------------------------------------------------------------------
+    # -- salloc -----------------------------------------------------------------------------------
 
     async def salloc(self, argv: Sequence[str]) -> JobInfo:
         """`salloc --no-shell ...`: returns once granted; salloc's own error if refused."""
         self.emit(AllocationChanged("requested", None, (), " ".join(argv)))
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_term_with_parent,
+        )
         assert proc.stderr is not None
         job_id: str | None = None
         granted = False
         errors: list[str] = []
-        info = ""
+        info = [""]  # salloc's latest word on why it waits, read by the pending watcher
         watcher: asyncio.Task[None] | None = None
         try:
             while raw := await proc.stderr.readline():
@@ -58,16 +73,16 @@ class SlurmAllocator:
                 if line.kind == "error":
                     errors.append(line.text)
                 elif line.kind == "info":
-                    info = line.text
-                elif line.kind == "pending" and job_id is None:
+                    info[0] = line.text
+                elif line.kind == "pending" and job_id is None and line.job_id:
                     job_id = line.job_id
-                    self.emit(AllocationChanged("pending", job_id, (), info or "queued"))
-                    watcher = asyncio.ensure_future(self._watch_pending(job_id, lambda: info))
+                    self.emit(AllocationChanged("pending", job_id, (), info[0] or "queued"))
+                    watcher = asyncio.ensure_future(self._watch_pending(job_id, info))
                 elif line.kind == "granted":
                     job_id, granted = line.job_id, True
             await proc.wait()
             if not granted or job_id is None or proc.returncode != 0:
-                reason = "; ".join(errors) or info or f"salloc exited {proc.returncode}"
+                reason = "; ".join(errors) or info[0] or f"salloc exited {proc.returncode}"
                 raise BackendError(f"Slurm refused the allocation: {reason}")
             return await self._granted(job_id)
         except asyncio.CancelledError:
@@ -81,7 +96,7 @@ class SlurmAllocator:
             if watcher is not None:
                 watcher.cancel()
 
-    async def _watch_pending(self, job_id: str, info: Callable[[], str]) -> None:
+    async def _watch_pending(self, job_id: str, info: list[str]) -> None:
         """Slurm's pending reason, live: a new AllocationChanged each time it changes."""
         shown = ""
         while True:
@@ -90,9 +105,12 @@ class SlurmAllocator:
                 job = await self.query.job(job_id)
                 if job is not None and job.pending and job.reason and job.reason != shown:
                     shown = job.reason
-                    extra = info()
-                    self.emit(AllocationChanged("pending", job_id, (),
-                                                f"{shown}: {extra}" if extra else shown))
+                    extra = info[0]
+                    self.emit(
+                        AllocationChanged(
+                            "pending", job_id, (), f"{shown}: {extra}" if extra else shown
+                        )
+                    )
 
     async def _abandon(self, proc: asyncio.subprocess.Process, job_id: str | None) -> None:
         """The operator gave up waiting: withdraw the request and show it is gone."""
@@ -109,9 +127,16 @@ class SlurmAllocator:
         if job_id:
             gone = await self.wait_gone(job_id)
             self.released.add(job_id)
-            self.emit(AllocationChanged("released", job_id, (),
-                                        "request cancelled; gone from squeue" if gone
-                                        else "request cancelled; still listed by squeue"))
+            self.emit(
+                AllocationChanged(
+                    "released",
+                    job_id,
+                    (),
+                    "request cancelled; gone from squeue"
+                    if gone
+                    else "request cancelled; still listed by squeue",
+                )
+            )
 
     async def _granted(self, job_id: str) -> JobInfo:
         job = await self.query.job(job_id)
@@ -119,7 +144,7 @@ class SlurmAllocator:
             raise BackendError(f"job {job_id} was granted but squeue shows no nodes for it")
         return job
 
-    # -- an allocation we are inside ----------------------------------------------------------
+    # -- an allocation we are inside --------------------------------------------------------------
 
     async def existing(self, job_id: str) -> JobInfo:
         job = await self.query.job(job_id)
@@ -128,7 +153,7 @@ class SlurmAllocator:
             raise BackendError(f"SLURM_JOB_ID={job_id} is not a running allocation ({state})")
         return job
 
-    # -- sbatch ---------------------------------------------------------------------------
+    # -- sbatch -----------------------------------------------------------------------------------
 
     async def submit(self, script: str) -> str:
         try:
@@ -158,16 +183,16 @@ class SlurmAllocator:
             await self.release(job_id, "request cancelled; ")
             raise
 
-    # -- giving it back -------------------------------------------------------------------------
+    # -- giving it back ---------------------------------------------------------------------------
 
     async def cancel(self, target: str) -> None:
         """scancel a job or a step (`J.S`); Slurm's complaint about one already gone is fine."""
         with contextlib.suppress(SlurmError):
             await slurm(["scancel", target], check=False)
 
-    async def wait_gone(self, job_id: str, timeout: float = GONE_TIMEOUT_S) -> bool:
+    async def wait_gone(self, job_id: str) -> bool:
         """Until squeue no longer lists the job as pending, running or completing."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + GONE_TIMEOUT_S
         while time.monotonic() < deadline:
             with contextlib.suppress(SlurmError):
                 job = await self.query.job(job_id)
@@ -189,9 +214,8 @@ class SlurmAllocator:
             self.emit(Notice("error", f"job {job_id} is still listed by squeue after scancel"))
         return gone
 
-    async def wait_steps_gone(self, job_id: str, names: Sequence[str],
-                              timeout: float = GONE_TIMEOUT_S) -> bool:
-        deadline = time.monotonic() + timeout
+    async def wait_steps_gone(self, job_id: str, names: Sequence[str]) -> bool:
+        deadline = time.monotonic() + GONE_TIMEOUT_S
         while time.monotonic() < deadline:
             with contextlib.suppress(SlurmError):
                 if not [s for s in await self.query.steps(job_id) if s.name in names]:

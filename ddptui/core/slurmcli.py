@@ -9,10 +9,13 @@ reports (pyslurm binds exactly one Slurm release and fails on any other).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import ipaddress
 import json
 import os
 import re
+import socket
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,10 +24,20 @@ from typing import Any, Protocol
 from ddptui.core.transport import CommandResult, LocalTransport, TransportError
 
 # Job states after which nothing of the job runs (COMPLETING is a flag: still cleaning up).
-FINAL_STATES = frozenset({
-    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-    "DEADLINE", "OUT_OF_MEMORY", "REVOKED",
-})
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+    }
+)
 _SALLOC = re.compile(r"^salloc: (?:(error): )?(.*)$")
 _PENDING = re.compile(r"Pending job allocation (\d+)")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -91,7 +104,7 @@ class SallocLine:
     text: str
 
 
-# -- parsers (pure) ---------------------------------------------------------------------------
+# -- parsers (pure) -------------------------------------------------------------------------------
 
 
 def job_states(value: Any) -> tuple[str, ...]:
@@ -195,6 +208,17 @@ def parse_version(text: str) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def ipv4_of(address: str) -> str:
+    """NodeAddr may be a name: resolve it on the console's host once, so no node has to
+    (blocking: call it in a thread)."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv4Address(address))
+    try:
+        return str(socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0])
+    except OSError:
+        return address
+
+
 def last_error(text: str) -> str:
     """The line of Slurm's stderr worth showing: its last error, else its last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -202,14 +226,19 @@ def last_error(text: str) -> str:
     return (errors or lines or [""])[-1]
 
 
-# -- running the CLI ----------------------------------------------------------------------------
+# -- running the CLI ------------------------------------------------------------------------------
 
 
-async def slurm(argv: Sequence[str], *, stdin: bytes | None = None,
-                timeout: float = CLI_TIMEOUT_S, check: bool = True) -> CommandResult:
+async def slurm(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None = None,
+    limit_s: float = CLI_TIMEOUT_S,
+    check: bool = True,
+) -> CommandResult:
     """Run a Slurm command on this machine (SLURM_CONF etc. come from our environment)."""
     try:
-        result = await LocalTransport().run(argv, stdin=stdin, timeout=timeout)
+        result = await LocalTransport().run(argv, stdin=stdin, timeout=limit_s)
     except TransportError as exc:
         raise SlurmError(str(exc)) from None
     if check and result.exit_code != 0:
@@ -245,8 +274,9 @@ class CliQuery:
         return parse_squeue_json(result.stdout).get(str(job_id))
 
     async def steps(self, job_id: str) -> list[StepInfo]:
-        result = await slurm(["squeue", "-s", "-h", "-j", str(job_id), "-o", "%i|%j|%N"],
-                             check=False)
+        result = await slurm(
+            ["squeue", "-s", "-h", "-j", str(job_id), "-o", "%i|%j|%N"], check=False
+        )
         return parse_steps(result.stdout) if result.exit_code == 0 else []
 
     async def hostnames(self, nodelist: str) -> list[str]:
@@ -260,8 +290,9 @@ class CliQuery:
 
 def scontrol_version() -> tuple[int, int] | None:
     try:
-        out = subprocess.run(["scontrol", "--version"], capture_output=True, text=True,
-                             timeout=CLI_TIMEOUT_S).stdout
+        out = subprocess.run(
+            ["scontrol", "--version"], capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_version(out)
@@ -272,8 +303,7 @@ def choose_query() -> SlurmQuery:
 
     `DDPTUI_SLURM_QUERY=cli` forces the CLI.
     """
-    if os.environ.get("DDPTUI_SLURM_QUERY") == "cli" or importlib.util.find_spec(
-            "pyslurm") is None:
+    if os.environ.get("DDPTUI_SLURM_QUERY") == "cli" or importlib.util.find_spec("pyslurm") is None:
         return CliQuery()
     from ddptui.core.slurm_pyslurm import PyslurmQuery, pyslurm_version
 

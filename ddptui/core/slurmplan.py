@@ -6,7 +6,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from ddptui.core.plan import NodeTarget, node_environment, torchrun_argv
+from ddptui.core.plan import (
+    LaunchPlan,
+    NodeCommand,
+    NodeTarget,
+    build_plan,
+    node_environment,
+    torchrun_argv,
+)
 from ddptui.core.spec import JobSpec, SpecError
 
 JOB_PREFIX = "ddptui"
@@ -37,8 +44,12 @@ def allocation_args(spec: JobSpec) -> list[str]:
         args.append(f"--ntasks-per-node={spec.nproc_per_node}")
     else:
         args += ["--ntasks-per-node=1", f"--cpus-per-task={spec.nproc_per_node}"]
-    for flag, value in (("partition", s.partition), ("time", s.time), ("gres", s.gres),
-                        ("account", s.account)):
+    for flag, value in (
+        ("partition", s.partition),
+        ("time", s.time),
+        ("gres", s.gres),
+        ("account", s.account),
+    ):
         if value:
             args.append(f"--{flag}={value}")
     if s.exclusive:
@@ -70,12 +81,28 @@ def on_node(argv: Sequence[str], prelude: str | None) -> list[str]:
     return ["bash", "-c", f'{prelude} && exec "$@"', "ddptui-node", *argv]
 
 
-def torchrun_step_argv(spec: JobSpec, job_id: str, run_id: str, index: int, node: str,
-                       cpus: int, cwd: str, inner: Sequence[str]) -> list[str]:
+def torchrun_step_argv(
+    spec: JobSpec,
+    job_id: str,
+    run_id: str,
+    index: int,
+    node: str,
+    cpus: int,
+    cwd: str,
+    inner: Sequence[str],
+) -> list[str]:
     """One step per node: one stream per node, and --local-addr can differ per node."""
-    argv = ["srun", f"--jobid={job_id}", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
-            f"--nodelist={node}", f"--job-name={step_name(run_id, index)}", "--export=ALL",
-            f"--chdir={cwd}"]
+    argv = [
+        "srun",
+        f"--jobid={job_id}",
+        "--nodes=1",
+        "--ntasks=1",
+        "--ntasks-per-node=1",
+        f"--nodelist={node}",
+        f"--job-name={step_name(run_id, index)}",
+        "--export=ALL",
+        f"--chdir={cwd}",
+    ]
     if cpus:
         argv.append(f"--cpus-per-task={cpus}")
     return [*argv, *container_flags(spec, cwd), *on_node(inner, spec.activate)]
@@ -88,36 +115,132 @@ def direct_argv(spec: JobSpec) -> list[str]:
     return [*shlex.split(spec.python), "-u", spec.script, *spec.script_args]
 
 
-def direct_step_argv(spec: JobSpec, job_id: str, run_id: str, nodes: Sequence[str],
-                     cwd: str) -> list[str]:
+def direct_step_argv(
+    spec: JobSpec, job_id: str, run_id: str, nodes: Sequence[str], cwd: str
+) -> list[str]:
     """One step for all nodes, `-l` labels every line with its task (= global rank)."""
     g = spec.nproc_per_node
-    argv = ["srun", f"--jobid={job_id}", f"--nodes={len(nodes)}", f"--ntasks={len(nodes) * g}",
-            f"--ntasks-per-node={g}", f"--nodelist={','.join(nodes)}", "--distribution=block",
-            "--kill-on-bad-exit=1", "--label", f"--job-name={step_name(run_id)}",
-            "--export=ALL", f"--chdir={cwd}"]
+    argv = [
+        "srun",
+        f"--jobid={job_id}",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes) * g}",
+        f"--ntasks-per-node={g}",
+        f"--nodelist={','.join(nodes)}",
+        "--distribution=block",
+        "--kill-on-bad-exit=1",
+        "--label",
+        f"--job-name={step_name(run_id)}",
+        "--export=ALL",
+        f"--chdir={cwd}",
+    ]
     return [*argv, *container_flags(spec, cwd), *on_node(direct_argv(spec), spec.activate)]
 
 
-def direct_environment(spec: JobSpec, master: NodeTarget, port: int,
-                       socket_ifname: str | None) -> dict[str, str]:
+def direct_environment(
+    spec: JobSpec, master: NodeTarget, port: int, socket_ifname: str | None
+) -> dict[str, str]:
+    """What srun direct's tasks need: where rank 0 listens (an address, never a name)."""
     env = {"MASTER_ADDR": master.address, "MASTER_PORT": str(port)}
-    env.update(node_environment(spec, socket_ifname))
+    env.update(_direct_env(spec, socket_ifname))
     return env
 
 
-def helper_argv(job_id: str | None, node: str, name: str, python: str, verb: str,
-                *args: str, extra: Sequence[str] = ()) -> list[str]:
+def _direct_env(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]:
+    """node_environment without what only torchrun's agent reads."""
+    env = node_environment(spec, socket_ifname)
+    for name in ("LOGLEVEL", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"):
+        if name not in spec.env:
+            env.pop(name, None)
+    return env
+
+
+def helper_argv(
+    job_id: str | None,
+    node: str,
+    name: str,
+    python: str,
+    verb: str,
+    *args: str,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The node shim on one node: inside the allocation (--overlap, so it never waits for
     the job's own steps), or as a tiny job of its own when there is no allocation left."""
-    argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", f"--job-name={name}",
-            "--export=ALL"]
+    argv = [
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        f"--job-name={name}",
+        "--export=ALL",
+    ]
     if job_id:
         argv[1:1] = [f"--jobid={job_id}", "--overlap"]
     return [*argv, *extra, *shlex.split(python), "-", verb, *args]
 
 
-# -- sbatch -----------------------------------------------------------------------------------
+def torchrun_plan(
+    spec: JobSpec,
+    run_id: str,
+    nodes: Sequence[NodeTarget],
+    port: int,
+    job_id: str | None,
+    cwd: str,
+    cpus: int,
+    ifnames: Mapping[str, str],
+) -> LaunchPlan:
+    """Every node's torchrun line; with a job id, wrapped in that node's own srun step
+    (the activation step and the working directory then belong to the node side)."""
+    if job_id is None:
+        return build_plan(spec, nodes, run_id, port)
+    base = build_plan(
+        spec.model_copy(update={"workdir": cwd, "activate": None}),
+        nodes,
+        run_id,
+        port,
+        socket_ifnames=ifnames,
+    )
+    commands = tuple(
+        NodeCommand(
+            c.node,
+            c.address,
+            c.index,
+            tuple(torchrun_step_argv(spec, job_id, run_id, c.index, c.node, cpus, cwd, c.argv)),
+            c.env,
+            None,
+            None,
+            c.tag,
+        )
+        for c in base.commands
+    )
+    return LaunchPlan(run_id, base.rdzv_endpoint, base.nproc_per_node, commands)
+
+
+def direct_plan(
+    spec: JobSpec,
+    run_id: str,
+    nodes: Sequence[NodeTarget],
+    port: int,
+    job_id: str | None,
+    cwd: str,
+    socket_ifname: str | None,
+) -> LaunchPlan:
+    """srun direct: one step for all nodes, so every node shows the same command."""
+    env = direct_environment(spec, nodes[0], port, socket_ifname)
+    argv: list[str]
+    if job_id is None:
+        argv, workdir, prelude = direct_argv(spec), spec.workdir, spec.activate
+    else:
+        argv = direct_step_argv(spec, job_id, run_id, [n.name for n in nodes], cwd)
+        workdir, prelude = None, None
+    commands = tuple(
+        NodeCommand(n.name, n.address, i, tuple(argv), env, workdir, prelude, direct_tag(run_id))
+        for i, n in enumerate(nodes)
+    )
+    return LaunchPlan(run_id, f"{nodes[0].address}:{port}", spec.nproc_per_node, commands)
+
+
+# -- sbatch ---------------------------------------------------------------------------------------
 
 
 def _sh_env(env: Mapping[str, str], indent: str) -> list[str]:
@@ -160,7 +283,7 @@ def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
         f'echo "ddptui: rendezvous on $head_node at $head_addr:{port}"',
         "",
         "# the interface holding an address, for GLOO/NCCL_SOCKET_IFNAME",
-        "ifname_of() { ip -o -4 addr show 2>/dev/null | awk -v a=\"$1\" "
+        'ifname_of() { ip -o -4 addr show 2>/dev/null | awk -v a="$1" '
         "'{split($4, p, \"/\")} p[1] == a {print $2; exit}'; }",
         "",
     ]
@@ -174,26 +297,31 @@ def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
 def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
     if spec.socket_ifname:
         return []
-    return [f'{indent}ifname=$(ifname_of "${addr_var}")',
-            f'{indent}if [ -n "$ifname" ]; then '
-            'export GLOO_SOCKET_IFNAME=$ifname NCCL_SOCKET_IFNAME=$ifname; fi']
+    return [
+        f'{indent}ifname=$(ifname_of "${addr_var}")',
+        f'{indent}if [ -n "$ifname" ]; then '
+        "export GLOO_SOCKET_IFNAME=$ifname NCCL_SOCKET_IFNAME=$ifname; fi",
+    ]
 
 
 def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
     inner = torchrun_argv(spec, spec.nodes, run_id, f"{_HEAD}:{port}", _SELF)
-    srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-            *container_flags(spec, spec.workdir)]
+    srun = [
+        "srun",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        *container_flags(spec, spec.workdir),
+    ]
     command = _render(on_node(inner, spec.activate))
     return [
         "run_node() {",
         "    local addr log",
         '    addr=$(echo "$node_addrs" | cut -d" " -f$((SLURM_NODEID + 1)))',
-        "    log=$(printf '%s/nodes/%03d-%s.log' \"$run_dir\" \"$SLURM_NODEID\" "
-        '"$SLURMD_NODENAME")',
+        '    log=$(printf \'%s/nodes/%03d-%s.log\' "$run_dir" "$SLURM_NODEID" "$SLURMD_NODENAME")',
         *_ifname_lines(spec, "addr", "    "),
         *_sh_env(node_environment(spec, None), "    "),
         f'    export DDPTUI_TAG="{run_id}.$SLURM_NODEID"',
-        f"    {command} >\"$log\" 2>&1",
+        f'    {command} >"$log" 2>&1',
         '    echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
         "}",
         "export -f run_node ifname_of",
@@ -204,12 +332,18 @@ def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]
 
 
 def _direct_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
-    srun = ["srun", f"--ntasks-per-node={spec.nproc_per_node}", "--distribution=block",
-            "--kill-on-bad-exit=1", "--label", *container_flags(spec, spec.workdir)]
+    srun = [
+        "srun",
+        f"--ntasks-per-node={spec.nproc_per_node}",
+        "--distribution=block",
+        "--kill-on-bad-exit=1",
+        "--label",
+        *container_flags(spec, spec.workdir),
+    ]
     command = shlex.join([*srun, *on_node(direct_argv(spec), spec.activate)])
     return [
         *_ifname_lines(spec, "head_addr", ""),
-        *_sh_env(node_environment(spec, None), ""),
+        *_sh_env(_direct_env(spec, None), ""),
         f"export MASTER_ADDR=$head_addr MASTER_PORT={port} DDPTUI_TAG={direct_tag(run_id)}",
         f"log=$run_dir/{STEP_LOG}",
         f"cd {shlex.quote(cwd)}",

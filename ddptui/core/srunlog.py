@@ -16,9 +16,18 @@ from collections.abc import Sequence
 
 LABEL = re.compile(rb"^\s*(\d+): ?")
 SRUN_TASKS_LINE = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
+# srun refusing to run a step at all: an option it lacks (no pyxis), too few CPUs, ...
+_COMPLAINT = re.compile(r"^srun: (?:fatal: |unrecognized option|error: (?!\S+: tasks? ))")
 _EXITED = re.compile(r"Exited with exit code (\d+)")
-_SIGNALS = {"Terminated": -15, "Killed": -9, "Aborted": -6, "Segmentation fault": -11,
-            "Bus error": -7, "Interrupt": -2, "Hangup": -1}
+_SIGNALS = {
+    "Terminated": -15,
+    "Killed": -9,
+    "Aborted": -6,
+    "Segmentation fault": -11,
+    "Bus error": -7,
+    "Interrupt": -2,
+    "Hangup": -1,
+}
 
 
 def expand_tasks(text: str) -> list[int]:
@@ -48,6 +57,11 @@ def task_exit(text: str) -> tuple[int, bool] | None:
     return (code, code not in (-15, -9)) if code is not None else (1, True)
 
 
+def slurm_complaint(lines: Sequence[str]) -> str | None:
+    """The first line in which srun says why it did not run the step, if any."""
+    return next((line for line in lines if _COMPLAINT.match(line)), None)
+
+
 class SrunDemux:
     """Feed raw bytes of the step's output; get each node's bytes back by node index."""
 
@@ -64,14 +78,15 @@ class SrunDemux:
         label = LABEL.match(line)
         if label:
             index, prefix = self._place(int(label.group(1)))
-            return [(index, prefix + line[label.end():])]
+            return [(index, prefix + line[label.end() :])]
         about = SRUN_TASKS_LINE.match(line.decode("utf-8", "replace"))
         if about:
             node, what = about.group(1), about.group(3)
             routed = []
             for rank in expand_tasks(about.group(2)):
                 index, prefix = self._place(rank)
-                routed.append((index, prefix + f"srun: error: {node}: task {rank}: {what}".encode()))
+                text = f"srun: error: {node}: task {rank}: {what}"
+                routed.append((index, prefix + text.encode()))
             return routed
         return [(0, line)]
 

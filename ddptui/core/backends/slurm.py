@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -33,24 +31,22 @@ from typing import Any
 from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, ShimBackend
 from ddptui.core.events import AllocationChanged, Notice, TeardownReport
 from ddptui.core.logfollow import follow_log
-from ddptui.core.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
 from ddptui.core.slurmalloc import SlurmAllocator
-from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, last_error, slurm
+from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, ipv4_of, last_error, slurm
 from ddptui.core.slurmplan import (
     STEP_LOG,
     batch_script,
     direct_argv,
-    direct_environment,
-    direct_step_argv,
-    direct_tag,
+    direct_plan,
     helper_argv,
     job_name,
     salloc_argv,
     step_name,
-    torchrun_step_argv,
+    torchrun_plan,
 )
 from ddptui.core.spec import JobSpec, SpecError
-from ddptui.core.srunlog import SrunDemux
+from ddptui.core.srunlog import SrunDemux, slurm_complaint
 from ddptui.core.store import RunDir
 from ddptui.core.transport import ChunkSink, LocalTransport, Transport
 
@@ -65,19 +61,11 @@ def resolve_mode(spec: JobSpec, environ: dict[str, str] | None = None) -> str:
     if mode == "auto":
         return "existing" if env.get("SLURM_JOB_ID") else "salloc"
     if mode == "existing" and not env.get("SLURM_JOB_ID"):
-        raise SpecError("--slurm-mode existing needs an allocation: run inside salloc/sbatch "
-                        "(SLURM_JOB_ID is not set)")
+        raise SpecError(
+            "--slurm-mode existing needs an allocation: run inside salloc/sbatch "
+            "(SLURM_JOB_ID is not set)"
+        )
     return mode
-
-
-def _ipv4(address: str) -> str:
-    """NodeAddr may be a name: resolve it here once, so no node ever has to."""
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.IPv4Address(address))
-    try:
-        return str(socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0])
-    except OSError:
-        return address
 
 
 class SlurmBackend(ShimBackend):
@@ -86,7 +74,7 @@ class SlurmBackend(ShimBackend):
 
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
-        self.mode = spec.slurm.mode  # "auto" is resolved by allocate(), or restore() on attach
+        self.mode: str = spec.slurm.mode  # "auto": resolved by allocate(), or restore()
         self.direct = spec.slurm.launch == "srun"
         self.query = choose_query()
         self.alloc = SlurmAllocator(self.query, emit, job_name(run.run_id))
@@ -99,8 +87,9 @@ class SlurmBackend(ShimBackend):
         self._port_problem = ""
         self._once: dict[str, asyncio.Future[Any]] = {}
         self._told_batch_output = False
+        self._complaints: set[str] = set()
 
-    # -- plumbing -----------------------------------------------------------------------------
+    # -- plumbing ---------------------------------------------------------------------------------
 
     def transport(self, node: str) -> Transport:
         return self._transport
@@ -119,26 +108,29 @@ class SlurmBackend(ShimBackend):
             self._once[key] = asyncio.ensure_future(make())
         return await asyncio.shield(self._once[key])
 
-    async def _helper(self, node: str, verb: str, *args: str,
-                      inside: bool = True) -> dict[str, Any]:
+    async def _helper(
+        self, node: str, verb: str, *args: str, inside: bool = True
+    ) -> dict[str, Any]:
         """Run a node shim verb on `node` through srun; its JSON report, or SlurmError."""
         name = f"{job_name(self.run.run_id)}-{verb}"
         extra: list[str] = []
         if not inside:
             s = self.spec.slurm
             extra = [f"--immediate={CHECK_JOB_WAIT_S}", "--time=5"]
-            extra += [f"--{k}={v}" for k, v in (("partition", s.partition),
-                                                 ("account", s.account)) if v]
-        argv = helper_argv(self.job_id if inside else None, node, name, self.spec.python, verb,
-                           *args, extra=extra)
-        result = await slurm(argv, stdin=self._shim, timeout=HELPER_TIMEOUT_S, check=False)
+            extra += [
+                f"--{k}={v}" for k, v in (("partition", s.partition), ("account", s.account)) if v
+            ]
+        argv = helper_argv(
+            self.job_id if inside else None, node, name, self.spec.python, verb, *args, extra=extra
+        )
+        result = await slurm(argv, stdin=self._shim, limit_s=HELPER_TIMEOUT_S, check=False)
         lines = result.stdout.strip().splitlines()
         if result.exit_code != 0 or not lines or not lines[-1].startswith("{"):
             raise SlurmError(last_error(result.stderr) or f"srun exited {result.exit_code}")
         report: dict[str, Any] = json.loads(lines[-1])
         return report
 
-    # -- allocation ---------------------------------------------------------------------------
+    # -- allocation -------------------------------------------------------------------------------
 
     async def allocate(self) -> list[NodeTarget]:
         self.mode = resolve_mode(self.spec)
@@ -158,8 +150,9 @@ class SlurmBackend(ShimBackend):
         try:
             names = await self._node_names(job)
             addresses = await self.query.node_addresses(names)
-            self.nodes = [NodeTarget(n, await asyncio.to_thread(_ipv4, addresses.get(n, n)))
-                          for n in names]
+            self.nodes = [
+                NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
+            ]
             self.emit(AllocationChanged("granted", job.job_id, tuple(names), how))
             if self.mode != "sbatch":
                 await self._probe()
@@ -170,13 +163,19 @@ class SlurmBackend(ShimBackend):
     async def _node_names(self, job: JobInfo) -> list[str]:
         names = await self.query.hostnames(job.nodes)
         if len(names) < self.spec.nodes:
-            raise BackendError(f"job {job.job_id} has {len(names)} node(s) ({job.nodes}), "
-                               f"{self.spec.nodes} asked for")
+            raise BackendError(
+                f"job {job.job_id} has {len(names)} node(s) ({job.nodes}), "
+                f"{self.spec.nodes} asked for"
+            )
         return names[: self.spec.nodes]
 
     async def _submit(self) -> JobInfo:
-        script = batch_script(self.spec, self.run.run_id, str(self.run.path.resolve()),
-                              self.spec.rdzv_port or DEFAULT_RDZV_PORT)
+        script = batch_script(
+            self.spec,
+            self.run.run_id,
+            str(self.run.path.resolve()),
+            self.spec.rdzv_port or DEFAULT_RDZV_PORT,
+        )
         path = self.run.path / "job.sbatch"
         path.write_text(script)
         self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
@@ -193,8 +192,9 @@ class SlurmBackend(ShimBackend):
             try:
                 report = await self._helper(node.name, "probe")
             except SlurmError as exc:
-                raise BackendError(f"{node.name}: cannot run {self.spec.python} there "
-                                   f"through srun: {exc}") from None
+                raise BackendError(
+                    f"{node.name}: cannot run {self.spec.python} there through srun: {exc}"
+                ) from None
             ifname = report.get("ifaces", {}).get(node.address)
             if ifname:
                 self._ifnames[node.name] = ifname
@@ -210,47 +210,47 @@ class SlurmBackend(ShimBackend):
     async def rdzv_port(self, head: NodeTarget) -> int:
         port = self.spec.rdzv_port or DEFAULT_RDZV_PORT
         if self._port_problem:
-            raise BackendError(f"rendezvous port {port} on {head.name} is not available "
-                               f"({self._port_problem}): choose another with --rdzv-port")
+            raise BackendError(
+                f"rendezvous port {port} on {head.name} is not available "
+                f"({self._port_problem}): choose another with --rdzv-port"
+            )
         return port
 
-    # -- plan and start -----------------------------------------------------------------------
+    # -- plan and start ---------------------------------------------------------------------------
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        run_id = self.run.run_id
-        if self.direct:
-            return self._direct_plan(nodes, port)
-        if self.mode == "sbatch":  # what each node's share of the batch script runs
-            return build_plan(self.spec, nodes, run_id, port)
-        base = build_plan(self.spec.model_copy(update={"workdir": self.cwd, "activate": None}),
-                          nodes, run_id, port, socket_ifnames=self._ifnames)
-        assert self.job_id is not None
-        commands = tuple(
-            NodeCommand(c.node, c.address, c.index,
-                        tuple(torchrun_step_argv(self.spec, self.job_id, run_id, c.index, c.node,
-                                                 self.cpus_per_node, self.cwd, c.argv)),
-                        c.env, None, None, c.tag)
-            for c in base.commands)
-        return LaunchPlan(run_id, base.rdzv_endpoint, base.nproc_per_node, commands)
-
-    def _direct_plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        run_id = self.run.run_id
-        ifnames = {self._ifnames.get(n.name) for n in nodes} - {None}
-        if len(ifnames) > 1:
-            self.emit(Notice("warning", f"nodes use different interfaces {sorted(ifnames)}: "
-                                        "pass --socket-ifname"))
-        env = direct_environment(self.spec, nodes[0], port, self._ifnames.get(nodes[0].name))
-        if self.mode == "sbatch":
-            argv, cwd, prelude = direct_argv(self.spec), self.spec.workdir, self.spec.activate
-        else:
-            assert self.job_id is not None
-            argv = direct_step_argv(self.spec, self.job_id, run_id, [n.name for n in nodes],
-                                    self.cwd)
-            cwd, prelude = None, None
-        commands = tuple(NodeCommand(n.name, n.address, i, tuple(argv), env, cwd, prelude,
-                                     direct_tag(run_id)) for i, n in enumerate(nodes))
-        endpoint = f"{nodes[0].address}:{port}"
-        return LaunchPlan(run_id, endpoint, self.spec.nproc_per_node, commands)
+        """sbatch: what each node's share of the batch script runs; otherwise the srun
+        steps this console starts (job_id None means: inside the batch script)."""
+        job_id = None if self.mode == "sbatch" else self.job_id
+        if not self.direct:
+            return torchrun_plan(
+                self.spec,
+                self.run.run_id,
+                nodes,
+                port,
+                job_id,
+                self.cwd,
+                self.cpus_per_node,
+                self._ifnames,
+            )
+        ifnames = sorted({self._ifnames[n.name] for n in nodes if n.name in self._ifnames})
+        if len(ifnames) > 1 and not self.spec.socket_ifname:
+            self.emit(
+                Notice(
+                    "warning",
+                    f"nodes use different interfaces {ifnames}: the first "
+                    "node's is used; pass --socket-ifname",
+                )
+            )
+        return direct_plan(
+            self.spec,
+            self.run.run_id,
+            nodes,
+            port,
+            job_id,
+            self.cwd,
+            self._ifnames.get(nodes[0].name),
+        )
 
     async def start(self, command: NodeCommand) -> None:
         if self.mode == "sbatch":
@@ -260,13 +260,30 @@ class SlurmBackend(ShimBackend):
             return
         await super().start(command)
 
-    # -- following ------------------------------------------------------------------------------
+    # -- following --------------------------------------------------------------------------------
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         if self.direct:
-            return await self._follow_direct(command, offset, on_chunk)
-        return await follow_log(Path(self.node_log_path(command)), offset, on_chunk,
-                                self._ended)
+            code = await self._follow_direct(command, offset, on_chunk)
+        else:
+            code = await follow_log(
+                Path(self.node_log_path(command)), offset, on_chunk, self._ended
+            )
+        if code != 0:
+            self._slurm_complaint(Path(self.node_log_path(command)))
+        return code
+
+    def _slurm_complaint(self, log: Path) -> None:
+        """srun refusing a step (an option it lacks without pyxis, too few CPUs...) is the
+        reason the node failed: say it as an error, in Slurm's words, once."""
+        with contextlib.suppress(OSError):
+            with log.open("rb") as f:
+                f.seek(max(0, log.stat().st_size - 8192))
+                tail = f.read().decode(errors="replace").splitlines()
+            line = slurm_complaint(tail)
+            if line and line not in self._complaints:
+                self._complaints.add(line)
+                self.emit(Notice("error", f"Slurm: {line}"))
 
     async def _ended(self) -> int | None:
         """None while the job may still write a node's exit file; else the code to report."""
@@ -283,17 +300,19 @@ class SlurmBackend(ShimBackend):
 
     def _batch_output_notice(self) -> None:
         """A batch job that ended without a node's exit file: say what its script printed."""
-        if self.mode != "sbatch" or self._told_batch_output:
+        if self.mode != "sbatch" or self._told_batch_output or self.job_id in self.alloc.released:
             return
         self._told_batch_output = True
         out = self.run.path / f"slurm-{self.job_id}.out"
         if out.exists():
             tail = out.read_text(errors="replace").strip().splitlines()[-5:]
-            self.emit(Notice("error", f"job {self.job_id} ended; its output ends with:\n"
-                                      + "\n".join(tail)))
+            self.emit(
+                Notice(
+                    "error", f"job {self.job_id} ended; its output ends with:\n" + "\n".join(tail)
+                )
+            )
 
-    async def _follow_direct(self, command: NodeCommand, offset: int,
-                             on_chunk: ChunkSink) -> int:
+    async def _follow_direct(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int:
         """Read the step's labelled stream, keep this node's lines, and write them into this
         node's own log as well (the record, in the same format as torchrun's)."""
         demux = SrunDemux([n.name for n in self.nodes], self.spec.nproc_per_node)
@@ -310,14 +329,16 @@ class SlurmBackend(ShimBackend):
                     log.flush()
                     on_chunk(part)
 
-            code = await follow_log(self.run.path / STEP_LOG, 0,
-                                    lambda chunk: deliver(demux.feed(chunk).get(command.index,
-                                                                                b"")),
-                                    self._ended)
+            code = await follow_log(
+                self.run.path / STEP_LOG,
+                0,
+                lambda chunk: deliver(demux.feed(chunk).get(command.index, b"")),
+                self._ended,
+            )
             deliver(demux.flush().get(command.index, b""))
         return code
 
-    # -- teardown -----------------------------------------------------------------------------
+    # -- teardown ---------------------------------------------------------------------------------
 
     async def reap(self, command: NodeCommand) -> TeardownReport:
         """End the node's part of the job, then prove on the node that nothing is left."""
@@ -325,23 +346,39 @@ class SlurmBackend(ShimBackend):
             return TeardownReport(command.node, True, (), "no job was started")
         if self.mode == "sbatch":
             await self._one_time("end-job", lambda: self.alloc.release(self.job_id or ""))
-            ended = f"job {self.job_id} scancelled and gone from squeue"
+            ended = f"job {self.job_id} ended (scancel) and gone from squeue"
         else:
             names = [step_name(self.run.run_id, None if self.direct else command.index)]
             gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
             ended = "step ended" if gone else "step still listed by squeue"
         local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
+        inside = self.mode != "sbatch" and await self._job_alive()
         try:
-            report = await self._helper(command.node, "reap", command.tag, str(REAP_GRACE_S),
-                                        inside=self.mode != "sbatch")
+            report = await self._helper(
+                command.node, "reap", command.tag, str(REAP_GRACE_S), inside=inside
+            )
         except SlurmError as exc:
-            return TeardownReport(command.node, False, tuple(local),
-                                  f"{ended}; could not check {command.node}: {exc}")
+            return TeardownReport(
+                command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
+            )
         leftover = tuple(report["leftover"]) + tuple(local)
-        detail = f"{ended}; {report['found']} process(es) of the job found on the node"
+        detail = f"{ended}; no process of the job left on {command.node}"
+        if report["found"]:
+            detail = (
+                f"{ended}; {report['found']} process(es) of the job were still on "
+                f"{command.node}: stopped by ddptui"
+            )
         if report["killed"]:
-            detail += f", {len(report['killed'])} needed SIGKILL"
+            detail += f" ({len(report['killed'])} needed SIGKILL)"
         return TeardownReport(command.node, not leftover, leftover, detail)
+
+    async def _job_alive(self) -> bool:
+        """Whether the proof can run inside the allocation (a time limit may have ended it)."""
+        try:
+            job = await self.query.job(self.job_id or "")
+        except SlurmError:
+            return True
+        return job is not None and not job.ended
 
     async def _end_steps(self, names: Sequence[str]) -> bool:
         assert self.job_id is not None
@@ -355,8 +392,9 @@ class SlurmBackend(ShimBackend):
         """The srun client this console started for the node (tagged too), if it lingers."""
         if self.mode == "sbatch":
             return []
-        result = await self._transport.run(self._argv("reap", tag, str(REAP_GRACE_S)),
-                                           stdin=self._shim, timeout=30)
+        result = await self._transport.run(
+            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
+        )
         with contextlib.suppress(IndexError, ValueError):
             return list(json.loads(result.stdout.strip().splitlines()[-1])["leftover"])
         return []
@@ -369,24 +407,42 @@ class SlurmBackend(ShimBackend):
             return
         prefix = job_name(self.run.run_id)
         with contextlib.suppress(SlurmError):
-            ours = [s.name for s in await self.query.steps(self.job_id)
-                    if s.name.startswith(prefix)]
+            ours = [
+                s.name for s in await self.query.steps(self.job_id) if s.name.startswith(prefix)
+            ]
             if ours:
                 await self._end_steps(ours)
-        self.emit(AllocationChanged("kept", self.job_id, tuple(n.name for n in self.nodes),
-                                    "your allocation is left running; ddptui's steps are gone"))
+        self.emit(
+            AllocationChanged(
+                "kept",
+                self.job_id,
+                tuple(n.name for n in self.nodes),
+                "your allocation is left running; ddptui's steps are gone",
+            )
+        )
 
     async def detach(self) -> None:
         if self.job_id is not None:
-            self.emit(AllocationChanged("detached", self.job_id, tuple(n.name for n in self.nodes),
-                                        f"the job runs on: ddptui attach {self.run.run_id}"))
+            self.emit(
+                AllocationChanged(
+                    "detached",
+                    self.job_id,
+                    tuple(n.name for n in self.nodes),
+                    f"the job runs on: ddptui attach {self.run.run_id}",
+                )
+            )
 
-    # -- attach -------------------------------------------------------------------------------
+    # -- attach -----------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"backend": self.name, "mode": self.mode, "direct": self.direct,
-                "job_id": self.job_id, "cpus_per_node": self.cpus_per_node,
-                "nodes": [[n.name, n.address] for n in self.nodes]}
+        return {
+            "backend": self.name,
+            "mode": self.mode,
+            "direct": self.direct,
+            "job_id": self.job_id,
+            "cpus_per_node": self.cpus_per_node,
+            "nodes": [[n.name, n.address] for n in self.nodes],
+        }
 
     async def restore(self, state: dict[str, Any]) -> None:
         self.mode = state["mode"]
@@ -399,8 +455,14 @@ class SlurmBackend(ShimBackend):
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
         where = job.state if job is not None else "gone from squeue"
-        self.emit(AllocationChanged("attached", self.job_id, tuple(n.name for n in self.nodes),
-                                    f"job {self.job_id}: {where}"))
+        self.emit(
+            AllocationChanged(
+                "attached",
+                self.job_id,
+                tuple(n.name for n in self.nodes),
+                f"job {self.job_id}: {where}",
+            )
+        )
 
 
 def run_for_job(job_id: str, root: Path | None = None) -> RunDir | None:
