@@ -197,6 +197,9 @@ class JobScreen(Screen[None]):
         if event.worker is not self._worker or not event.worker.is_finished:
             return
         self._flush_logs()
+        if event.state == WorkerState.SUCCESS and self.summary is None:
+            # The worker can finish before the summary's message is handled: show it now.
+            self.on_summary_update(SummaryUpdate(event.worker.result))
         if event.state == WorkerState.ERROR:
             error = event.worker.error
             self.outcome.add_notice(Notice("error", f"the session stopped: {error!r}"))
@@ -255,6 +258,8 @@ class JobScreen(Screen[None]):
             self.notify(notice.message, severity=notice.level)  # type: ignore[arg-type]
 
     def on_summary_update(self, message: SummaryUpdate) -> None:
+        if self.summary is message.event:
+            return
         self.summary = message.event
         summary = message.event
         self.outcome.set_summary(summary, stopped_by=self._stop_request)
