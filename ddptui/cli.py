@@ -31,8 +31,18 @@ def _parser() -> argparse.ArgumentParser:
         help="headless: return once launched, leave the job running",
     )
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
-    run.add_argument("script")
+    run.add_argument("script", nargs="?", help="the training script (or the profile's)")
     run.add_argument("script_args", nargs=argparse.REMAINDER)
+    preflight = sub.add_parser(
+        "preflight", help="check every node of the job before launch (exit 1 if any check fails)"
+    )
+    add_job_flags(preflight)
+    preflight.add_argument("--headless", action="store_true", help="JSON lines on stdout")
+    preflight.add_argument("script", nargs="?", help="also check the script is on every node")
+    preflight.add_argument("script_args", nargs=argparse.REMAINDER)
+    history = sub.add_parser("history", help="list past runs, newest first")
+    history.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    history.add_argument("--json", action="store_true", help="one JSON object per run")
     attach = sub.add_parser("attach", help="follow a run left running (detached, or sbatch)")
     attach.add_argument("run_id")
     attach.add_argument("--headless", action="store_true")
@@ -52,7 +62,18 @@ def main(argv: list[str] | None = None) -> int:
 
                 return run_headless(spec, lines=args.lines, attach=run_dir)
             return _console(spec, None, attach=run_dir)
+        if args.command == "history":
+            from ddptui.reports import print_history
+
+            return print_history(args.limit or None, args.json)
+        if args.command == "preflight":
+            from ddptui.reports import run_preflight
+
+            spec = spec_from_args(args, args.script, args.script_args)
+            return run_preflight(spec, args.headless)
         if args.command == "run":
+            if not args.script and not args.profile:
+                raise SpecError("give the script to run, or --profile NAME")
             spec = spec_from_args(args, args.script, args.script_args)
             if spec.backend == "local":
                 check_local_script(spec)

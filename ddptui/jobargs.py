@@ -56,6 +56,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
     job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
     job.add_argument("--hang-timeout", type=float, help="seconds of silence before a rank is hung")
+    job.add_argument(
+        "--progress-pattern",
+        metavar="REGEX",
+        help="a rank's progress lines (first number = step), for straggler detection; "
+        "default matches 'Epoch N', 'step=N', 'Steps: N', 'iter N'",
+    )
     ssh = parser.add_argument_group("ssh")
     ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
     ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
@@ -113,6 +119,7 @@ def cli_fields(
             "socket_ifname": args.socket_ifname,
             "max_restarts": args.max_restarts,
             "hang_timeout": args.hang_timeout,
+            "progress_pattern": args.progress_pattern,
         }
     )
     if script:
@@ -190,3 +197,10 @@ def spec_from_args(
         except SpecError as exc:
             raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
     return spec
+
+
+def spec_for_profile(name: str, profiles: ProfileSet | None = None) -> JobSpec:
+    """The job a profile describes, exactly as `ddptui --profile NAME` would run it."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_job_flags(parser)
+    return spec_from_args(parser.parse_args(["--profile", name]), None, [], profiles)

@@ -39,6 +39,49 @@ class NodeState(enum.StrEnum):
     DETACHED = "detached"
 
 
+def plain(value: Any) -> Any:
+    """JSON-ready form of an event field: enums by value, nested records as dicts."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Something a rank's (or its agent's) output says went wrong, in one line.
+
+    `kind` is one of diagnosis.KINDS; `seq` is the node line it was seen on (NodeLine.seq),
+    so the console can jump to it.
+    """
+
+    kind: str
+    summary: str
+    line: str = ""
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One entry of torchrun's failure summary (ChildFailedError), as the agent printed it."""
+
+    node: str
+    rank: int | None
+    local_rank: int
+    exit_code: int
+    signal: str | None = None
+    host: str = ""
+    time: str = ""  # torchrun's own format: 2026-11-26_04:21:49
+    pid: int | None = None
+    error_file: str = ""
+    traceback: tuple[str, ...] = ()
+    error: str = ""
+    root_cause: bool = False  # torchrun's "first observed failure" of its node
+
+
 @dataclass(frozen=True)
 class Event:
     """Base of every event; `ts` is wall-clock seconds when the console saw it."""
@@ -50,8 +93,7 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"event": self.kind}
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            data[f.name] = value.value if isinstance(value, enum.Enum) else value
+            data[f.name] = plain(getattr(self, f.name))
         return data
 
     def to_json(self) -> str:
@@ -66,6 +108,7 @@ class NodeLine(Event):
     text: str
     rank: int | None = None
     local_rank: int | None = None
+    seq: int = 0  # the line's number in its node's output (1-based; 0: not numbered)
 
     kind = "line"
 
@@ -80,6 +123,9 @@ class RankChanged(Event):
     state: RankState
     exit_code: int | None = None
     detail: str = ""
+    diagnoses: tuple[Diagnosis, ...] = ()
+    restarts: int = 0
+    straggler: bool = False
 
     kind = "rank"
 
@@ -142,6 +188,15 @@ class Notice(Event):
 
 
 @dataclass(frozen=True)
+class FailureReport(Event):
+    """torchrun's failure summary named a failed worker (with host, time, error file...)."""
+
+    failure: FailureRecord
+
+    kind = "failure"
+
+
+@dataclass(frozen=True)
 class RankSummary:
     rank: int | None
     node: str
@@ -150,6 +205,8 @@ class RankSummary:
     exit_code: int | None
     error: str = ""
     traceback: tuple[str, ...] = ()
+    diagnoses: tuple[Diagnosis, ...] = ()
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,6 +221,7 @@ class RunSummary(Event):
     detail: str = ""
     detached: bool = False
     stopped_by: str = "finished"  # finished | failure | operator | detached | error
+    failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
 
     kind = "summary"
 
@@ -178,6 +236,8 @@ class RunSummary(Event):
                 "exit_code": r.exit_code,
                 "error": r.error,
                 "traceback": list(r.traceback),
+                "diagnoses": plain(r.diagnoses),
+                "restarts": r.restarts,
             }
             for r in self.ranks
         ]

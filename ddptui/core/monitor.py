@@ -5,62 +5,43 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from ddptui.core.agentlog import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
-from ddptui.core.events import Event, NodeLine, RankChanged, RankState, RankSummary
+from ddptui.core.agentlog import (
+    AgentFact,
+    AgentLogParser,
+    AgentTrouble,
+    Assigned,
+    GroupSucceeded,
+    WorkerFailed,
+)
+from ddptui.core.diagnosis import (
+    DEFAULT_PROGRESS_PATTERN,
+    EXITED,
+    HUNG,
+    RENDEZVOUS_KINDS,
+    describe_exit,
+    order_failures,
+    progress_value,
+    recognise,
+    signal_name,
+    stragglers,
+)
+from ddptui.core.events import (
+    Diagnosis,
+    Event,
+    FailureRecord,
+    FailureReport,
+    NodeLine,
+    RankChanged,
+    RankState,
+    RankSummary,
+)
 from ddptui.core.lines import LineFramer, RankAttributor
+from ddptui.core.rankcell import RankCell
 from ddptui.core.srunlog import task_exit
 
-_TRACE_START = re.compile(r"Traceback \(most recent call last\):")
-_TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
-MAX_TRACEBACK = 60
-
-
-@dataclass
-class RankCell:
-    """One (node, local rank) position of the grid."""
-
-    node: str
-    local_rank: int
-    rank: int | None = None
-    state: RankState = RankState.PENDING
-    exit_code: int | None = None
-    error: str = ""
-    traceback: list[str] = field(default_factory=list)
-    last_output: float = 0.0
-    lines: int = 0
-    restarts: int = 0
-    _collecting: bool = False
-
-    def summary(self) -> RankSummary:
-        return RankSummary(
-            self.rank,
-            self.node,
-            self.local_rank,
-            self.state,
-            self.exit_code,
-            self.error,
-            tuple(self.traceback),
-        )
-
-    def note_line(self, text: str) -> None:
-        """Keep the first Python traceback this rank prints, and its exception line."""
-        body = _TORCH_RANK_TAG.sub("", text, count=1)
-        start = _TRACE_START.search(body)
-        if start:
-            if not self.traceback:
-                self._collecting = True
-                self.traceback.append(body[start.start() :].strip())
-            return
-        if self._collecting:
-            if body[:1] not in (" ", "\t") and not _EXCEPTION_LINE.match(body):
-                return  # a stdout line read between the traceback's stderr lines
-            self.traceback.append(body.rstrip())
-            if body[:1] not in (" ", "\t") or len(self.traceback) >= MAX_TRACEBACK:
-                self._collecting = False
-                self.error = body.strip()
+MAX_FAILURES = 512
+_NO_TRACEBACK = ("To enable traceback", "Signal ")
 
 
 class _NodeReader:
@@ -68,6 +49,20 @@ class _NodeReader:
         self.framer = LineFramer()
         self.attributor = RankAttributor()
         self.agent = AgentLogParser()
+        self.seq = 0
+
+
+_CONSEQUENCE = re.compile(
+    r"Connection closed by peer|remote worker crash|Connection reset by peer|"
+    r"NCCL communicator was aborted|Broken pipe|SignalException"
+)
+
+
+def _is_consequence(cell: RankCell) -> bool:
+    """A rank that failed because another one did, not on its own."""
+    if cell.exit_code is not None and cell.exit_code < 0:
+        return True
+    return bool(_CONSEQUENCE.search(cell.error or ""))
 
 
 class RankBoard:
@@ -78,6 +73,7 @@ class RankBoard:
         self.nproc_per_node = nproc_per_node
         self.cells = {n: [RankCell(n, lr) for lr in range(nproc_per_node)] for n in nodes}
         self.first_failure: RankCell | None = None
+        self.failures: list[FailureRecord] = []
 
     def all_cells(self) -> list[RankCell]:
         return [cell for node in self.nodes for cell in self.cells[node]]
@@ -92,11 +88,56 @@ class RankBoard:
             cell.exit_code = exit_code
         if state == RankState.FAILED and self.first_failure is None:
             self.first_failure = cell
-        return [
-            RankChanged(
-                cell.rank, cell.node, cell.local_rank, state, cell.exit_code, detail or cell.error
-            )
-        ]
+        if state != RankState.RUNNING:
+            cell.straggler = False
+        return [cell.changed(detail)]
+
+    def diagnose(self, cell: RankCell, diagnosis: Diagnosis) -> list[Event]:
+        return [cell.changed()] if cell.add_diagnosis(diagnosis) else []
+
+    def node_trouble(self, node: str, diagnosis: Diagnosis) -> list[Event]:
+        """The agent reports a problem: before the rendezvous, it is every waiting rank's."""
+        if diagnosis.kind not in RENDEZVOUS_KINDS:
+            return []
+        events: list[Event] = []
+        for cell in self.cells.get(node, []):
+            if cell.state == RankState.PENDING:
+                events += self.diagnose(cell, diagnosis)
+        return events
+
+    def record_failure(self, node: str, fact: WorkerFailed) -> list[Event]:
+        """One entry of torchrun's failure summary, with what the rank itself printed."""
+        cell = self.cell(node, fact.local_rank)
+        summary_error = next(
+            (
+                line.strip()
+                for line in reversed(fact.traceback)
+                if line.strip() and not line.startswith(" ")
+            ),
+            "",
+        )
+        if summary_error.startswith(_NO_TRACEBACK) or summary_error.startswith("Traceback"):
+            summary_error = ""
+        record = FailureRecord(
+            node=node,
+            rank=fact.rank,
+            local_rank=fact.local_rank,
+            exit_code=fact.exit_code,
+            signal=signal_name(fact.exit_code),
+            host=fact.host,
+            time=fact.time,
+            pid=fact.pid,
+            error_file=fact.error_file,
+            traceback=fact.traceback,
+            error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+            root_cause=fact.root_cause,
+        )
+        if len(self.failures) < MAX_FAILURES:
+            self.failures.append(record)
+        return [FailureReport(record)]
+
+    def ordered_failures(self) -> list[FailureRecord]:
+        return order_failures(self.failures)
 
     def initial_events(self) -> list[Event]:
         return [RankChanged(None, c.node, c.local_rank, c.state) for c in self.all_cells()]
@@ -115,6 +156,7 @@ class RankBoard:
             cell.rank, cell.restarts = rank, fact.restart_count
             if cell.state == RankState.PENDING or restarted:
                 cell.exit_code = None
+                cell.straggler = False
                 events += self._move(
                     cell,
                     RankState.ASSIGNED,
@@ -133,6 +175,15 @@ class RankBoard:
         if cell.state in (RankState.PENDING, RankState.ASSIGNED, RankState.HUNG):
             return self._move(cell, RankState.RUNNING)
         return []
+
+    def root_cause(self) -> RankCell | None:
+        """The failure to show first: the first observed one that is not merely a rank
+        stopped because another died (SIGTERM from its agent, a peer's closed connection)."""
+        first = self.first_failure
+        if first is None or not _is_consequence(first):
+            return first
+        failed = [c for c in self.all_cells() if c.state == RankState.FAILED]
+        return next((c for c in failed if not _is_consequence(c)), first)
 
     def worker_failed(self, node: str, fact: WorkerFailed) -> list[Event]:
         cell = self.cell(node, fact.local_rank)
@@ -179,9 +230,28 @@ class RankBoard:
         events: list[Event] = []
         for cell in running:
             if now - cell.last_output > timeout and newest - cell.last_output > timeout / 2:
-                events += self._move(
-                    cell, RankState.HUNG, detail=f"silent for {now - cell.last_output:.0f} s"
-                )
+                silent = f"silent for {now - cell.last_output:.0f} s while others print"
+                cell.add_diagnosis(Diagnosis(HUNG, f"hung: {silent}"))
+                events += self._move(cell, RankState.HUNG, detail=silent)
+        return events
+
+    def check_stragglers(self, now: float) -> list[Event]:
+        """A running rank whose step rate falls well behind the others' is a straggler."""
+        running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
+        rates = {i: r for i, c in enumerate(running) if (r := c.progress.rate(now)) is not None}
+        slow = stragglers(rates)
+        events: list[Event] = []
+        for index, cell in enumerate(running):
+            flagged = index in slow
+            if flagged == cell.straggler:
+                continue
+            cell.straggler = flagged
+            detail = (
+                f"straggler: {rates[index]:.2f} steps/s, the others {slow[index]:.2f}"
+                if flagged
+                else "keeps pace again"
+            )
+            events.append(cell.changed(detail))
         return events
 
     def summaries(self) -> list[RankSummary]:
@@ -191,9 +261,15 @@ class RankBoard:
 class Monitor:
     """Feeds each node's raw output through framing, attribution and the agent-log parser."""
 
-    def __init__(self, nodes: Sequence[str], nproc_per_node: int) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        nproc_per_node: int,
+        progress_pattern: str | None = DEFAULT_PROGRESS_PATTERN,
+    ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self._readers = {n: _NodeReader() for n in nodes}
+        self._progress = re.compile(progress_pattern) if progress_pattern else None
 
     def feed(self, node: str, chunk: bytes, now: float | None = None) -> list[Event]:
         reader = self._readers[node]
@@ -224,15 +300,18 @@ class Monitor:
     def _attributed(
         self, node: str, text: str, rank: int | None, local_rank: int | None, now: float
     ) -> list[Event]:
-        events: list[Event] = [NodeLine(node, text, rank, local_rank, ts=now)]
+        reader = self._readers[node]
+        reader.seq += 1
+        seq = reader.seq
+        events: list[Event] = [NodeLine(node, text, rank, local_rank, seq, ts=now)]
         if rank is None or local_rank is None:
-            for fact in self._readers[node].agent.feed(text):
+            for fact in reader.agent.feed(text, seq):
                 events += self._agent_fact(node, fact)
             return events
         events += self.board.saw_output(node, rank, local_rank, now)
         cell = self.board.cell(node, local_rank)
         if cell is not None:
-            cell.note_line(text)
+            events += self._rank_line(cell, text, seq, now)
         ended = task_exit(text) if text.startswith("srun: error: ") else None
         if ended is not None:  # srun direct: srun's line about this rank's task (srunlog.py)
             code, root_cause = ended
@@ -241,9 +320,31 @@ class Monitor:
             )
         return events
 
-    def _agent_fact(self, node: str, fact: Assigned | WorkerFailed | GroupSucceeded) -> list[Event]:
+    def _rank_line(self, cell: RankCell, text: str, seq: int, now: float) -> list[Event]:
+        """What one of the rank's own lines says: trouble, a finished traceback, progress."""
+        events: list[Event] = []
+        for diagnosis in (recognise(text, seq), cell.note_line(text, seq)):
+            if diagnosis is not None:
+                events += self.board.diagnose(cell, diagnosis)
+        if self._progress is not None:
+            value = progress_value(self._progress, text)
+            if value is not None:
+                cell.progress.observe(now, value)
+        return events
+
+    def _agent_fact(self, node: str, fact: AgentFact) -> list[Event]:
         if isinstance(fact, Assigned):
             return self.board.assign(node, fact)
         if isinstance(fact, WorkerFailed):
-            return self.board.worker_failed(node, fact)
+            events = self.board.worker_failed(node, fact)
+            if fact.from_summary:
+                events += self.board.record_failure(node, fact)
+            cell = self.board.cell(node, fact.local_rank)
+            if fact.seq is not None and cell is not None:
+                said = f"the worker ended: {describe_exit(fact.exit_code)}"
+                events += self.board.diagnose(cell, Diagnosis(EXITED, said, "", fact.seq))
+            return events
+        if isinstance(fact, AgentTrouble):
+            return self.board.node_trouble(node, fact.diagnosis)
+        assert isinstance(fact, GroupSucceeded)
         return self.board.node_succeeded(node)

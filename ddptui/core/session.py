@@ -57,6 +57,7 @@ class Session:
         self.node_exit: dict[str, int | None] = {}
         self._stop = asyncio.Event()
         self._stop_reason = ""
+        self._last_error = ""
         self._detach = False
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
@@ -68,6 +69,8 @@ class Session:
     def emit(self, event: Event) -> None:
         if not isinstance(event, NodeLine):
             self.run.record(event)
+        if isinstance(event, Notice) and event.level == "error":
+            self._last_error = event.message
             self.history.observe(event)
         self._emit_to(event)
 
@@ -141,7 +144,7 @@ class Session:
         self.emit(PlanReady(self.run_id, plan.rdzv_endpoint, lines))
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
-        self.monitor = Monitor(plan.node_names, plan.nproc_per_node)
+        self.monitor = Monitor(plan.node_names, plan.nproc_per_node, self.spec.progress_pattern)
         for command in plan.commands:
             self.node_exit[command.node] = None
             self.emit(NodeChanged(command.node, NodeState.WAITING))
@@ -178,6 +181,8 @@ class Session:
         ticker = asyncio.ensure_future(self._tick())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         everything: asyncio.Future[Any] = asyncio.gather(*self._followers)
+        # Teardown drains or cancels the followers; their outcome is read there, not here.
+        everything.add_done_callback(lambda f: f.cancelled() or f.exception())
         await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
         ticker.cancel()
         stop.cancel()
@@ -186,7 +191,10 @@ class Session:
         while True:
             await asyncio.sleep(1.0)
             if self.monitor:
-                for event in self.monitor.board.check_hangs(time.time(), self.spec.hang_timeout):
+                now, board = time.time(), self.monitor.board
+                for event in board.check_hangs(now, self.spec.hang_timeout):
+                    self.emit(event)
+                for event in board.check_stragglers(now):
                     self.emit(event)
 
     async def _follow(self, command: NodeCommand) -> None:
@@ -288,12 +296,16 @@ class Session:
         elif stopped_by == "operator" and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
-        elif not detail and self.monitor and self.monitor.board.first_failure:
-            cell = self.monitor.board.first_failure
-            detail = (
-                f"rank {cell.rank} on {cell.node} failed first "
-                f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}"
-            )
+        elif not detail and self.monitor and self.monitor.board.root_cause():
+            cell = self.monitor.board.root_cause()
+            assert cell is not None
+            if cell.rank is None and self._last_error:
+                detail = self._last_error  # the backend's own words (srun refused, ...)
+            else:
+                detail = (
+                    f"rank {cell.rank} on {cell.node} failed first "
+                    f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}"
+                )
         summary = RunSummary(
             ok,
             self.spec.world_size,
@@ -303,6 +315,7 @@ class Session:
             detail,
             detached=self._detach,
             stopped_by=stopped_by,
+            failures=tuple(self.monitor.board.ordered_failures()) if self.monitor else (),
         )
         self.emit(summary)
         self.run.write_summary(summary.to_dict())

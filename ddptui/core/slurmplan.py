@@ -3,6 +3,7 @@ node helper steps, and the sbatch script written the way the manual procedures w
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 
@@ -33,6 +34,20 @@ def step_name(run_id: str, index: int | None = None) -> str:
 
 def direct_tag(run_id: str) -> str:
     return f"{run_id}.step"
+
+
+def resolve_mode(spec: JobSpec, environ: Mapping[str, str] | None = None) -> str:
+    """auto: the allocation we are inside if there is one, else a new one with salloc."""
+    env = os.environ if environ is None else environ
+    mode = spec.slurm.mode
+    if mode == "auto":
+        return "existing" if env.get("SLURM_JOB_ID") else "salloc"
+    if mode == "existing" and not env.get("SLURM_JOB_ID"):
+        raise SpecError(
+            "--slurm-mode existing needs an allocation: run inside salloc/sbatch "
+            "(SLURM_JOB_ID is not set)"
+        )
+    return mode
 
 
 def allocation_args(spec: JobSpec) -> list[str]:

@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ddptui.core.diagnosis import DEFAULT_PROGRESS_PATTERN
+
 Backend = Literal["local", "ssh", "slurm"]
 BACKENDS: tuple[str, ...] = ("local", "ssh", "slurm")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,8 +74,19 @@ class JobSpec(_Model):
     socket_ifname: str | None = None
     max_restarts: int = Field(0, ge=0)
     hang_timeout: float = Field(120.0, gt=0)
+    # What a rank's progress lines look like (first number = step), for straggler detection.
+    progress_pattern: str = DEFAULT_PROGRESS_PATTERN
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+
+    @field_validator("progress_pattern")
+    @classmethod
+    def _progress_regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return pattern
 
     @field_validator("env")
     @classmethod

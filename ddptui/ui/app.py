@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,17 +13,26 @@ from textual.screen import Screen
 
 from ddptui.core.spec import JobSpec
 from ddptui.core.store import RunDir
+from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,
     binding_catalogue,
+    describe_source,
     effective_keys,
     load_keymap,
     resolve_keymap_path,
+    sequence_prefix,
+    user_keymap_file,
 )
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitChoice, QuitScreen
 from ddptui.ui.screens.help import HelpRow, HelpScreen
+from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.job import JobScreen
-from ddptui.ui.widgets.node_log import NodeLogPane
+from ddptui.ui.screens.launch_form import LaunchFormScreen
+from ddptui.ui.screens.past_run import PastRunScreen
+from ddptui.ui.screens.preflight import PreflightScreen
+from ddptui.ui.widgets.log_view import LogView
+from ddptui.ui.widgets.prompt import PromptInput
 
 
 class DdpApp(App[int]):
@@ -33,6 +43,9 @@ class DdpApp(App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit", id="app.quit"),
         Binding("question_mark,f1", "help", "Help", id="app.help"),
+        Binding("e", "edit_job", "Edit job", id="app.edit"),
+        Binding("p", "preflight", "Preflight", id="app.preflight"),
+        Binding("h", "history", "History", id="app.history"),
     ]
 
     def __init__(
@@ -40,12 +53,11 @@ class DdpApp(App[int]):
     ) -> None:
         super().__init__()
         self.spec = spec
-        self.keymap_path = keymap_path
+        self.keymap_path = keymap_path = keymap_path or user_keymap_file()
         # Read and checked now, so a bad file is reported before the terminal is taken over.
         self.keymap = load_keymap(keymap_path, self.binding_scopes()) if keymap_path else {}
-        self.keymap_source = (
-            str(resolve_keymap_path(keymap_path)) if keymap_path else "built-in defaults"
-        )
+        source = resolve_keymap_path(keymap_path) if keymap_path else None
+        self.keymap_source = describe_source(source) if source else "built-in defaults"
         self.attach = attach
         self.job_screen = JobScreen(spec, attach)
         self._run_ok = True
@@ -55,10 +67,15 @@ class DdpApp(App[int]):
     def binding_scopes(cls) -> BindingScopes:
         """Which bindings are active together: a keymap must not put two on one key."""
         return {
-            "console": (cls, JobScreen, NodeLogPane),
+            "console": (cls, JobScreen, LogView),
+            "command line": (PromptInput,),
             "confirm dialog": (ConfirmScreen,),
             "quit dialog": (QuitScreen,),
             "help": (HelpScreen,),
+            "launch form": (LaunchFormScreen,),
+            "history": (HistoryScreen,),
+            "past run": (PastRunScreen,),
+            "preflight": (PreflightScreen,),
         }
 
     def get_default_screen(self) -> Screen[None]:
@@ -74,7 +91,9 @@ class DdpApp(App[int]):
         """The keys a binding has now, as the footer shows them."""
         info = binding_catalogue(self.binding_scopes())[binding_id]
         keys = effective_keys(info, self._keymap)
-        return "/".join(self.get_key_display(Binding(k, info.action)) for k in keys)
+        shown = "/".join(self.get_key_display(Binding(k, info.action)) for k in keys)
+        prefix = sequence_prefix(binding_id)  # `g g`: the prefix key, then this one
+        return f"{self.key_for(prefix)} {shown}" if prefix else shown
 
     def help_rows(self) -> list[HelpRow]:
         rows = [
@@ -114,14 +133,69 @@ class DdpApp(App[int]):
                 "Show the previous node's log pane",
                 job.action_prev_log,
             ),
+            (
+                "app.edit",
+                "Edit the job",
+                "Backend, nodes, script, env, container…",
+                self.action_edit_job,
+            ),
+            ("app.preflight", "Preflight checks", "Is every node ready?", self.action_preflight),
+            ("app.history", "Run history", "Past runs: logs, grid, relaunch", self.action_history),
             ("app.help", "Help: keys", "Every binding with its key and id", self.action_help),
             ("app.quit", "Quit", "Quit; asks first while a job is running", self.action_quit),
         ]
         for binding_id, title, help_text, callback in ours:
             yield SystemCommand(f"{title} ({self.key_for(binding_id)})", help_text, callback)
+        listed = {binding_id for binding_id, *_ in ours}
+        for info in binding_catalogue(self.binding_scopes()).values():
+            if info.scope == "console" and info.id not in listed and not sequence_prefix(info.id):
+                title = f"{info.description} ({self.key_for(info.id)})"
+                yield SystemCommand(title, f"binding {info.id}", partial(job.run_binding, info.id))
         for command in super().get_system_commands(screen):
             if command.title not in ("Quit", "Keys"):
                 yield command
+
+    # -- the job: edit, check, past runs -------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("edit_job", "preflight", "history"):
+            if self.screen is not self.job_screen:
+                return False  # hidden on the other screens
+            if action != "history" and self.job_screen.job_active:
+                return None  # shown, disabled while a job runs
+        return True
+
+    def _job_is_free(self, what: str) -> bool:
+        if self.job_screen.job_active:
+            self.notify(f"a job is running: tear it down or detach before {what}")
+            return False
+        return True
+
+    def action_edit_job(self) -> None:
+        if self._job_is_free("editing the job"):
+            self.push_screen(LaunchFormScreen(self.job_screen.spec), self.use_job)
+
+    def action_preflight(self) -> None:
+        if self._job_is_free("checking the nodes"):
+            self.push_screen(PreflightScreen(self.job_screen.spec))
+
+    def action_history(self) -> None:
+        self.push_screen(HistoryScreen(), self.use_job)
+
+    async def use_job(self, request: JobRequest | None) -> None:
+        """Make `request.spec` the console's job (a fresh job screen), launching it if asked."""
+        if request is None or not self._job_is_free("changing the job"):
+            return
+        self.spec = request.spec
+        previous, self.job_screen = self.job_screen, JobScreen(request.spec)
+        if previous is self.screen_stack[0]:
+            # The first job screen is the default screen, which Textual cannot switch away
+            # from; it stays underneath, idle, and later jobs replace the one on top.
+            await self.push_screen(self.job_screen)
+        else:
+            await self.switch_screen(self.job_screen)
+        if request.launch:
+            await self.job_screen.action_launch()
 
     # -- quitting ---------------------------------------------------------------------------
 

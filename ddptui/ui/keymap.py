@@ -1,18 +1,26 @@
 """Provides keymap files: finding, reading and validating them against the console's bindings.
 
-A keymap file is TOML mapping binding ids to a key or a list of keys::
+A keymap file is TOML mapping binding ids to a key or a list of keys, optionally on top of a
+bundled keymap (`extends`)::
 
+    extends = "vim"
     "job.launch" = "l"
     "app.help" = ["question_mark", "f1"]
 
-Textual ignores ids it does not know and keys that can never be pressed, so a typo would
-silently leave the default in place; everything is checked here instead, and every problem
-is reported at once, naming the file.
+`~/.config/ddptui/keymap.toml` (the platform's config dir) is used when `--keymap` is not
+given. Textual ignores ids it does not know and keys that can never be pressed, so a typo would
+silently leave the default in place; everything is checked here instead, and every problem is
+reported at once, naming the file and the line.
+
+`logs.g` is a prefix key (vim's `gg`): `logs.g.<what>` bindings act on the key pressed right
+after it, so they are checked for clashes among themselves only.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import string
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.keys import Keys, _character_to_key
@@ -31,6 +40,11 @@ _NAMED_KEYS = frozenset(
     key.value.rsplit("+", 1)[-1] for key in Keys if not key.value.startswith("<")
 ) | {_character_to_key(c) for c in string.printable if c.isprintable() and c != " "}
 KEY_EXAMPLES = "a, A, 5, ctrl+x, shift+up, f1, enter, escape, pagedown, question_mark"
+PREFIX_IDS = frozenset({"logs.g"})
+EXTENDS = "extends"
+USER_KEYMAP = "keymap.toml"
+_TOML_TABLE = re.compile(r"^\s*\[\s*([^\]]+?)\s*\]")
+_TOML_KEY = re.compile(r"""^\s*("([^"]+)"|'([^']+)'|([A-Za-z0-9_.-]+))\s*=""")
 
 
 class KeymapError(SpecError):
@@ -75,6 +89,12 @@ def _unexpanded(declared: Iterable[Any]) -> list[Binding]:
     return out
 
 
+def sequence_prefix(binding_id: str) -> str | None:
+    """`logs.g` for `logs.g.top` (a key pressed after the prefix), else None."""
+    parent = binding_id.rpartition(".")[0]
+    return parent if parent in PREFIX_IDS else None
+
+
 def binding_catalogue(scopes: BindingScopes) -> dict[str, BindingInfo]:
     """Every binding id of the console, with its default key, in the order users meet them."""
     catalogue: dict[str, BindingInfo] = {}
@@ -82,8 +102,10 @@ def binding_catalogue(scopes: BindingScopes) -> dict[str, BindingInfo]:
         for owner in owners:
             for b in declared_bindings(owner):
                 if b.id and b.id not in catalogue:
+                    prefix = sequence_prefix(b.id)
+                    where = f"after {prefix}" if prefix else scope
                     catalogue[b.id] = BindingInfo(
-                        b.id, b.key, b.action, b.description or b.action, scope, owner.__name__
+                        b.id, b.key, b.action, b.description or b.action, where, owner.__name__
                     )
     return catalogue
 
@@ -131,6 +153,21 @@ def bundled_keymaps() -> list[str]:
     return sorted(names)
 
 
+def describe_source(path: Path) -> str:
+    """`vim (bundled)` for a keymap shipped with ddptui, else the file's path."""
+    bundled = {d.resolve() for d in bundled_keymap_dirs() if d.is_dir()}
+    return f"{path.stem} (bundled)" if path.resolve().parent in bundled else str(path)
+
+
+def user_keymap_file() -> Path | None:
+    """`$DDPTUI_CONFIG_DIR/keymap.toml`, else the platform's (~/.config/ddptui/keymap.toml),
+    if it exists."""
+    override = os.environ.get("DDPTUI_CONFIG_DIR")
+    directory = Path(override) if override else Path(platformdirs.user_config_dir("ddptui"))
+    path = directory / USER_KEYMAP
+    return path if path.is_file() else None
+
+
 def resolve_keymap_path(name_or_path: str | Path) -> Path:
     """A file path as given, else a bundled keymap by name (`vim`, `default`)."""
     path = Path(name_or_path).expanduser()
@@ -167,40 +204,77 @@ def read_keymap_file(path: Path) -> dict[str, Any]:
         raise KeymapError(f"keymap {path}: not valid TOML: {exc}") from None
 
 
+def entry_lines(text: str) -> dict[str, int]:
+    """The line (1-based) each flattened entry of a keymap file is on, for error messages."""
+    lines: dict[str, int] = {}
+    table = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _TOML_TABLE.match(line)
+        if header:
+            table = ".".join(p.strip().strip("\"'") for p in header.group(1).split("."))
+            continue
+        key = _TOML_KEY.match(line)
+        if key:
+            name = key.group(2) or key.group(3) or key.group(4)
+            lines.setdefault(f"{table}.{name}" if table else name, number)
+    return lines
+
+
+def _at(lines: Mapping[str, int], binding_id: str) -> str:
+    return f"line {lines[binding_id]}: " if binding_id in lines else ""
+
+
 def validate_keymap(
-    entries: Mapping[str, Any], scopes: BindingScopes, source: str
+    entries: Mapping[str, Any],
+    scopes: BindingScopes,
+    source: str,
+    lines: Mapping[str, int] | None = None,
+    base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Check ids, key names and clashes; return Textual's keymap (id -> 'key,key')."""
+    """Check ids, key names and clashes; return Textual's keymap (id -> 'key,key').
+
+    `base` is the keymap this file extends (already checked); clashes are checked on the two
+    together. `lines` says where each entry is, so every problem names its line.
+    """
     catalogue = binding_catalogue(scopes)
+    lines = lines or {}
     problems: list[str] = []
-    keymap: dict[str, str] = {}
+    keymap: dict[str, str] = dict(base or {})
     for binding_id, value in entries.items():
+        if binding_id == EXTENDS:
+            continue
+        at = _at(lines, binding_id)
         if binding_id not in catalogue:
             close = difflib.get_close_matches(binding_id, list(catalogue), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"unknown binding id {binding_id!r}{hint}")
+            problems.append(f"{at}unknown binding id {binding_id!r}{hint}")
             continue
         keys = [value] if isinstance(value, str) else value
         if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
-            problems.append(f"{binding_id!r}: expected a key or a list of keys, got {value!r}")
+            problems.append(f"{at}{binding_id!r}: expected a key or a list of keys, got {value!r}")
             continue
         keys = [k.strip() for key in keys for k in key.split(",")]
         bad = [p for p in (key_problem(k) for k in keys) if p]
         if bad:
-            problems += [f"{binding_id!r}: {p}" for p in bad]
+            problems += [f"{at}{binding_id!r}: {p}" for p in bad]
             continue
         keymap[binding_id] = ",".join(normalize_key(k) for k in keys)
     if not problems:
-        problems += _clashes(catalogue, keymap)
+        problems += _clashes(catalogue, keymap, entries, lines)
     if problems:
         listing = "\n  ".join(problems)
-        if any(p.startswith("unknown binding id") for p in problems):
+        if any("unknown binding id" in p for p in problems):
             listing += "\nvalid binding ids: " + ", ".join(sorted(catalogue))
         raise KeymapError(f"keymap {source}:\n  {listing}")
     return keymap
 
 
-def _clashes(catalogue: Mapping[str, BindingInfo], keymap: Mapping[str, str]) -> list[str]:
+def _clashes(
+    catalogue: Mapping[str, BindingInfo],
+    keymap: Mapping[str, str],
+    entries: Mapping[str, Any],
+    lines: Mapping[str, int],
+) -> list[str]:
     """Two bindings of one scope on the same key: the keymap would hide one of them."""
     problems = []
     by_scope: dict[str, dict[str, list[str]]] = {}
@@ -211,11 +285,30 @@ def _clashes(catalogue: Mapping[str, BindingInfo], keymap: Mapping[str, str]) ->
     for scope_name, keys in by_scope.items():
         for key, ids in keys.items():
             if len(ids) > 1 and any(i in keymap for i in ids):
-                problems.append(f"key {key!r} is bound to both {' and '.join(ids)} ({scope_name})")
+                mine = [i for i in ids if i in entries]
+                at = _at(lines, mine[0]) if mine else ""
+                both = " and ".join(ids)
+                problems.append(f"{at}key {key!r} is bound to both {both} ({scope_name})")
     return problems
 
 
-def load_keymap(name_or_path: str | Path, scopes: BindingScopes) -> dict[str, str]:
-    """Find, read and validate a keymap file; raises KeymapError naming the file."""
+def load_keymap(
+    name_or_path: str | Path, scopes: BindingScopes, _seen: frozenset[Path] = frozenset()
+) -> dict[str, str]:
+    """Find, read and validate a keymap file (and the one it extends); raises KeymapError
+    naming the file and the line."""
     path = resolve_keymap_path(name_or_path)
-    return validate_keymap(read_keymap_file(path), scopes, str(path))
+    entries = read_keymap_file(path)
+    lines = entry_lines(path.read_text(errors="replace"))
+    base: dict[str, str] = {}
+    parent = entries.get(EXTENDS)
+    if parent is not None:
+        if not isinstance(parent, str):
+            at = _at(lines, EXTENDS)
+            raise KeymapError(f"keymap {path}:\n  {at}extends: expected a keymap name or file")
+        if path.resolve() in _seen:
+            raise KeymapError(f"keymap {path}: extends itself (through {parent!r})")
+        if not Path(parent).is_absolute() and (path.parent / parent).is_file():
+            parent = str(path.parent / parent)
+        base = load_keymap(parent, scopes, _seen | {path.resolve()})
+    return validate_keymap(entries, scopes, str(path), lines, base)

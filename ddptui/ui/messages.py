@@ -7,6 +7,7 @@ from textual.message import Message
 from ddptui.core.events import (
     AllocationChanged,
     Event,
+    FailureReport,
     NodeChanged,
     Notice,
     RankChanged,
@@ -61,6 +62,12 @@ class SummaryUpdate(SessionMessage):
     event: RunSummary
 
 
+class FailureUpdate(SessionMessage):
+    """torchrun's failure summary named a failed worker."""
+
+    event: FailureReport
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     RankChanged: RankUpdate,
     NodeChanged: NodeUpdate,
@@ -68,6 +75,7 @@ _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     TeardownReport: TeardownUpdate,
     Notice: NoticeUpdate,
     RunSummary: SummaryUpdate,
+    FailureReport: FailureUpdate,
 }
 
 

@@ -23,6 +23,8 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Runs go to a temporary state dir, never ~/.local/state."""
     path = tmp_path / "state"
     monkeypatch.setenv("DDPTUI_STATE_DIR", str(path))
+    # never the operator's own ~/.config/ddptui/keymap.toml
+    monkeypatch.setenv("DDPTUI_CONFIG_DIR", str(tmp_path / "config"))
     return path
 
 

@@ -76,13 +76,13 @@ async def test_keymap_file_of_my_own(tmp_path: Path) -> None:
     path.write_text('[job]\nlaunch = "ctrl+l"\n\n[logs]\nnext = "n"\n"app.help" = "?"\n')
     with pytest.raises(KeymapError, match="unknown binding id 'logs.app.help'"):
         load_keymap(path, DdpApp.binding_scopes())
-    path.write_text('"job.launch" = "ctrl+l"\n"logs.next" = "n"\n"app.help" = ["?", "f1"]\n')
+    path.write_text('"job.launch" = "ctrl+l"\n"logs.next" = "x"\n"app.help" = ["?", "f1"]\n')
     app = DdpApp(local_spec(), keymap_path=str(path))
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
         keys = footer_keys(app)
         assert keys["Launch"] == "^l"
-        assert keys["Next log"] == "n"
+        assert keys["Next log"] == "x"
         assert app.keymap["app.help"] == "question_mark,f1"
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)

@@ -69,7 +69,12 @@ async def test_log_panes_switch_by_key() -> None:
         await pilot.press("right_square_bracket")
         assert deck.active_node == "local1"
         await pilot.press("left_square_bracket", "left_square_bracket")
+        assert deck.active_node is None  # the merged view of all nodes comes after the last
+        assert deck.active_view is deck.merged_view
+        await pilot.press("left_square_bracket")
         assert deck.active_node == "local2"
+        await pilot.press("m")
+        assert deck.active_view is deck.merged_view
 
 
 async def test_launch_failure_is_reported_and_can_be_retried() -> None:

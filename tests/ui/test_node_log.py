@@ -1,59 +1,114 @@
-"""NodeLogPane follows new lines until the operator scrolls away, and the relay batches lines."""
+"""Log views follow new lines until the operator scrolls away; the relay batches lines."""
 
 from __future__ import annotations
 
 from ddptui.core.events import NodeLine, RankChanged, RankState
 from ddptui.ui.app import DdpApp
+from ddptui.ui.logmodel import LogEntry
 from ddptui.ui.messages import RankUpdate
-from ddptui.ui.relay import SessionRelay, format_line
+from ddptui.ui.relay import SessionRelay
 
 from .conftest import SIZE, local_spec
 
 
-async def test_log_pane_follows_until_scrolled_up() -> None:
+def entries(node: str, texts: list[str], rank: int | None = 0) -> list[LogEntry]:
+    return [LogEntry(node, text, rank) for text in texts]
+
+
+async def test_log_view_follows_until_scrolled_up() -> None:
     app = DdpApp(local_spec())
     async with app.run_test(size=SIZE) as pilot:
-        pane = app.job_screen.logs.pane("local0")
+        deck = app.job_screen.logs
+        pane = deck.pane("local0")
         assert pane is not None
         for batch in range(10):  # long lines: the horizontal scrollbar appears late
-            pane.append_batch([f"[r0] batch {batch} line {i} " + "x" * 300 for i in range(25)])
+            deck.append(
+                entries("local0", [f"batch {batch} line {i} " + "x" * 300 for i in range(25)])
+            )
             await pilot.pause(0.05)
         await pilot.pause(0.3)
         assert pane.line_count == 250
+        assert pane.lines[0].startswith("[r0] batch 0 line 0")
         assert pane.scroll_y == pane.max_scroll_y > 0
 
         pane.focus()
         await pilot.press("up", "up")
         assert not pane.following
         where = pane.scroll_y
-        pane.append_batch(["more"] * 50)
+        deck.append(entries("local0", ["more"] * 50))
         await pilot.pause(0.3)
         assert pane.scroll_y == where  # the operator's place is kept
 
         await pilot.press("end")
         await pilot.pause(0.3)
         assert pane.following
-        pane.append_batch(["yet more"] * 50)
+        deck.append(entries("local0", ["yet more"] * 50))
         await pilot.pause(0.3)
         assert pane.scroll_y == pane.max_scroll_y
 
 
-def test_relay_buffers_lines_and_posts_the_rest() -> None:
+async def test_each_node_pane_shows_its_node_and_the_merged_view_all() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        deck = app.job_screen.logs
+        deck.append(
+            [
+                LogEntry("local0", "agent says hi"),
+                LogEntry("local0", "hello from 0", 0, seq=2),
+                LogEntry("local1", "hello from 3", 3, seq=1),
+            ]
+        )
+        await pilot.pause()
+        local0, local1 = deck.pane("local0"), deck.pane("local1")
+        assert local0 is not None and local1 is not None
+        assert list(local0.lines) == ["agent says hi", "[r0] hello from 0"]
+        assert list(local1.lines) == ["[r3] hello from 3"]
+        assert list(deck.merged_view.lines) == [
+            "[local0] agent says hi",
+            "[local0/r0] hello from 0",
+            "[local1/r3] hello from 3",
+        ]
+
+
+async def test_views_are_bounded_and_say_what_was_skipped() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        deck = app.job_screen.logs
+        pane = deck.pane("local1")
+        assert pane is not None
+        limit = pane.max_lines
+        assert limit is not None
+        deck.append(entries("local1", [f"line {i}" for i in range(limit + 500)]), {"local1": 42})
+        await pilot.pause()
+        assert pane.line_count == limit
+        assert len(deck.store) == limit
+        assert pane.lines[-1] == f"[r0] line {limit + 499}"
+        merged = deck.merged_view
+        assert merged.line_count == limit
+        deck.append([], {"local1": 7})
+        await pilot.pause()
+        assert "7 line(s) of local1 skipped" in pane.lines[-1]
+
+
+def test_relay_buffers_lines_in_order_and_posts_the_rest() -> None:
     posted: list[object] = []
     relay = SessionRelay(posted.append, buffer_lines=3)
-    relay.emit(NodeLine("n0", "agent says hi"))
-    for i in range(5):
-        relay.emit(NodeLine("n0", f"line {i}", rank=3, local_rank=1))
-    relay.emit(NodeLine("n1", "other", rank=0, local_rank=0))
+    relay.emit(NodeLine("n0", "agent says hi", seq=1))
+    for i in range(4):
+        relay.emit(NodeLine("n0", f"line {i}", rank=3, local_rank=1, seq=i + 2))
+    relay.emit(NodeLine("n1", "other", rank=0, local_rank=0, seq=1))
     relay.emit(RankChanged(3, "n0", 1, RankState.RUNNING))
     assert len(posted) == 1
     assert isinstance(posted[0], RankUpdate)
 
-    drained = relay.drain({"n0"})
-    assert drained == {"n0": (["[r3] line 2", "[r3] line 3", "[r3] line 4"], 3)}
-    assert relay.drain() == {"n1": (["[r0] other"], 0)}
-    assert relay.drain() == {}
-    assert format_line(NodeLine("n0", "plain")) == "plain"
+    lines, dropped = relay.drain()
+    assert [(e.node, e.rank, e.text, e.seq) for e in lines] == [
+        ("n0", 3, "line 2", 4),
+        ("n0", 3, "line 3", 5),
+        ("n1", 0, "other", 1),
+    ]
+    assert dropped == {"n0": 3}
+    assert relay.drain() == ([], {})
 
 
 def test_rank_updates_supersede_only_the_same_rank() -> None:

@@ -33,39 +33,25 @@ from ddptui.core.events import AllocationChanged, Notice, TeardownReport
 from ddptui.core.logfollow import follow_log
 from ddptui.core.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
 from ddptui.core.slurmalloc import SlurmAllocator
-from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, ipv4_of, last_error, slurm
+from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, ipv4_of
+from ddptui.core.slurmfollow import follow_direct, log_tail, run_for_job, run_node_shim
 from ddptui.core.slurmplan import (
     STEP_LOG,
     batch_script,
     direct_argv,
     direct_plan,
-    helper_argv,
     job_name,
+    resolve_mode,
     salloc_argv,
     step_name,
     torchrun_plan,
 )
-from ddptui.core.spec import JobSpec, SpecError
-from ddptui.core.srunlog import SrunDemux, slurm_complaint
+from ddptui.core.spec import JobSpec
+from ddptui.core.srunlog import slurm_complaint
 from ddptui.core.store import RunDir
 from ddptui.core.transport import ChunkSink, LocalTransport, Transport
 
-HELPER_TIMEOUT_S = 90.0
-CHECK_JOB_WAIT_S = 30  # sbatch proof: how long a one-task check job may wait for its node
-
-
-def resolve_mode(spec: JobSpec, environ: dict[str, str] | None = None) -> str:
-    """auto: the allocation we are inside if there is one, else a new one with salloc."""
-    env = os.environ if environ is None else environ
-    mode = spec.slurm.mode
-    if mode == "auto":
-        return "existing" if env.get("SLURM_JOB_ID") else "salloc"
-    if mode == "existing" and not env.get("SLURM_JOB_ID"):
-        raise SpecError(
-            "--slurm-mode existing needs an allocation: run inside salloc/sbatch "
-            "(SLURM_JOB_ID is not set)"
-        )
-    return mode
+__all__ = ["SlurmBackend", "run_for_job"]
 
 
 class SlurmBackend(ShimBackend):
@@ -111,24 +97,9 @@ class SlurmBackend(ShimBackend):
     async def _helper(
         self, node: str, verb: str, *args: str, inside: bool = True
     ) -> dict[str, Any]:
-        """Run a node shim verb on `node` through srun; its JSON report, or SlurmError."""
         name = f"{job_name(self.run.run_id)}-{verb}"
-        extra: list[str] = []
-        if not inside:
-            s = self.spec.slurm
-            extra = [f"--immediate={CHECK_JOB_WAIT_S}", "--time=5"]
-            extra += [
-                f"--{k}={v}" for k, v in (("partition", s.partition), ("account", s.account)) if v
-            ]
-        argv = helper_argv(
-            self.job_id if inside else None, node, name, self.spec.python, verb, *args, extra=extra
-        )
-        result = await slurm(argv, stdin=self._shim, limit_s=HELPER_TIMEOUT_S, check=False)
-        lines = result.stdout.strip().splitlines()
-        if result.exit_code != 0 or not lines or not lines[-1].startswith("{"):
-            raise SlurmError(last_error(result.stderr) or f"srun exited {result.exit_code}")
-        report: dict[str, Any] = json.loads(lines[-1])
-        return report
+        job_id = self.job_id if inside else None
+        return await run_node_shim(self.spec, self._shim, name, node, job_id, verb, *args)
 
     # -- allocation -------------------------------------------------------------------------------
 
@@ -264,7 +235,16 @@ class SlurmBackend(ShimBackend):
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         if self.direct:
-            code = await self._follow_direct(command, offset, on_chunk)
+            code = await follow_direct(
+                self.run.path / STEP_LOG,
+                self.run.node_log(command.index, command.node),
+                [n.name for n in self.nodes],
+                self.spec.nproc_per_node,
+                command.index,
+                offset,
+                on_chunk,
+                self._ended,
+            )
         else:
             code = await follow_log(
                 Path(self.node_log_path(command)), offset, on_chunk, self._ended
@@ -276,14 +256,10 @@ class SlurmBackend(ShimBackend):
     def _slurm_complaint(self, log: Path) -> None:
         """srun refusing a step (an option it lacks without pyxis, too few CPUs...) is the
         reason the node failed: say it as an error, in Slurm's words, once."""
-        with contextlib.suppress(OSError):
-            with log.open("rb") as f:
-                f.seek(max(0, log.stat().st_size - 8192))
-                tail = f.read().decode(errors="replace").splitlines()
-            line = slurm_complaint(tail)
-            if line and line not in self._complaints:
-                self._complaints.add(line)
-                self.emit(Notice("error", f"Slurm: {line}"))
+        line = slurm_complaint(log_tail(log))
+        if line and line not in self._complaints:
+            self._complaints.add(line)
+            self.emit(Notice("error", f"Slurm: {line}"))
 
     async def _ended(self) -> int | None:
         """None while the job may still write a node's exit file; else the code to report."""
@@ -311,32 +287,6 @@ class SlurmBackend(ShimBackend):
                     "error", f"job {self.job_id} ended; its output ends with:\n" + "\n".join(tail)
                 )
             )
-
-    async def _follow_direct(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int:
-        """Read the step's labelled stream, keep this node's lines, and write them into this
-        node's own log as well (the record, in the same format as torchrun's)."""
-        demux = SrunDemux([n.name for n in self.nodes], self.spec.nproc_per_node)
-        skip = offset
-        path = self.run.node_log(command.index, command.node)
-        with path.open("wb" if offset == 0 else "ab") as log:
-
-            def deliver(part: bytes) -> None:
-                nonlocal skip
-                if skip:
-                    part, skip = part[skip:], max(0, skip - len(part))
-                if part:
-                    log.write(part)
-                    log.flush()
-                    on_chunk(part)
-
-            code = await follow_log(
-                self.run.path / STEP_LOG,
-                0,
-                lambda chunk: deliver(demux.feed(chunk).get(command.index, b"")),
-                self._ended,
-            )
-            deliver(demux.flush().get(command.index, b""))
-        return code
 
     # -- teardown ---------------------------------------------------------------------------------
 
@@ -463,16 +413,3 @@ class SlurmBackend(ShimBackend):
                 f"job {self.job_id}: {where}",
             )
         )
-
-
-def run_for_job(job_id: str, root: Path | None = None) -> RunDir | None:
-    """The run directory of the newest run that used this Slurm job (`ddptui attach JOBID`)."""
-    from ddptui.core.store import state_dir
-
-    runs = root or state_dir() / "runs"
-    for plan in sorted(runs.glob("*/plan.json"), reverse=True):
-        with contextlib.suppress(OSError, ValueError):
-            backend = json.loads(plan.read_text()).get("backend", {})
-            if backend.get("backend") == "slurm" and str(backend.get("job_id")) == job_id:
-                return RunDir(plan.parent)
-    return None

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, Header
 from textual.worker import Worker, WorkerState
 
-from ddptui.core.events import NodeState, Notice, RunSummary
+from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.session import Session
 from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
+from ddptui.core.store import RunDir, node_log_name
+from ddptui.ui.errors import jump_targets
 from ddptui.ui.messages import (
     AllocationUpdate,
+    FailureUpdate,
     NodeUpdate,
     NoticeUpdate,
     RankUpdate,
@@ -28,24 +30,26 @@ from ddptui.ui.messages import (
 from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.log_deck import NodeLogDeck
-from ddptui.ui.widgets.rank_grid import RankGrid
+from ddptui.ui.widgets.prompt import PromptBar
+from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
+from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
 
 FLUSH_INTERVAL_S = 1 / 15
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
-class JobScreen(Screen[None]):
+class JobScreen(LogScreen):
     """Owns the Session: launches it in a worker, renders its events, tears it down."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch", id="job.launch"),
         Binding("t", "teardown", "Tear down", id="job.teardown"),
         Binding("d", "detach", "Detach", id="job.detach"),
-        Binding("right_square_bracket", "next_log", "Next log", id="logs.next"),
-        Binding("left_square_bracket", "prev_log", "Prev log", id="logs.prev"),
+        Binding("E", "jump_error", "Jump to error", id="diag.jump_error"),
     ]
 
     class RunEnded(Message):
@@ -74,7 +78,12 @@ class JobScreen(Screen[None]):
         self.job_panel = JobPanel(spec, commands, note, id="job")
         self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
         self.outcome = RunOutcome(id="outcome")
+        self.root_cause = RootCausePanel(id="root-cause")
         self.logs = NodeLogDeck(nodes, id="logs")
+        self.prompt = PromptBar(id="prompt")
+        self.ranks: dict[tuple[str, int], RankChanged] = {}
+        self.selected: tuple[str, int] | None = None
+        self._jumps = 0
 
     def _initial_commands(self) -> tuple[list[CommandLine], str, list[str]]:
         if self.attach is not None:
@@ -90,16 +99,20 @@ class JobScreen(Screen[None]):
         self.job_panel.border_title = "Job"
         yield self.job_panel
         with Horizontal(id="board"):
-            with Vertical(id="side") as side:
+            with VerticalScroll(id="side") as side:
                 side.border_title = "Ranks"
                 yield self.grid
+                yield self.root_cause
                 yield self.outcome
             yield self.logs
+        yield self.prompt
         yield Footer()
 
     def on_mount(self) -> None:
         self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
         self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
+        self.logs.active_view.focus()
+        self.call_after_refresh(self._learn_keys)
         if self.attach is not None:
             self._start(Session(self.spec, self.relay.emit, run=self.attach))
 
@@ -130,6 +143,9 @@ class JobScreen(Screen[None]):
         if self.session is not None:
             await self.grid.reset()
             self.logs.clear()
+            self.root_cause.reset()
+            self.ranks.clear()
+            self.selected, self._jumps = None, 0
         self._start(session)
 
     def action_teardown(self) -> None:
@@ -155,11 +171,51 @@ class JobScreen(Screen[None]):
         if yes:
             self.detach()
 
-    def action_next_log(self) -> None:
-        self.logs.step(+1)
+    def action_jump_error(self) -> None:
+        """Show the first error line of the chosen rank, else of each failed rank in turn.
 
-    def action_prev_log(self) -> None:
-        self.logs.step(-1)
+        The order is the failures' (first observed first); each press moves on to the next.
+        """
+        targets = jump_targets(self.ranks, self.root_cause.failures)
+        chosen = [t for t in targets if (t.node, t.local_rank) == self.selected]
+        if self.selected is not None and not chosen:
+            node, local_rank = self.selected
+            self.notify(f"{node} local rank {local_rank} has no error line", timeout=4)
+            return
+        if not targets:
+            self.notify("no rank has an error line (yet)", timeout=3)
+            return
+        if chosen:
+            target = chosen[0]
+        else:
+            target = targets[self._jumps % len(targets)]
+            self._jumps += 1
+        who = f"rank {target.rank} on {target.node}" if target.rank is not None else target.node
+        if self.logs.jump_to(target.node, target.seq):
+            self.notify(f"{who}: {target.summary}", timeout=6)
+            return
+        where = self._node_log_path(target.node)
+        self.notify(
+            f"{who}: its first error line ({target.seq}) is older than the console keeps; "
+            f"the full log is {where}",
+            severity="warning",
+            timeout=10,
+        )
+
+    def _node_log_path(self, node: str) -> str:
+        if self.session is None or self.session.plan is None:
+            return "in the run directory"
+        index = list(self.session.plan.node_names).index(node)
+        return str(self.session.run.nodes_dir / node_log_name(index, node))
+
+    def _learn_keys(self) -> None:
+        """Panels that name a key show the one the keymap gives it."""
+        key_for = getattr(self.app, "key_for", None)
+        if key_for is not None:
+            self.root_cause.jump_key = key_for("diag.jump_error")
+
+    def save_dir(self) -> Path | None:
+        return self.session.run.path / "saved" if self.session is not None else None
 
     def teardown(self) -> None:
         """Stop the job on every node; the reports arrive as TeardownReport events."""
@@ -220,13 +276,26 @@ class JobScreen(Screen[None]):
         await self.logs.set_nodes(plan.node_names)
 
     def _flush_logs(self) -> None:
-        for node, (lines, dropped) in self.relay.drain(set(self.logs.nodes)).items():
-            self.logs.write(node, lines, dropped)
+        entries, dropped = self.relay.drain()
+        if entries or dropped:
+            self.logs.append(entries, dropped)
 
     # -- session events, as messages ----------------------------------------------------
 
     def on_rank_update(self, message: RankUpdate) -> None:
-        self.grid.show_rank(message.event)
+        event = message.event
+        self.ranks[(event.node, event.local_rank)] = event
+        self.grid.show_rank(event)
+        self.root_cause.show_rank(event)
+
+    def on_failure_update(self, message: FailureUpdate) -> None:
+        self.root_cause.add_failure(message.event.failure)
+
+    def on_rank_selected(self, message: RankSelected) -> None:
+        """A click chooses the rank `jump to error` goes to; a second click unchooses it."""
+        chosen = (message.node, message.local_rank)
+        self.selected = None if self.selected == chosen else chosen
+        self.grid.select(*(self.selected or (None, 0)))
 
     async def on_node_update(self, message: NodeUpdate) -> None:
         await self._adopt_plan()

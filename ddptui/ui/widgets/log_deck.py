@@ -1,16 +1,29 @@
-"""Provides NodeLogDeck: one tab per node, each holding that node's NodeLogPane."""
+"""Provides NodeLogDeck: a log view per node plus the merged view of all, and their settings."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import TabbedContent, TabPane
+from textual.widgets import Static, TabbedContent, TabPane
 
 from ddptui.core.events import NodeState
-from ddptui.ui.widgets.node_log import NodeLogPane
+from ddptui.ui.logmodel import (
+    LogEntry,
+    LogFilter,
+    LogStore,
+    compile_pattern,
+    skipped_note,
+)
+from ddptui.ui.widgets.log_view import DEFAULT_MAX_LINES, LogView
 
+MERGED_TAB = "all-nodes"
+MERGED_LABEL = "all nodes"
 _STATE_MARK = {
     NodeState.WAITING: "·",
     NodeState.CONNECTING: "…",
@@ -25,25 +38,43 @@ _STATE_MARK = {
 
 
 class NodeLogDeck(Vertical):
-    """The node logs, one visible at a time; the screen switches them and feeds them."""
+    """The node logs and the merged log, one visible at a time; the screen drives it.
+
+    Every entry goes into one bounded LogStore (the full logs are on disk) and into each view
+    whose filter takes it. Wrapping, timestamps and following apply to every view; the filter
+    and the search belong to the view that is showing.
+    """
 
     DEFAULT_CSS = """
     NodeLogDeck {
+        & TabbedContent { height: 1fr; }
         & TabPane { padding: 0; }
-        & NodeLogPane { border: round $primary-background; height: 1fr; overflow: auto; }
-        & NodeLogPane:focus { border: round $primary; }
-        & NodeLogPane.-failed { border: round $error; }
+        & LogView { border: round $primary-background; height: 1fr; overflow: auto; }
+        & LogView:focus { border: round $primary; }
+        & LogView.-failed { border: round $error; }
+        & #log-status { height: 1; padding: 0 1; color: $text-muted; background: $panel; }
     }
     """
 
-    def __init__(self, nodes: Sequence[str], *, id: str | None = None) -> None:
+    def __init__(
+        self, nodes: Sequence[str], *, max_lines: int = DEFAULT_MAX_LINES, id: str | None = None
+    ) -> None:
         super().__init__(id=id)
         self.nodes = list(nodes)
+        self.max_lines = max_lines
+        self.store = LogStore(max_lines)
+        self.node_states: dict[str, tuple[NodeState, int | None]] = {}
+        self.saved_to: Path | None = None
         self._panes = self._make_panes(self.nodes)
+        self._merged = LogView(MERGED_LABEL, self.store, max_lines=max_lines, id="log-all")
+        self._status = Static("", id="log-status")
+        self._update_titles()
 
-    @staticmethod
-    def _make_panes(nodes: Sequence[str]) -> dict[str, NodeLogPane]:
-        return {node: NodeLogPane(node, id=f"log-{i}") for i, node in enumerate(nodes)}
+    def _make_panes(self, nodes: Sequence[str]) -> dict[str, LogView]:
+        return {
+            node: LogView(node, self.store, node=node, max_lines=self.max_lines, id=f"log-{i}")
+            for i, node in enumerate(nodes)
+        }
 
     @staticmethod
     def _tab_id(index: int) -> str:
@@ -54,6 +85,12 @@ class NodeLogDeck(Vertical):
             for index, (node, pane) in enumerate(self._panes.items()):
                 with TabPane(node, id=self._tab_id(index)):
                     yield pane
+            with TabPane(MERGED_LABEL, id=MERGED_TAB):
+                yield self._merged
+        yield self._status
+
+    def on_mount(self) -> None:
+        self._show_status()
 
     async def set_nodes(self, nodes: Sequence[str]) -> None:
         """Rebuild the tabs when the allocation names nodes the preview could not know."""
@@ -61,46 +98,206 @@ class NodeLogDeck(Vertical):
             return
         self.nodes = list(nodes)
         self._panes = self._make_panes(self.nodes)
+        self._merged = LogView(MERGED_LABEL, self.store, max_lines=self.max_lines, id="log-all")
+        self._update_titles()
         await self.recompose()
+        for view in self.views:
+            view.rebuild()
 
-    def pane(self, node: str) -> NodeLogPane | None:
+    # -- the views --------------------------------------------------------------------------
+
+    @property
+    def views(self) -> list[LogView]:
+        return [*self._panes.values(), self._merged]
+
+    @property
+    def merged_view(self) -> LogView:
+        return self._merged
+
+    def pane(self, node: str) -> LogView | None:
         return self._panes.get(node)
 
     @property
-    def active_node(self) -> str | None:
+    def active_view(self) -> LogView:
         active = self.query_one(TabbedContent).active
         for index, node in enumerate(self.nodes):
             if self._tab_id(index) == active:
-                return node
-        return None
+                return self._panes[node]
+        return self._merged
 
-    def write(self, node: str, lines: list[str], dropped: int = 0) -> None:
-        pane = self._panes.get(node)
-        if pane is not None:
-            pane.append_batch(lines, dropped)
+    @property
+    def active_node(self) -> str | None:
+        """The node whose log shows; None while the merged view shows."""
+        return self.active_view.node
+
+    def show(self, node: str | None) -> LogView:
+        """Show a node's log (None: the merged view) and focus it for scrolling."""
+        view = self._panes.get(node) if node is not None else self._merged
+        view = view or self._merged
+        tab = MERGED_TAB if view is self._merged else self._tab_id(self.nodes.index(node or ""))
+        self.query_one(TabbedContent).active = tab
+        view.focus()
+        self._show_status()
+        return view
+
+    def step(self, delta: int) -> None:
+        """Show the next (+1) or previous (-1) log; the merged view comes after the last node."""
+        order: list[str | None] = [*self.nodes, None]
+        current = order.index(self.active_node)
+        self.show(order[(current + delta) % len(order)])
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        self._show_status()
+
+    @on(LogView.Changed)
+    def _view_changed(self, event: LogView.Changed) -> None:
+        event.stop()
+        if event.view is self.active_view:
+            self._show_status()
+
+    # -- lines in ---------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[LogEntry], dropped: Mapping[str, int] | None = None) -> None:
+        """One timer tick's lines; `dropped` counts what the relay could not keep, per node."""
+        notes = [skipped_note(node, count) for node, count in (dropped or {}).items() if count]
+        batch = [*notes, *entries] if notes else list(entries)
+        if not batch:
+            return
+        self.store.extend(batch)
+        for view in self.views:
+            view.append(batch)
+        if notes:
+            self._update_titles()
+
+    def clear(self) -> None:
+        """Empty every view for a new run of the job."""
+        self.store.clear()
+        self.node_states.clear()
+        tabs = self.query_one(TabbedContent)
+        for index, (node, pane) in enumerate(self._panes.items()):
+            pane.restart()
+            pane.remove_class("-failed")
+            tabs.get_tab(self._tab_id(index)).label = node
+        self._merged.restart()
+        self._update_titles()
 
     def show_state(self, node: str, state: NodeState, exit_code: int | None) -> None:
         pane = self._panes.get(node)
         if pane is None:
             return
-        pane.show_state(state, exit_code)
+        self.node_states[node] = (state, exit_code)
+        pane.set_class(state == NodeState.FAILED, "-failed")
         index = self.nodes.index(node)
-        tabs = self.query_one(TabbedContent)
-        tabs.get_tab(self._tab_id(index)).label = f"{node} {_STATE_MARK.get(state, '')}".strip()
+        tab = self.query_one(TabbedContent).get_tab(self._tab_id(index))
+        tab.label = f"{node} {_STATE_MARK.get(state, '')}".strip()
+        self._update_titles()
 
-    def clear(self) -> None:
-        """Empty every pane for a new run of the job."""
-        tabs = self.query_one(TabbedContent)
-        for index, (node, pane) in enumerate(self._panes.items()):
-            pane.restart()
-            tabs.get_tab(self._tab_id(index)).label = node
+    def _update_titles(self) -> None:
+        for node, pane in self._panes.items():
+            state, code = self.node_states.get(node, (None, None))
+            text = state.value if state is not None else "not launched"
+            if code is not None:
+                text += f" (exit {code})"
+            pane.border_title = f"{node} · {text}"
+        self._merged.border_title = f"{MERGED_LABEL} · node/rank prefixes"
+        skipped = self.store.dropped
+        for view in self.views:
+            view.border_subtitle = f"window: newest {self.max_lines} lines" if skipped else ""
 
-    def step(self, delta: int) -> None:
-        """Show the next (+1) or previous (-1) node's log, and focus it for scrolling."""
-        if not self.nodes:
+    # -- the operator's settings ------------------------------------------------------------
+
+    def set_filter(self, text: str) -> LogFilter:
+        """Filter the showing view: `node:N rank:R regex`; raises FilterError on bad input."""
+        log_filter = LogFilter.parse(text, self.nodes)
+        self.active_view.set_filter(log_filter)
+        self._show_status()
+        return log_filter
+
+    def search(self, text: str) -> int:
+        """Search the showing view; returns the number of matching rows."""
+        pattern = compile_pattern(text)
+        count = self.active_view.set_search(pattern)
+        self._show_status()
+        return count
+
+    def find(self, direction: int) -> bool:
+        view = self.active_view
+        if view.search_pattern is None:
+            return False
+        found = view.find(direction)
+        self._show_status()
+        return found
+
+    def toggle_follow(self) -> bool:
+        view = self.active_view
+        view.set_following(not view.following)
+        return view.following
+
+    def toggle_wrap(self) -> bool:
+        wrap = not self.active_view.wrap
+        for view in self.views:
+            view.set_wrap(wrap)
+        return wrap
+
+    def toggle_timestamps(self) -> bool:
+        stamps = not self.active_view.timestamps
+        for view in self.views:
+            view.set_timestamps(stamps)
+        return stamps
+
+    def jump_to(self, node: str, seq: int) -> bool:
+        """Show `node`'s log at its line `seq`; clears that view's filter if it hides the line."""
+        view = self.show(node if node in self._panes else None)
+        if view.jump_to(node, seq):
+            return True
+        if view.user_filter.active:
+            view.set_filter(LogFilter())
+            return view.jump_to(node, seq)
+        return False
+
+    def save(self, directory: Path) -> Path:
+        """Write what the showing view holds, as shown, to a new file in `directory`."""
+        view = self.active_view
+        directory.mkdir(parents=True, exist_ok=True)
+        stem = (view.node or "all-nodes").replace("/", "_")
+        path = directory / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+        n = 1
+        while path.exists():
+            n += 1
+            path = directory / f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{n}.log"
+        lines = view.visible_text()
+        path.write_text("\n".join(lines) + ("\n" if lines else ""))
+        self.saved_to = path
+        self._show_status()
+        return path
+
+    def _show_status(self) -> None:
+        if not self.is_mounted:
             return
-        active = self.active_node
-        current = self.nodes.index(active) if active is not None else 0
-        index = (current + delta) % len(self.nodes)
-        self.query_one(TabbedContent).active = self._tab_id(index)
-        self._panes[self.nodes[index]].focus()
+        self._status.update(describe_view(self.active_view, self.saved_to))
+
+
+def describe_view(view: LogView, saved_to: Path | None = None) -> Text:
+    """The status line under the logs: which view, its filter and search, the toggles."""
+    text = Text()
+    text.append(view.label, style="bold")
+
+    def flag(name: str, on: bool) -> None:
+        text.append(f"  {name} ")
+        text.append("on" if on else "off", style="bold green" if on else "dim")
+
+    flag("follow", view.following)
+    flag("wrap", view.wrap)
+    flag("time", view.timestamps)
+    if view.user_filter.active:
+        text.append("  filter ", style="bold")
+        text.append(view.user_filter.describe(), style="cyan")
+    if view.search_pattern is not None:
+        text.append(f"  /{view.search_pattern.pattern}", style="yellow")
+        text.append(f" {view.matches} match(es)")
+    if view.prefix_armed:
+        text.append("  g…", style="bold reverse")
+    if saved_to is not None:
+        text.append(f"  saved {saved_to}", style="dim")
+    return text

@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from ddptui.core.events import NodeState, RankChanged, RankState
+from ddptui.core.diagnosis import signal_name
+from ddptui.core.events import Diagnosis, NodeState, RankChanged, RankState
 
 _GLYPH = {
     RankState.PENDING: "·",
@@ -22,12 +25,25 @@ _GLYPH = {
 }
 
 
+class RankSelected(Message):
+    """The operator clicked a rank: the screen makes it the target of `jump to error`."""
+
+    def __init__(self, node: str, local_rank: int) -> None:
+        super().__init__()
+        self.node = node
+        self.local_rank = local_rank
+
+
 class RankCell(Static):
-    """One (node, local rank); labelled `L<local>` until the rendezvous gives its global rank."""
+    """One (node, local rank); labelled `L<local>` until the rendezvous gives its global rank.
+
+    A failed rank shows its exit code, or the signal that killed it (`SIGKILL` for -9/137);
+    a hung one is amber, a straggler orange.
+    """
 
     DEFAULT_CSS = """
     RankCell {
-        width: 9;
+        width: 12;
         height: 1;
         margin-right: 1;
         content-align: center middle;
@@ -38,6 +54,8 @@ class RankCell(Static):
         &.-done     { background: $success-darken-3; color: $text; }
         &.-failed   { background: $error; color: $text; }
         &.-hung     { background: $warning; color: $background; }
+        &.-straggler { background: $warning-darken-2; color: $text; }
+        &.-selected { text-style: bold reverse; }
     }
     """
 
@@ -50,6 +68,9 @@ class RankCell(Static):
         self.rank: int | None = None
         self.exit_code: int | None = None
         self.detail = ""
+        self.diagnoses: tuple[Diagnosis, ...] = ()
+        self.restarts = 0
+        self.straggler = False
         self.history: list[tuple[float, RankState]] = [(time.time(), RankState.PENDING)]
 
     @property
@@ -61,9 +82,13 @@ class RankCell(Static):
             self.rank = event.rank
         self.exit_code = event.exit_code
         self.detail = event.detail
+        self.diagnoses = event.diagnoses
+        self.restarts = event.restarts
+        self.straggler = event.straggler and event.state == RankState.RUNNING
         if self.history[-1][1] != event.state:
             self.history.append((event.ts, event.state))
         self.state = event.state
+        self.set_class(self.straggler, "-straggler")
         self.tooltip = self._tooltip_text()
         self.refresh()
 
@@ -74,8 +99,13 @@ class RankCell(Static):
     def render(self) -> str:
         glyph = _GLYPH[self.state]
         if self.state == RankState.FAILED and self.exit_code is not None:
-            return f"{self.label} {glyph}{self.exit_code}"
+            return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}"
+        if self.straggler:
+            return f"{self.label} {glyph}slow"
         return f"{self.label} {glyph}"
+
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(RankSelected(self.node, self.local_rank))
 
     def on_mount(self) -> None:
         self.add_class(f"-{self.state.value}")
@@ -87,9 +117,13 @@ class RankCell(Static):
         steps = " → ".join(state.value for _, state in self.history)
         lines = [head, steps]
         if self.exit_code is not None:
-            lines.append(f"exit code {self.exit_code}")
+            killed = signal_name(self.exit_code)
+            lines.append(f"exit code {self.exit_code}" + (f" ({killed})" if killed else ""))
+        if self.restarts:
+            lines.append(f"restarted {self.restarts} time(s)")
         if self.detail:
             lines.append(self.detail)
+        lines += [f"• {d.summary}" for d in self.diagnoses]
         return "\n".join(lines)
 
 
@@ -102,6 +136,7 @@ class NodeRow(Horizontal):
         margin-bottom: 1;
         & > .node-name  { width: 14; text-style: bold; }
         & > .node-state { width: 11; color: $text-muted; }
+        & > .node-restarts { width: 5; color: $warning; }
         & > .node-state.-running  { color: $success; }
         & > .node-state.-exited   { color: $success; }
         & > .node-state.-failed   { color: $error; }
@@ -114,11 +149,21 @@ class NodeRow(Horizontal):
         self.node = node
         self.cells = [RankCell(node, lr) for lr in range(nproc_per_node)]
         self._state = Static("—", classes="node-state")
+        self._restarts = Static("", classes="node-restarts")
+        self.restarts = 0
 
     def compose(self) -> ComposeResult:
         yield Static(self.node, classes="node-name")
         yield self._state
+        yield self._restarts
         yield from self.cells
+
+    def show_restarts(self, restarts: int) -> None:
+        """torchrun restarted this node's workers (--max-restarts): `↻2`."""
+        if restarts > self.restarts:
+            self.restarts = restarts
+            self._restarts.update(f"↻{restarts}")
+            self._restarts.tooltip = f"workers restarted {restarts} time(s) by torchrun"
 
     def show_state(self, state: NodeState, exit_code: int | None) -> None:
         text = state.value if exit_code is None else f"{state.value} {exit_code}"
@@ -163,6 +208,15 @@ class RankGrid(Vertical):
         cell = self.cell(event.node, event.local_rank)
         if cell is not None:
             cell.show(event)
+        row = self._rows.get(event.node)
+        if row is not None and event.restarts:
+            row.show_restarts(event.restarts)
+
+    def select(self, node: str | None, local_rank: int = 0) -> None:
+        """Mark one rank as the operator's choice (None: no choice)."""
+        for row in self._rows.values():
+            for cell in row.cells:
+                cell.set_class(cell.node == node and cell.local_rank == local_rank, "-selected")
 
     def show_node(self, node: str, state: NodeState, exit_code: int | None) -> None:
         row = self._rows.get(node)
@@ -174,6 +228,9 @@ class RankGrid(Vertical):
         if row is None or not 0 <= local_rank < len(row.cells):
             return None
         return row.cells[local_rank]
+
+    def restarts(self) -> dict[str, int]:
+        return {node: row.restarts for node, row in self._rows.items()}
 
     def states(self) -> dict[tuple[str, int], RankState]:
         return {(c.node, c.local_rank): c.state for row in self._rows.values() for c in row.cells}

@@ -1,0 +1,1 @@
+"""Benchmarks of ddptui against the alternatives an operator has; see bench/README.md."""

@@ -1,0 +1,88 @@
+"""Provides the UI tier of the log flood: the real DdpApp under Pilot, with key-to-screen probes.
+
+Key-to-screen latency is the time from posting a key (as Pilot does) to the first frame the
+app renders after the key's effect is in the widget tree (bench/_pilot.py). Three keys, in
+turn: `]` (next node's log: a tab switch, a layout change), `up` (scroll the focused log: the
+pane stops following) and `end` (follow again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench._common import peak_rss_mb, percentile
+from bench._pilot import FrameProbe
+
+PRESS_EVERY_S = 0.1
+
+
+async def _one_round(pilot: Any, screen: Any, probe: FrameProbe, tabs: Any,
+                     latencies: dict[str, list[float]]) -> None:
+    before = tabs.active
+    latencies["switch log (])"].append(
+        await probe.key(pilot, "right_square_bracket", "]", lambda: tabs.active != before))
+    await asyncio.sleep(PRESS_EVERY_S)
+    node = screen.logs.active_node
+    pane = screen.logs.pane(node) if node else None
+    if pane is None or pane.max_scroll_y < 2:
+        return
+    y = pane.scroll_y
+    latencies["scroll (up)"].append(
+        await probe.key(pilot, "up", None, lambda: pane.scroll_y < y and not pane.following))
+    await asyncio.sleep(PRESS_EVERY_S)
+    latencies["scroll (end)"].append(
+        await probe.key(pilot, "end", None, lambda: pane.following
+                        and pane.scroll_y >= pane.max_scroll_y))
+    await asyncio.sleep(PRESS_EVERY_S)
+
+
+async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict[str, Any]:
+    """Launch `spec` in the app with `l`, probe keys until the run is over, report."""
+    from textual.widgets import TabbedContent
+
+    from ddptui.core.events import NodeLine
+    from ddptui.ui.app import DdpApp
+
+    app = DdpApp(spec)
+    shown = {"lines": 0, "skipped": 0}
+    latencies: dict[str, list[float]] = {"switch log (])": [], "scroll (up)": [],
+                                         "scroll (end)": []}
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = app.job_screen
+        relay_emit, deck_write = screen.relay.emit, screen.logs.write
+
+        def emit(event: Any) -> None:
+            if isinstance(event, NodeLine):
+                ingest.saw(event)
+            relay_emit(event)
+
+        def write(node: str, lines: list[str], dropped: int = 0) -> None:
+            shown["lines"] += len(lines)
+            shown["skipped"] += dropped
+            deck_write(node, lines, dropped)
+
+        screen.relay.emit = emit
+        screen.logs.write = write
+        probe = FrameProbe(app)
+        tabs = screen.logs.query_one(TabbedContent)
+        await pilot.press("l")
+        while screen.job_active:
+            await _one_round(pilot, screen, probe, tabs, latencies)
+        deadline = time.monotonic() + 30
+        while screen.summary is None and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert screen.session is not None
+        ok = bool(screen.summary and screen.summary.ok)
+        run_path = screen.session.run.path
+    every = [v for values in latencies.values() for v in values]
+    keys = {name: {"p50": percentile(v, 50), "p99": percentile(v, 99), "n": len(v)}
+            for name, v in latencies.items()}
+    return {**ingest.result(), "ok": ok, "on_disk": on_disk(run_path), **shown,
+            "key_p50": percentile(every, 50), "key_p99": percentile(every, 99),
+            "key_n": len(every), "keys": keys, "frame_p50": percentile(probe.frames, 50),
+            "frame_p99": percentile(probe.frames, 99), "frames": len(probe.frames),
+            "rss_mb": peak_rss_mb()}

@@ -1,0 +1,67 @@
+"""Provides Pilot helpers shared by the UI benchmarks: posting keys and timing frames.
+
+Frames are taken where Textual hands them to its driver (`App._display`) and serialised there
+as a terminal driver would, so their cost counts even under the headless test driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+KEY_TIMEOUT_S = 10.0
+
+
+def press_key(pilot: Any, key: str, char: str | None) -> None:
+    """Post a key as Pilot.press does, without its wait for the app to go idle (under a
+    flood it never does, and that wait is what is measured here)."""
+    from textual import events
+
+    event = events.Key(key, char)
+    event.set_sender(pilot.app)
+    pilot.app._driver.send_message(event)
+
+
+class FrameProbe:
+    """Wraps App._display: times every frame and resolves the pending key's future."""
+
+    def __init__(self, app: Any) -> None:
+        from textual._compositor import CompositorUpdate
+
+        self._update_type = CompositorUpdate
+        self.app = app
+        self.frames: list[float] = []
+        self._display = app._display
+        self._check: Callable[[], bool] | None = None
+        self._seen: asyncio.Future[float] | None = None
+        app._display = self.frame
+
+    def frame(self, screen: Any, renderable: Any) -> None:
+        t0 = time.perf_counter()
+        self._display(screen, renderable)
+        if isinstance(renderable, self._update_type):
+            renderable.render_segments(self.app.console)  # what a terminal would be sent
+        self.frames.append(time.perf_counter() - t0)
+        if self._seen is not None and not self._seen.done() and self._check and self._check():
+            self._seen.set_result(time.perf_counter())
+
+    async def key(self, pilot: Any, key: str, char: str | None,
+                  shows: Callable[[], bool]) -> float:
+        """Seconds from posting `key` to the first frame after `shows()` became true."""
+        return await self.after(lambda: press_key(pilot, key, char), shows)
+
+    async def after(self, act: Callable[[], object], shows: Callable[[], bool]) -> float:
+        """Seconds from `act()` to the first frame rendered once `shows()` is true."""
+        self._check = shows
+        self._seen = asyncio.get_running_loop().create_future()
+        pressed = time.perf_counter()
+        act()
+        try:
+            seen = await asyncio.wait_for(asyncio.shield(self._seen), KEY_TIMEOUT_S)
+        except TimeoutError:
+            return float("inf")
+        finally:
+            self._check, self._seen = None, None
+        return seen - pressed

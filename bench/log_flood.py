@@ -1,0 +1,293 @@
+"""Log ingest under flood: 16 pseudo-nodes writing as fast as they can, and at fixed rates.
+
+Three tiers, each in a fresh process (so its peak RSS is its own):
+- core: Monitor.feed alone on big in-memory buffers (framing, rank attribution, rank board),
+  and Monitor.feed followed by the UI's SessionRelay.emit (what the app adds per line);
+- headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
+  (same node helper, log files, tail processes and pipes as a real run), no UI;
+- ui: the same Session inside the real DdpApp under `app.run_test()`, launched with `l`,
+  while Pilot presses `]` (next node's log) every 100 ms: key-to-screen latency is the time
+  from the press to the first frame that shows the other tab (frames are serialised as a
+  terminal driver would, to count that cost too).
+Lines lost = lines the nodes wrote (counted in the on-disk logs) minus lines the console
+ingested (NodeLine events); the UI may skip lines on screen by design (the pane says how many,
+the run directory has them all), and that is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._common import (
+    BENCH,
+    ROOT,
+    Report,
+    Table,
+    arg_parser,
+    command_line,
+    fmt_ms,
+    median,
+    peak_rss_mb,
+    percentile,
+    verdict,
+)
+
+NODES = 16
+SHIM = BENCH / "flood_node.py"
+MAX_LINES_PER_NODE = 150_000
+# offered rate (all nodes together, lines/s; 0 = as fast as they can) and seconds of flood
+RATES = {"quiet (320/s)": (320, 6.0), "10k/s": (10_000, 6.0), "100k/s": (100_000, 6.0),
+         "1M/s": (1_000_000, 3.0), "max": (0, 0.0)}
+LAG_SAMPLE = 4096  # parse the write time of one line in this many
+
+
+def _lines_per_node(rate: int, seconds: float, quick: bool) -> int:
+    lines = MAX_LINES_PER_NODE if rate == 0 else int(rate / NODES * seconds)
+    return lines // (5 if quick else 1)
+
+
+# -- core tier ----------------------------------------------------------------------------
+
+
+def core_child(lines_per_node: int) -> dict[str, Any]:
+    from bench.flood_node import _batch
+    from ddptui.core.monitor import Monitor
+    from ddptui.ui.relay import SessionRelay
+
+    nodes = [f"local{i}" for i in range(NODES)]
+    data = {n: _batch(f"[ddptui:{i}:0]:", 0, lines_per_node) for i, n in enumerate(nodes)}
+    chunks = [(n, data[n][o : o + (1 << 16)]) for o in range(0, max(map(len, data.values())),
+                                                              1 << 16) for n in nodes]
+    out: dict[str, Any] = {}
+    for tier in ("Monitor.feed", "Monitor.feed + SessionRelay.emit"):
+        monitor = Monitor(nodes, 1)
+        relay = SessionRelay(lambda _: None)
+        emit = relay.emit if "Relay" in tier else None
+        count = 0
+        t0 = time.perf_counter()
+        for node, chunk in chunks:
+            events = monitor.feed(node, chunk)
+            count += len(events)
+            if emit is not None:
+                for event in events:
+                    emit(event)
+        elapsed = time.perf_counter() - t0
+        out[tier] = {"lines_per_s": lines_per_node * NODES / elapsed, "events": count}
+    out["rss_mb"] = peak_rss_mb()
+    return out
+
+
+# -- headless and UI tiers ----------------------------------------------------------------
+
+
+class Ingest:
+    """Counts what reaches the consumer of a Session's events, and samples the lag."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.done_lines = 0
+        self.first = self.last = 0.0
+        self.lags: list[float] = []
+
+    def saw(self, event: Any) -> None:
+        text: str = event.text
+        if event.rank is None:
+            return
+        if text.startswith("flood done"):
+            self.done_lines += 1
+            return
+        now = time.time()
+        if not self.lines:
+            self.first = now
+        self.last = now
+        self.lines += 1
+        if self.lines % LAG_SAMPLE == 0:
+            self.lags.append(now - float(text[2 : text.index(" ")]))
+
+    def result(self) -> dict[str, Any]:
+        span = max(self.last - self.first, 1e-9)
+        return {"ingested": self.lines, "done_lines": self.done_lines,
+                "ingest_per_s": self.lines / span, "span_s": span,
+                "lag_p50": percentile(self.lags, 50), "lag_p99": percentile(self.lags, 99)}
+
+
+def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
+    from ddptui.core.spec import make_spec
+
+    return make_spec(backend="local", nodes=NODES, nproc_per_node=1, script=str(SHIM),
+                     script_args=("--lines", str(lines_per_node), "--rate",
+                                  str(rate / NODES)),
+                     launcher=f"{sys.executable} {SHIM}", workdir=str(workdir))
+
+
+def _on_disk(run_path: Path) -> int:
+    return sum(p.read_bytes().count(b"step-ok\n") for p in (run_path / "nodes").glob("*.log"))
+
+
+def headless_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, Any]:
+    from ddptui.core.events import NodeLine
+    from ddptui.core.session import Session
+
+    ingest = Ingest()
+
+    def emit(event: Any) -> None:
+        if isinstance(event, NodeLine):
+            ingest.saw(event)
+
+    session = Session(_spec(lines_per_node, rate, workdir), emit)
+    summary = asyncio.run(session.run_job())
+    return {**ingest.result(), "ok": summary.ok, "on_disk": _on_disk(session.run.path),
+            "rss_mb": peak_rss_mb()}
+
+
+async def _ui_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, Any]:
+    from bench._flood_ui import ui_run
+
+    return await ui_run(_spec(lines_per_node, rate, workdir), Ingest(), _on_disk)
+
+
+# -- the driver ---------------------------------------------------------------------------
+
+
+def _child(*args: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-flood-") as tmp:
+        env = {**os.environ, "DDPTUI_STATE_DIR": str(Path(tmp) / "state"),
+               "PYTHONPATH": str(ROOT)}
+        cp = subprocess.run([sys.executable, "-m", "bench.log_flood", "--child", *args,
+                             "--workdir", tmp], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=900)
+    if cp.returncode != 0:
+        raise RuntimeError(f"child {args} failed: {cp.stderr[-2000:]}")
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def _rate(v: float) -> str:
+    return f"{v / 1000:,.0f}k/s" if v == v else "n/a"
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        kind, *rest = args.child
+        workdir = Path(args.workdir)
+        if kind == "core":
+            result = core_child(int(rest[0]))
+        elif kind == "headless":
+            result = headless_child(int(rest[0]), int(rest[1]), workdir)
+        else:
+            result = asyncio.run(_ui_child(int(rest[0]), int(rest[1]), workdir))
+        print(json.dumps(result))
+        return
+    reps = 1 if args.quick else args.reps
+    report = Report("log_flood", "Log ingest under flood (16 pseudo-nodes)", command_line())
+    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(f"Each figure is the median of {reps} run(s); the sweep is repeated as a whole "
+                f"(rates and tiers alternate within a sweep).")
+    core_lines = _lines_per_node(0, 0, args.quick)
+    sweeps: list[dict[tuple[str, str], dict[str, Any]]] = []
+    cores = []
+    for rep in range(reps):
+        cores.append(_child("core", str(core_lines)))
+        sweeps.append({})
+        for name, (rate, seconds) in RATES.items():
+            lines = _lines_per_node(rate, seconds, args.quick)
+            for tier in ("headless", "ui"):
+                print(f"  [{rep + 1}/{reps}] {tier} at {name}: {lines * NODES:,} lines",
+                      flush=True)
+                sweeps[-1][(tier, name)] = result = _child(tier, str(lines), str(rate))
+                print(f"    {_brief(result)}", flush=True)
+    report.section("Core alone (in memory, no processes)")
+    table = Table(["pipeline", "lines/s", "vs Monitor.feed"])
+    base = median([c["Monitor.feed"]["lines_per_s"] for c in cores])
+    for tier in ("Monitor.feed", "Monitor.feed + SessionRelay.emit"):
+        rate = median([c[tier]["lines_per_s"] for c in cores])
+        table.add(tier, _rate(rate), f"{rate / base:.2f}x")
+    report.table(table)
+    report.para(f"{core_lines * NODES:,} lines of ~90 bytes, fed in 64 KiB chunks, 16 nodes "
+                f"round-robin.")
+    runs = {key: _median_result([s[key] for s in sweeps]) for key in sweeps[0]}
+    _tables(report, runs)
+    report.write()
+
+
+def _brief(r: dict[str, Any]) -> str:
+    text = f"ingested {r['ingested']:,} of {r['on_disk']:,} at {_rate(r['ingest_per_s'])}"
+    if "key_p50" in r:
+        text += f", key p50 {fmt_ms(r['key_p50'])} p99 {fmt_ms(r['key_p99'])}"
+    return text + f", RSS {r['rss_mb']:.0f} MB"
+
+
+def _median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per field, the median over repetitions (nested dicts too; other values from the first)."""
+    out: dict[str, Any] = {}
+    for key, value in results[0].items():
+        if isinstance(value, dict):
+            out[key] = _median_result([r[key] for r in results])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = median([r[key] for r in results])
+        else:
+            out[key] = value
+    return out
+
+
+def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    report.section("Real pipeline: node helper, tail, pipes, Session (headless) and the app (ui)")
+    table = Table(["offered", "tier", "lines written", "ingested", "lost", "ingest rate",
+                   "lag p50 / p99", "shown / skipped on screen", "frame p50 / p99",
+                   "peak RSS"])
+    for (tier, name), r in runs.items():
+        ui = tier == "ui"
+        table.add(name, tier, f"{r['on_disk']:,.0f}", f"{r['ingested']:,.0f}",
+                  f"{r['on_disk'] - r['ingested']:,.0f}", _rate(r["ingest_per_s"]),
+                  f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} s",
+                  f"{r['lines']:,.0f} / {r['skipped']:,.0f}" if ui else "-",
+                  f"{fmt_ms(r['frame_p50'])} / {fmt_ms(r['frame_p99'])}" if ui else "-",
+                  f"{r['rss_mb']:.0f} MB")
+    report.table(table)
+    report.para("Lag: how long after a node wrote a line the console ingested it (one line in "
+                f"{LAG_SAMPLE} sampled). A lag that grows with the run means the console "
+                "fell behind the offered rate and caught up from the node's log file later.")
+    report.section("Key-to-screen latency in the app (Pilot), quiet vs flood")
+    keys = Table(["offered", "key", "presses", "p50", "p99", "p50 vs quiet"])
+    quiet = runs[("ui", next(iter(RATES)))]["keys"]
+    for (tier, name), r in runs.items():
+        if tier != "ui":
+            continue
+        for key, k in r["keys"].items():
+            keys.add(name, key, f"{k['n']:.0f}", fmt_ms(k["p50"]), fmt_ms(k["p99"]),
+                     f"{k['p50'] / quiet[key]['p50']:.2f}x" if quiet[key]["p50"] else "n/a")
+    report.table(keys)
+    ui = [r for (t, _), r in runs.items() if t == "ui"]
+    worst_p99 = max(r["key_p99"] for r in ui)
+    quiet_p99 = runs[("ui", next(iter(RATES)))]["key_p99"]
+    worst_rss = max(r["rss_mb"] for r in runs.values())
+    lost = sum(r["on_disk"] - r["ingested"] for r in runs.values())
+    rate = runs[("ui", "max")]["ingest_per_s"]
+    report.section("Targets")
+    targets = Table(["target", "measured", "verdict"])
+    targets.add(">= 200k lines/s (ui, as fast as they can)", _rate(rate),
+                verdict(rate >= 200_000, f"{rate / 200_000 - 1:+.0%}"))
+    targets.add("key p99 < 100 ms (worst offered rate)", fmt_ms(worst_p99),
+                verdict(worst_p99 < 0.1, f"{worst_p99 / 0.1:.1f}x the target; quiet app: "
+                                         f"{fmt_ms(quiet_p99)}"))
+    targets.add("peak RSS < 300 MB (console process)", f"{worst_rss:.0f} MB",
+                verdict(worst_rss < 300, f"{worst_rss / 300 - 1:+.0%}"))
+    targets.add("0 lines lost", f"{lost:,.0f}", verdict(lost == 0))
+    report.table(targets)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,242 @@
+"""Provides the node-side half of preflight: what a node knows of itself and its peers.
+
+Like the node shim, this file runs on every node as `python3 - VERB ARGS` with its own source
+on stdin, so it uses only the standard library and never imports ddptui or torch: the job's
+python is asked about torch in a process of its own, after the job's activation step.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any
+
+
+def _ipv4_of(ifname: str) -> str | None:
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
+        except OSError:
+            return None
+        return socket.inet_ntoa(packed[20:24])
+
+
+FACTS_MARK = "DDPTUI-FACTS "
+# Run by the job's own python, never imported here: the console and this helper never
+# import torch themselves.
+PYTHON_FACTS = """
+import json, platform, shutil, sys
+r = {"python": platform.python_version(), "executable": sys.executable,
+     "launcher": shutil.which(sys.argv[1]) if sys.argv[1] else None}
+try:
+    import torch
+    r["torch"] = str(getattr(torch, "__version__", "unknown"))
+    r["torch_path"] = str(getattr(torch, "__file__", ""))
+    r["cuda_build"] = getattr(getattr(torch, "version", None), "cuda", None)
+    try:
+        r["cuda_available"] = bool(torch.cuda.is_available())
+        r["cuda_devices"] = int(torch.cuda.device_count()) if r["cuda_available"] else 0
+    except Exception as exc:
+        r["cuda_error"] = type(exc).__name__ + ": " + str(exc)
+except Exception as exc:
+    r["torch_error"] = type(exc).__name__ + ": " + str(exc)
+print("DDPTUI-FACTS " + json.dumps(r), flush=True)
+"""
+
+
+def _addresses(name: str) -> dict[str, Any]:
+    """Every address `name` resolves to here (IPv4-mapped IPv6 shown as IPv4)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except OSError as exc:
+        return {"addrs": [], "error": str(exc)}
+    addrs: list[str] = []
+    for info in infos:
+        addr = str(info[4][0]).split("%", 1)[0]
+        addr = addr[7:] if addr.startswith("::ffff:") and "." in addr else addr
+        if addr not in addrs:
+            addrs.append(addr)
+    return {"addrs": addrs, "error": ""}
+
+
+def _python_facts(job: dict) -> dict[str, Any]:
+    """The job's python (after its activation step, with its environment): never this one."""
+    import subprocess
+
+    code = [job["python"], "-c", PYTHON_FACTS, job.get("launcher") or ""]
+    argv = code
+    if job.get("prelude"):
+        shell = shutil.which("bash") or "sh"
+        argv = [shell, "-c", job["prelude"] + ' && exec "$@"', "ddptui-preflight", *code]
+    env = dict(os.environ)
+    env.update(job.get("env") or {})
+    cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else None
+    try:
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd if cwd and os.path.isdir(cwd) else None,
+            timeout=float(job.get("timeout", 120)),
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": str(exc)}
+    for line in done.stdout.splitlines():
+        if line.startswith(FACTS_MARK):
+            return dict(json.loads(line[len(FACTS_MARK) :]))
+    tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return {"error": tail}
+
+
+def _gpu_facts() -> dict[str, Any]:
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {"present": False}
+    query = "--query-gpu=name,driver_version,memory.total"
+    try:
+        done = subprocess.run(
+            [smi, query, "--format=csv,noheader"], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"present": True, "error": str(exc)}
+    if done.returncode != 0:
+        lines = (done.stdout + done.stderr).strip().splitlines() or [f"exit {done.returncode}"]
+        return {"present": True, "error": lines[0]}
+    gpus = [[p.strip() for p in line.split(",")] for line in done.stdout.strip().splitlines()]
+    return {"present": True, "gpus": gpus}
+
+
+def _disk_facts(path: str) -> dict[str, Any]:
+    """Free space where the run's files go: the nearest directory of `path` that exists."""
+    target = os.path.expanduser(path)
+    existing = target
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    usage = shutil.disk_usage(existing)
+    return {
+        "path": target,
+        "existing": existing,
+        "free": usage.free,
+        "total": usage.total,
+        "writable": os.access(existing, os.W_OK),
+    }
+
+
+def preflight_facts(payload_b64: str) -> int:
+    """Everything preflight asks of a node, in one round trip.
+
+    `t_start` and `elapsed` let the console place this node's clock: the reading was taken
+    between the request being sent and the reply arriving minus `elapsed`.
+    """
+    import platform
+    import socket
+
+    t_start = time.time()
+    begun = time.monotonic()
+    job = json.loads(base64.b64decode(payload_b64).decode())
+    hostname = socket.gethostname()
+    ifaces = {}
+    for _, name in socket.if_nameindex():
+        addr = _ipv4_of(name)
+        if addr:
+            ifaces[addr] = name
+    cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else os.getcwd()
+    script = job.get("script")
+    report: dict[str, Any] = {
+        "hostname": hostname,
+        "fqdn": socket.getfqdn(),
+        "self": _addresses(hostname),
+        "ifaces": ifaces,
+        "shim_python": platform.python_version(),
+        "python": _python_facts(job),
+        "gpu": _gpu_facts(),
+        "disk": _disk_facts(job["rundir"]),
+        "cwd": cwd,
+        "t_start": t_start,
+    }
+    if script:
+        path = script if os.path.isabs(script) else os.path.join(cwd, script)
+        report["script"] = {"path": path, "exists": os.path.isfile(os.path.expanduser(path))}
+    report["elapsed"] = time.monotonic() - begun
+    print(json.dumps(report))
+    return 0
+
+
+def preflight_resolve(*names: str) -> int:
+    """What this node resolves each name to: do the nodes agree about each other?"""
+    print(json.dumps({name: _addresses(name) for name in names}))
+    return 0
+
+
+def preflight_listen(number: str, count: str, seconds: str, token: str) -> int:
+    """Listen on the rendezvous port as c10d's store would (every interface), answer each
+    connection with `token`, and stop after `count` connections or `seconds`."""
+    import socket
+
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        server.bind(("", int(number)))
+        server.listen(64)
+    except OSError as exc:
+        print(json.dumps({"listening": False, "error": exc.strerror or str(exc)}), flush=True)
+        return 0
+    print(json.dumps({"listening": True, "error": ""}), flush=True)
+    deadline = time.monotonic() + float(seconds)
+    peers: list[str] = []
+    with server:
+        while len(peers) < int(count) and time.monotonic() < deadline:
+            server.settimeout(max(0.05, deadline - time.monotonic()))
+            try:
+                conn, peer = server.accept()
+            except OSError:
+                break
+            with conn:
+                with contextlib.suppress(OSError):
+                    conn.sendall((token + "\n").encode())
+                peers.append(peer[0])
+    print(json.dumps({"done": True, "peers": peers}), flush=True)
+    return 0
+
+
+def preflight_connect(addr: str, number: str, seconds: str, token: str) -> int:
+    """Connect to the first node's rendezvous port as a c10d client would."""
+    import socket
+
+    begun = time.monotonic()
+    try:
+        with socket.create_connection((addr, int(number)), timeout=float(seconds)) as conn:
+            conn.settimeout(float(seconds))
+            banner = conn.recv(256).decode(errors="replace").strip()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        print(json.dumps({"ok": False, "error": reason}))
+        return 0
+    ms = round((time.monotonic() - begun) * 1000, 1)
+    print(json.dumps({"ok": banner == token, "banner": banner, "ms": ms, "error": ""}))
+    return 0
+
+
+VERBS: dict[str, Any] = {
+    "facts": preflight_facts,
+    "resolve": preflight_resolve,
+    "listen": preflight_listen,
+    "connect": preflight_connect,
+}
+
+if __name__ == "__main__":
+    sys.exit(VERBS[sys.argv[1]](*sys.argv[2:]))

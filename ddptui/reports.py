@@ -1,0 +1,122 @@
+"""Provides the output of `ddptui history` and `ddptui preflight`: text tables or JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from ddptui.core.events import Event
+from ddptui.core.history import RunHistory, RunRecord
+from ddptui.core.preflight import CHECKS, CheckResult, Preflight, PreflightSummary, cell_status
+from ddptui.core.spec import JobSpec
+
+MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
+HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
+
+
+def when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    total = int(seconds)
+    hours, rest = divmod(total, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def history_row(record: RunRecord) -> tuple[str, ...]:
+    return (
+        record.id,
+        when(record.started),
+        duration(record.duration),
+        record.profile,
+        record.backend,
+        record.where,
+        record.status,
+        record.ranks_text(),
+    )
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def print_history(limit: int | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+    records = RunHistory().runs(limit)
+    if as_json:
+        for record in records:
+            out.write(json.dumps(record.to_dict()) + "\n")
+        return 0
+    if not records:
+        out.write("no runs yet\n")
+        return 0
+    lines = table(HISTORY_COLUMNS, [history_row(r) for r in records])
+    out.write("\n".join(lines) + "\n")
+    out.write(f"{len(records)} run(s); run directories: `ddptui history --json` lists them\n")
+    return 0
+
+
+def preflight_text(results: Sequence[CheckResult], summary: PreflightSummary) -> list[str]:
+    """The grid (nodes x checks) and every failure and warning with its fix."""
+    nodes = list(dict.fromkeys([*summary.nodes, *(r.node for r in results)]))
+    rows = [
+        [node, *(MARK[cell_status(list(results), node, check)] for check in CHECKS)]
+        for node in nodes
+    ]
+    lines = table(("NODE", *CHECKS), rows)
+    problems = [r for r in results if r.status in ("fail", "warn")]
+    if problems:
+        lines.append("")
+    for result in problems:
+        lines.append(f"{MARK[result.status]} {result.node} {result.check}: {result.detail}")
+        if result.fix:
+            lines.append(f"    fix: {result.fix}")
+    verdict = "ready" if summary.ok else "NOT ready"
+    lines += ["", f"{verdict}: {summary.detail}"]
+    return lines
+
+
+def run_preflight(spec: JobSpec, headless: bool, out: TextIO = sys.stdout) -> int:
+    """Check every node of the job; exit 0 only if no check failed."""
+    results: list[CheckResult] = []
+
+    def emit(event: Event) -> None:
+        if isinstance(event, CheckResult):
+            results.append(event)
+        if headless:
+            out.write(event.to_json() + "\n")
+            out.flush()
+        elif not isinstance(event, CheckResult | PreflightSummary):
+            out.write(f"... {getattr(event, 'state', '')} {getattr(event, 'detail', '')}\n")
+            out.flush()
+
+    async def main() -> PreflightSummary:
+        preflight = Preflight(spec, emit)
+        task = asyncio.ensure_future(preflight.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await task
+
+    if not headless:
+        out.write(f"preflight: {spec.nodes} node(s) from {spec.backend} ...\n")
+        out.flush()
+    try:
+        summary = asyncio.run(main())
+    except asyncio.CancelledError:
+        out.write("preflight cancelled\n")
+        return 130
+    if not headless:
+        out.write("\n".join(preflight_text(results, summary)) + "\n")
+    return 0 if summary.ok else 1

@@ -1,0 +1,201 @@
+"""Provides the launch form's model: a job as text fields, each checked with a reason, and back.
+
+No Textual here: the form screen shows what `check_form` says, so the rules are tested alone.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ddptui.core.hosts import expand_hosts
+from ddptui.core.spec import (
+    JobSpec,
+    SlurmSpec,
+    SpecError,
+    check_local_script,
+    parse_env_pairs,
+)
+
+# Form field id -> where its value goes in the JobSpec (for pydantic's error locations).
+SPEC_PATH: dict[str, tuple[str, ...]] = {
+    "backend": ("backend",),
+    "hosts": ("hosts",),
+    "nodes": ("nodes",),
+    "nproc_per_node": ("nproc_per_node",),
+    "script": ("script",),
+    "script_args": ("script_args",),
+    "workdir": ("workdir",),
+    "env": ("env",),
+    "activate": ("activate",),
+    "rdzv_port": ("rdzv_port",),
+    "container_image": ("container", "image"),
+    "container_engine": ("container", "engine"),
+    "container_mounts": ("container", "mounts"),
+    "slurm_mode": ("slurm", "mode"),
+    "slurm_launch": ("slurm", "launch"),
+    "partition": ("slurm", "partition"),
+    "time": ("slurm", "time"),
+    "gres": ("slurm", "gres"),
+    "slurm_args": ("slurm", "extra_args"),
+}
+FIELDS = tuple(SPEC_PATH)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a screen hands the app: use this job, and launch it at once or not."""
+
+    spec: JobSpec
+    launch: bool = False
+
+
+@dataclass
+class FormCheck:
+    """The job the fields make, or why not: one reason per field that is wrong."""
+
+    spec: JobSpec | None
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.spec is not None and not self.errors
+
+
+def _words(values: tuple[str, ...]) -> str:
+    return shlex.join(values)
+
+
+def values_from_spec(spec: JobSpec) -> dict[str, str]:
+    """The job as the form shows it."""
+    c, s = spec.container, spec.slurm
+    return {
+        "backend": spec.backend,
+        "hosts": ",".join(spec.hosts),
+        "nodes": str(spec.nodes),
+        "nproc_per_node": str(spec.nproc_per_node),
+        "script": spec.script,
+        "script_args": _words(spec.script_args),
+        "workdir": spec.workdir or "",
+        "env": " ".join(shlex.quote(f"{k}={v}") for k, v in spec.env.items()),
+        "activate": spec.activate or "",
+        "rdzv_port": str(spec.rdzv_port or ""),
+        "container_image": c.image if c else "",
+        "container_engine": c.engine if c else "podman",
+        "container_mounts": _words(c.mounts) if c else "",
+        "slurm_mode": s.mode,
+        "slurm_launch": s.launch,
+        "partition": s.partition or "",
+        "time": s.time or "",
+        "gres": s.gres or "",
+        "slurm_args": _words(s.extra_args),
+    }
+
+
+def _number(text: str, low: int, high: int | None = None) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"must be a whole number, not {text.strip()!r}") from None
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"must be between {low} and {high}" if high else f"must be at least {low}")
+    return value
+
+
+def _split(text: str) -> tuple[str, ...]:
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (quote words as in a shell)") from None
+
+
+def _parsers() -> dict[str, Callable[[str], Any]]:
+    return {
+        "nodes": lambda t: _number(t, 1),
+        "nproc_per_node": lambda t: _number(t, 1),
+        "rdzv_port": lambda t: _number(t, 1, 65535) if t.strip() else None,
+        "script_args": _split,
+        "container_mounts": _split,
+        "slurm_args": _split,
+        "env": lambda t: parse_env_pairs(_split(t)),
+        "hosts": lambda t: tuple(expand_hosts(t)) if t.strip() else (),
+    }
+
+
+def check_form(values: Mapping[str, str], base: JobSpec, cwd: Path | None = None) -> FormCheck:
+    """Check every field; the fields the form has no control for are kept from `base`."""
+    errors: dict[str, str] = {}
+    parsed: dict[str, Any] = {}
+    parsers = _parsers()
+    for name in FIELDS:
+        text = values.get(name, "")
+        try:
+            parsed[name] = parsers[name](text) if name in parsers else (text.strip() or None)
+        except (ValueError, SpecError) as exc:
+            errors[name] = str(exc).replace("malformed --env", "malformed")
+    _cross_checks(parsed, errors)
+    if errors:
+        return FormCheck(None, errors)
+    data = base.model_dump()
+    for name, path in SPEC_PATH.items():
+        if len(path) == 1:
+            data[path[0]] = parsed[name]
+    data["hosts"] = parsed["hosts"][: parsed["nodes"]]
+    data["container"] = (
+        {
+            "image": parsed["container_image"],
+            "engine": parsed["container_engine"] or "podman",
+            "mounts": parsed["container_mounts"],
+        }
+        if parsed["container_image"]
+        else None
+    )
+    data["slurm"] = {**data["slurm"]}
+    for name, path in SPEC_PATH.items():
+        if path[0] == "slurm":
+            data["slurm"][path[1]] = parsed[name] if parsed[name] is not None else _default(path)
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        return FormCheck(None, _locate(exc))
+    if spec.backend == "local":
+        try:
+            check_local_script(spec, cwd)
+        except SpecError as exc:
+            return FormCheck(None, {"script": str(exc).removeprefix("script ")})
+    return FormCheck(spec)
+
+
+def _default(path: tuple[str, ...]) -> Any:
+    return SlurmSpec().model_dump()[path[1]]
+
+
+def _cross_checks(parsed: dict[str, Any], errors: dict[str, str]) -> None:
+    if not parsed.get("script") and "script" not in errors:
+        errors["script"] = "required: the training script to run"
+    backend = parsed.get("backend")
+    hosts = parsed.get("hosts") or ()
+    if backend == "ssh" and "hosts" not in errors:
+        if not hosts:
+            errors["hosts"] = "required for SSH: a,b or node[01-04]"
+        elif isinstance(parsed.get("nodes"), int) and parsed["nodes"] > len(hosts):
+            errors["nodes"] = f"only {len(hosts)} host(s) listed"
+    if parsed.get("container_engine") == "pyxis" and backend != "slurm":
+        errors["container_engine"] = "pyxis runs containers through srun: slurm backend only"
+    if parsed.get("container_mounts") and not parsed.get("container_image"):
+        errors["container_image"] = "required when mounts are given"
+
+
+def _locate(exc: ValidationError) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    by_path = {path: name for name, path in SPEC_PATH.items()}
+    for err in exc.errors():
+        loc = tuple(str(p) for p in err["loc"])
+        name = by_path.get(loc[:2]) or by_path.get(loc[:1]) or "script"
+        errors.setdefault(name, err["msg"].lower())
+    return errors

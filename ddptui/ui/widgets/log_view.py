@@ -1,0 +1,336 @@
+"""Provides LogView: a lazily rendered, bounded log of one node (or all) with filter and search."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.cells import cell_len
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
+from textual.geometry import Size
+from textual.message import Message
+from textual.strip import Strip
+from textual.widgets import Log
+
+from ddptui.ui.logmodel import LogEntry, LogFilter, LogStore, format_entry, wrap_rows
+
+DEFAULT_MAX_LINES = 20_000
+_RANK_COLOURS = (
+    "cyan", "magenta", "green", "yellow", "bright_blue", "bright_red",
+    "bright_cyan", "bright_magenta", "bright_green", "dark_orange", "orchid", "spring_green2",
+)  # fmt: skip
+_AGENT_STYLE = Style(color="grey62", italic=True)
+_NOTE_STYLE = Style(color="yellow", italic=True)
+_MATCH_STYLE = Style(color="black", bgcolor="yellow")
+_CURRENT_ROW_STYLE = Style(bgcolor="grey30")
+_TARGET_ROW_STYLE = Style(bgcolor="dark_red", bold=True)
+# Characters str.splitlines() cuts at: Log.write_lines would split a row there.
+_LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def rank_style(rank: int | None) -> Style:
+    """The colour of a rank's prefix, the same in every view."""
+    if rank is None:
+        return _AGENT_STYLE
+    return Style(color=_RANK_COLOURS[rank % len(_RANK_COLOURS)], bold=True)
+
+
+def displayable(text: str) -> str:
+    """What a terminal would leave of a line: after the last carriage return (progress bars)."""
+    if "\r" in text:
+        text = text.rstrip("\r").rsplit("\r", 1)[-1]
+    return _LINE_BREAKS.sub(" ", text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    entry: LogEntry
+    prefix: int  # cells of the row that are the prefix (first row of an entry only)
+    first: bool
+
+
+class LogView(Log, inherit_bindings=False):
+    """One log view: a node's output, or every node's merged with `node/rank` prefixes.
+
+    The view keeps at most `max_lines` rows (Log prunes the oldest); the deck's LogStore holds
+    the entries it rebuilds from when the filter, wrapping or timestamps change. Textual's
+    scroll bindings carry no ids, so they are redeclared with ids here.
+
+    It follows new lines until the operator scrolls up, and again once they are back at the
+    end. Log's own auto-scroll is not used: it stops for good when the horizontal scrollbar
+    appears a moment after a write (the width is measured in a thread).
+
+    `g` is a prefix key: `logs.g` arms it and a `logs.g.*` binding fires only on the very next
+    key press (vim's `gg`). Key presses are counted in `on_key`, never dispatched there.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Before logs.g: while the prefix is armed, the second key lands here.
+        Binding("g", "after_g('top')", "Top of log (after g)", show=False, id="logs.g.top"),
+        Binding("g", "arm_g", "Prefix g (g g: top)", show=False, id="logs.g"),
+        Binding("up", "scroll_up", "Scroll up", show=False, id="logs.scroll_up"),
+        Binding("down", "scroll_down", "Scroll down", show=False, id="logs.scroll_down"),
+        Binding("left", "scroll_left", "Scroll left", show=False, id="logs.scroll_left"),
+        Binding("right", "scroll_right", "Scroll right", show=False, id="logs.scroll_right"),
+        Binding("pageup", "page_up", "Page up", show=False, id="logs.page_up"),
+        Binding("pagedown", "page_down", "Page down", show=False, id="logs.page_down"),
+        Binding("home", "scroll_home", "Top of log", show=False, id="logs.top"),
+        Binding("end", "scroll_end", "End of log (follow)", show=False, id="logs.bottom"),
+    ]
+
+    class Changed(Message):
+        """Following, the search or the prefix state changed: the deck redraws its status."""
+
+        def __init__(self, view: LogView) -> None:
+            super().__init__()
+            self.view = view
+
+    def __init__(
+        self,
+        label: str,
+        store: LogStore,
+        *,
+        node: str | None = None,
+        max_lines: int = DEFAULT_MAX_LINES,
+        id: str | None = None,
+    ) -> None:
+        super().__init__(max_lines=max_lines, auto_scroll=True, id=id)
+        self.label = label
+        self.node = node  # None: the merged view of every node
+        self.store = store
+        self.user_filter = LogFilter()
+        self.wrap = False
+        self.timestamps = False
+        self.following = True
+        self.search_pattern: re.Pattern[str] | None = None
+        self.match_row: int | None = None
+        self.matches = 0
+        self.target: LogEntry | None = None
+        self.lines_written = 0
+        self._rows: list[_Row] = []
+        self._keys = 0
+        self._armed_at: int | None = None
+        self._wrap_width = 0
+
+    # -- what it shows ----------------------------------------------------------------------
+
+    @property
+    def merged(self) -> bool:
+        return self.node is None
+
+    @property
+    def log_filter(self) -> LogFilter:
+        base = frozenset({self.node}) if self.node is not None else frozenset()
+        return LogFilter(base | self.user_filter.nodes, self.user_filter.ranks,
+                         self.user_filter.pattern)  # fmt: skip
+
+    def _rows_for(self, entries: Iterable[LogEntry]) -> tuple[list[_Row], list[str]]:
+        accepts = self.log_filter.accepts
+        rows: list[_Row] = []
+        texts: list[str] = []
+        width = self._wrap_width if self.wrap else 0
+        for entry in entries:
+            if not accepts(entry):
+                continue
+            formatted = format_entry(entry, merged=self.merged, timestamps=self.timestamps)
+            text = displayable(formatted.text)
+            pieces = wrap_rows(text, width) if width else [text]
+            for i, piece in enumerate(pieces):
+                rows.append(_Row(entry, formatted.prefix if i == 0 else 0, i == 0))
+                texts.append(piece)
+        return rows, texts
+
+    def append(self, entries: Sequence[LogEntry]) -> None:
+        """Show new entries (those the filter accepts); one write per timer tick."""
+        rows, texts = self._rows_for(entries)
+        if not rows:
+            return
+        self._rows.extend(rows)  # before the write: pruning trims both lists alike
+        self.write_lines(texts, scroll_end=False)
+        self.lines_written += len(texts)
+
+    def rebuild(self) -> None:
+        """Show the store again through the current filter, wrapping and timestamps."""
+        self._wrap_width = max(0, self.scrollable_content_region.width)
+        self.clear()
+        self._rows.clear()
+        self.match_row = None
+        self.lines_written = 0
+        self.append(self.store.last(self.max_lines or len(self.store), self.log_filter))
+        if self.following:
+            self.scroll_end(animate=False, x_axis=False)
+        self._changed()
+
+    def restart(self) -> None:
+        """Empty the view for a new run of the job."""
+        self.clear()
+        self._rows.clear()
+        self.match_row = None
+        self.target = None
+        self.lines_written = 0
+        self.following = True
+        self._changed()
+
+    def _prune_max_lines(self) -> None:
+        if self.max_lines is not None:
+            remove = len(self._lines) - self.max_lines
+            if remove > 0:
+                del self._rows[:remove]
+                if self.match_row is not None:
+                    self.match_row = self.match_row - remove if self.match_row >= remove else None
+        super()._prune_max_lines()
+
+    def set_filter(self, log_filter: LogFilter) -> None:
+        self.user_filter = log_filter
+        self.rebuild()
+
+    def set_wrap(self, wrap: bool) -> None:
+        self.wrap = wrap
+        self.rebuild()
+
+    def set_timestamps(self, timestamps: bool) -> None:
+        self.timestamps = timestamps
+        self.rebuild()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.wrap and self.scrollable_content_region.width != self._wrap_width:
+            self.rebuild()
+
+    def visible_text(self) -> list[str]:
+        """Every line the view holds as it shows them, wrapped rows joined again."""
+        out: list[str] = []
+        for row, text in zip(self._rows, self._lines, strict=False):
+            if row.first:
+                out.append(text)
+            elif out:
+                out[-1] += text
+        return out
+
+    # -- following --------------------------------------------------------------------------
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        following = self.following
+        if new_value >= self.max_scroll_y:
+            self.following = True
+        elif new_value < old_value:
+            self.following = False
+        if following != self.following:
+            self._changed()
+
+    def watch_virtual_size(self, size: Size) -> None:
+        if self.following:
+            self.scroll_end(animate=False, x_axis=False)
+
+    def set_following(self, following: bool) -> None:
+        self.following = following
+        if following:
+            self.scroll_end(animate=False, x_axis=False)
+        self._changed()
+
+    # -- search and jumps -------------------------------------------------------------------
+
+    def set_search(self, pattern: re.Pattern[str] | None) -> int:
+        """Highlight `pattern` and go to its first match below the top of the view."""
+        self.search_pattern = pattern
+        self.match_row = None
+        self.matches = 0
+        self.refresh()
+        if pattern is None:
+            self._changed()
+            return 0
+        self.matches = self.match_count()
+        self.find(+1, start=int(self.scroll_y) - 1)
+        return self.matches
+
+    def match_count(self) -> int:
+        pattern = self.search_pattern
+        return 0 if pattern is None else sum(1 for t in self._lines if pattern.search(t))
+
+    def find(self, direction: int, start: int | None = None) -> bool:
+        """Go to the next (+1) or previous (-1) row that matches the search, wrapping around."""
+        pattern, total = self.search_pattern, len(self._lines)
+        if pattern is None or not total:
+            return False
+        here = start if start is not None else self.match_row
+        if here is None:
+            here = int(self.scroll_y) - 1 if direction > 0 else int(self.scroll_y)
+        for step in range(1, total + 1):
+            row = (here + direction * step) % total
+            if pattern.search(self._lines[row]):
+                self.match_row = row
+                self._show_row(row)
+                return True
+        return False
+
+    def jump_to(self, node: str, seq: int) -> bool:
+        """Go to a node's line by its number; False if this view does not hold it."""
+        for row, info in enumerate(self._rows):
+            if info.first and info.entry.seq == seq and info.entry.node == node:
+                self.target = info.entry
+                self._show_row(row)
+                return True
+        return False
+
+    def _show_row(self, row: int) -> None:
+        self.following = False
+        self.scroll_to(y=max(0, row - self.scrollable_content_region.height // 3), animate=False)
+        self.refresh()
+        self._changed()
+
+    # -- the g prefix -----------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        self._keys += 1
+
+    @property
+    def prefix_armed(self) -> bool:
+        return self._armed_at is not None and self._armed_at == self._keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "after_g":
+            return self._armed_at is not None and self._armed_at == self._keys - 1
+        return True
+
+    def action_arm_g(self) -> None:
+        self._armed_at = self._keys
+        self._changed()
+
+    def action_after_g(self, what: str) -> None:
+        self._armed_at = None
+        if what == "top":
+            self.action_scroll_home()
+        self._changed()
+
+    def action_scroll_end(self) -> None:
+        self.set_following(True)
+
+    # -- rendering --------------------------------------------------------------------------
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        """Log's line rendering, plus prefix colours, search matches and the jump target."""
+        if self.text_selection is not None or y >= len(self._rows):
+            return super()._render_line_strip(y, rich_style)
+        row = self._rows[y]
+        line = self._process_line(self._lines[y])
+        text = Text(line, no_wrap=True, style=rich_style)
+        if row.entry.note:
+            text.stylize(_NOTE_STYLE)
+        elif row.prefix:
+            text.stylize(rank_style(row.entry.rank), 0, row.prefix)
+        if self.search_pattern is not None:
+            for match in self.search_pattern.finditer(line):
+                text.stylize(_MATCH_STYLE, match.start(), match.end())
+        if y == self.match_row:
+            text.stylize(_CURRENT_ROW_STYLE)
+        if self.target is not None and row.entry is self.target:
+            text.stylize(_TARGET_ROW_STYLE)
+        return Strip(text.render(self.app.console), cell_len(line))
+
+    def _changed(self) -> None:
+        self.post_message(self.Changed(self))

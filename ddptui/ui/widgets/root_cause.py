@@ -1,0 +1,149 @@
+"""Provides RootCausePanel: torchrun's failure summary (first observed failure first), diagnoses."""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ddptui.core.diagnosis import EXITED, TRACEBACK, describe_exit, order_failures
+from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
+
+TRACEBACK_TAIL = 6
+# `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
+_SOURCE_TAG = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\] ?")
+MAX_OTHERS = 6
+MAX_NOTED = 12
+
+
+def who(rank: int | None, node: str, local_rank: int) -> str:
+    return f"rank {rank} on {node}" if rank is not None else f"{node} local rank {local_rank}"
+
+
+class RootCausePanel(VerticalScroll):
+    """Hidden until something fails; the screen adds failures and rank diagnoses."""
+
+    DEFAULT_CSS = """
+    RootCausePanel {
+        height: auto;
+        max-height: 20;
+        padding: 0 1;
+        margin-top: 1;
+        border-top: solid $error;
+        display: none;
+        &.-shown { display: block; }
+        & > Static { width: 100%; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.failures: list[FailureRecord] = []
+        self.diagnoses: dict[tuple[str, int], tuple[int | None, tuple[Diagnosis, ...]]] = {}
+        self.jump_key = "E"
+        self._body = Static("")
+
+    def compose(self) -> ComposeResult:
+        yield self._body
+
+    def add_failure(self, record: FailureRecord) -> None:
+        self.failures.append(record)
+        self._redraw()
+
+    def show_rank(self, event: RankChanged) -> None:
+        key = (event.node, event.local_rank)
+        if event.diagnoses or key in self.diagnoses:
+            self.diagnoses[key] = (event.rank, event.diagnoses)
+            self._redraw()
+
+    def reset(self) -> None:
+        self.failures.clear()
+        self.diagnoses.clear()
+        self._redraw()
+
+    @property
+    def first(self) -> FailureRecord | None:
+        ordered = order_failures(self.failures)
+        return ordered[0] if ordered else None
+
+    def _redraw(self) -> None:
+        text = self.describe()
+        self.set_class(bool(text.plain), "-shown")
+        self._body.update(text)
+
+    def describe(self) -> Text:
+        text = Text()
+        ordered = order_failures(self.failures)
+        if ordered:
+            text.append("Root cause", style="bold red")
+            text.append(" · first observed failure\n", style="dim")
+            text.append_text(_describe_root(ordered[0]))
+            others = ordered[1:]
+            if others:
+                text.append("\nthen", style="bold")
+            for record in others[:MAX_OTHERS]:
+                text.append(f"\n  {who(record.rank, record.node, record.local_rank)} ")
+                text.append(describe_exit(record.exit_code), style="red")
+                if record.error:
+                    text.append(f" {_SOURCE_TAG.sub('', record.error)[:72]}", style="dim")
+            if len(others) > MAX_OTHERS:
+                text.append(f"\n  … {len(others) - MAX_OTHERS} more", style="dim")
+        noted = self._noted()
+        if noted:
+            if ordered:
+                text.append("\n")
+            text.append("Diagnoses", style="bold yellow")
+            for node, lr, rank, diag in noted[:MAX_NOTED]:
+                text.append(f"\n  {who(rank, node, lr)}: ", style="bold")
+                text.append(diag.summary[:160])
+            if len(noted) > MAX_NOTED:
+                text.append(f"\n  … {len(noted) - MAX_NOTED} more", style="dim")
+        if ordered or noted:
+            text.append(f"\n{self.jump_key}: jump to the first error line", style="italic dim")
+        if ordered:
+            text.append_text(_traceback_tail(ordered[0]))
+        return text
+
+    def _noted(self) -> list[tuple[str, int, int | None, Diagnosis]]:
+        """Each rank's diagnoses, less what the failure records already say."""
+        recorded = {(r.node, r.local_rank) for r in self.failures}
+        return [
+            (node, lr, rank, diag)
+            for (node, lr), (rank, diags) in self.diagnoses.items()
+            for diag in diags
+            if diag.kind != EXITED and not (diag.kind == TRACEBACK and (node, lr) in recorded)
+        ]
+
+
+def _describe_root(record: FailureRecord) -> Text:
+    text = Text()
+    text.append(f"✗ {who(record.rank, record.node, record.local_rank)}", style="bold")
+    if record.host:
+        text.append(f" (host {record.host})")
+    text.append(" · ")
+    text.append(describe_exit(record.exit_code), style="bold red")
+    if record.time:
+        text.append(f" · {record.time.replace('_', ' ')}", style="dim")
+    if record.error:
+        text.append(f"\n  {record.error}", style="red")
+    if record.error_file:
+        text.append("\n  error file ", style="dim")
+        text.append(record.error_file)
+    return text
+
+
+def _traceback_tail(record: FailureRecord) -> Text:
+    """The innermost frames of the root cause's traceback, from torchrun's error file."""
+    text = Text()
+    lines = [line for line in record.traceback if line.strip()]
+    if lines and lines[-1].strip() == record.error:
+        lines.pop()
+    tail = [line for line in lines if not set(line.strip()) <= {"^", "~"}][-TRACEBACK_TAIL:]
+    if len(tail) > 1:
+        text.append("\ntraceback (innermost last):", style="dim")
+        for line in tail:
+            text.append(f"\n  {line.rstrip()}", style="dim")
+    return text

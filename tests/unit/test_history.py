@@ -1,0 +1,146 @@
+"""Run history: recorded as runs go, outcomes per rank, and runs whose console died."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddptui.cli import main
+from ddptui.core.events import (
+    AllocationChanged,
+    PlanReady,
+    RankChanged,
+    RankState,
+    RankSummary,
+    RunSummary,
+)
+from ddptui.core.history import RunHistory, RunRecorder, history_path
+from ddptui.core.spec import make_spec
+from ddptui.core.store import RunDir
+
+
+@pytest.fixture(autouse=True)
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DDPTUI_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def summary(run_id: str, run_dir: Path, **kw: object) -> RunSummary:
+    ranks = tuple(RankSummary(r, f"node{r // 2 + 1}", r % 2, RankState.DONE, 0) for r in range(4))
+    fields: dict = {"ok": True, "world_size": 4, "ranks": ranks, "run_dir": str(run_dir)}
+    fields.update(run_id=run_id, **kw)
+    return RunSummary(**fields)
+
+
+def test_a_run_is_recorded_running_then_with_its_outcome(state: Path) -> None:
+    run = RunDir.create("20250101-000000-aaaaaa")
+    spec = make_spec(
+        script="t.py", backend="slurm", profile="cpu-ddp-conda", nodes=2, nproc_per_node=2
+    )
+    recorder = RunRecorder(run, spec)
+    recorder.begin()
+    (record,) = RunHistory().runs()
+    assert (record.id, record.status, record.profile, record.backend) == (
+        run.run_id,
+        "running",
+        "cpu-ddp-conda",
+        "slurm",
+    )
+    assert record.ended is None and record.console_pid == os.getpid()
+    recorder.observe(AllocationChanged("granted", "4242", ("node1", "node2")))
+    recorder.observe(PlanReady(run.run_id, "10.0.0.1:29400", (("node1", "x"), ("node2", "y"))))
+    recorder.observe(summary(run.run_id, run.path))
+    (record,) = RunHistory().runs()
+    assert record.status == "ok" and record.ended is not None
+    assert record.where == "job 4242 (node1,node2)"
+    assert record.ranks_text() == "4/4 done"
+    assert [r.state for r in record.ranks] == ["done"] * 4
+    assert history_path() == state / "history.sqlite3"
+
+
+@pytest.mark.parametrize(
+    ("kw", "status"),
+    [
+        ({"ok": False, "stopped_by": "operator"}, "torn down"),
+        ({"ok": False, "stopped_by": "failure"}, "failed"),
+        ({"ok": False, "stopped_by": "error"}, "error"),
+        ({"ok": False, "detached": True, "stopped_by": "detached"}, "detached"),
+    ],
+)
+def test_outcomes(kw: dict, status: str) -> None:
+    run = RunDir.create(f"20250101-000001-{status.replace(' ', '')[:6]:0<6}")
+    recorder = RunRecorder(run, make_spec(script="t.py"))
+    recorder.begin()
+    recorder.observe(summary(run.run_id, run.path, **kw))
+    record = RunHistory().get(run.run_id)
+    assert record is not None and record.status == status
+    assert (record.ended is None) == (status == "detached")
+
+
+def test_a_run_whose_console_is_gone_is_interrupted(state: Path) -> None:
+    run = RunDir.create("20250101-000002-bbbbbb")
+    RunRecorder(run, make_spec(script="t.py")).begin()
+    run.record(RankChanged(None, "local0", 0, RankState.ASSIGNED))
+    run.record(RankChanged(0, "local0", 0, RankState.RUNNING))
+    run.record(RankChanged(1, "local0", 1, RankState.FAILED, 3))
+    run.close()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    RunHistory().update(run.run_id, console_pid=dead.pid, console_start=None)
+    record = RunHistory().get(run.run_id)
+    assert record is not None and record.status == "interrupted"
+    assert record.ended is None
+    assert [(r.rank, r.state) for r in record.ranks] == [(0, "running"), (1, "failed")]
+    assert record.ranks_text() == "0/2 done, r1 failed (exit 3)"
+    assert "ended without recording an outcome" in record.detail
+
+
+def test_a_reused_pid_does_not_keep_a_dead_run_running() -> None:
+    run = RunDir.create("20250101-000003-cccccc")
+    RunRecorder(run, make_spec(script="t.py")).begin()
+    assert RunHistory().get(run.run_id).status == "running"  # type: ignore[union-attr]
+    RunHistory().update(run.run_id, console_start="1")  # this PID, started at another time
+    assert RunHistory().get(run.run_id).status == "interrupted"  # type: ignore[union-attr]
+
+
+def test_an_unwritable_history_never_stops_a_run(tmp_path: Path) -> None:
+    run = RunDir.create("20250101-000004-dddddd")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    recorder = RunRecorder(run, make_spec(script="t.py"), RunHistory(blocker / "h.sqlite3"))
+    recorder.begin()
+    recorder.observe(summary(run.run_id, run.path))
+    assert "run history not written" in recorder.problem
+
+
+def test_history_cli_lists_newest_first(capsys: pytest.CaptureFixture[str]) -> None:
+    for i, profile in enumerate(("local", "elastic-ddp")):
+        run = RunDir.create(f"20250101-00001{i}-eeeee{i}")
+        spec = make_spec(script="t.py", profile=profile, backend="ssh", hosts=("n1", "n2"))
+        RunHistory().started(run, spec, started=time.time() - 100 + i)
+        RunHistory().finished(summary(run.run_id, run.path, ok=i == 0, stopped_by="failure"))
+    assert main(["history"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == [
+        "RUN",
+        "STARTED",
+        "TIME",
+        "PROFILE",
+        "BACKEND",
+        "WHERE",
+        "OUTCOME",
+        "RANKS",
+    ]
+    assert "elastic-ddp" in out[1] and "failed" in out[1] and "n1,n2" in out[1]
+    assert "local" in out[2] and " ok " in out[2]
+    assert main(["history", "--json", "--limit", "1"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    data = json.loads(line)
+    assert data["profile"] == "elastic-ddp" and data["status"] == "failed"
+    assert data["hosts"] == ["n1", "n2"] and len(data["ranks"]) == 4
