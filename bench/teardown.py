@@ -19,6 +19,7 @@ import json
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,27 @@ from tests.testbed import Testbed
 HOSTS = ["node1", "node2"]
 TARGET_S = 5.0
 ORPHAN_WAIT_S = 10.0
+RETRIES = 3
 Sample = dict[str, Any]
+
+
+class LaunchFailed(RuntimeError):
+    """The job ended before every rank ran: not a teardown to measure; the run is redone."""
+
+
+def retried(run: Callable[[int], Sample], failures: list[str]) -> Callable[[int], Sample]:
+    """A failed launch (torch/gloo can fail on this box) is noted and the run redone."""
+
+    def again(i: int) -> Sample:
+        for _ in range(RETRIES):
+            try:
+                return run(i)
+            except LaunchFailed as exc:
+                failures.append(str(exc))
+                print(f"  launch failed, redone: {exc}", flush=True)
+        return run(i)
+
+    return again
 
 
 def _watch_clean(tb: Testbed, since: float, timeout: float = 30.0) -> float:
@@ -75,9 +96,12 @@ def ddptui_run(tb: Testbed, tmp: Path, port: int, engine: str, cut: bool = False
     stream = TimedStream(ddptui_ssh_argv(tb, "--hosts", "node[1-2]", "--ssh-engine", engine,
                                          "--rdzv-port", str(port), ENVCHECK, "--sleep", "300"),
                          env=bench_env(tmp / "state"), cwd=tmp)
-    if stream.until(all_ranks_running(4), timeout=240) is None:
+    if stream.until(all_ranks_running(4), timeout=240) is None or any(
+            e["event"] == "summary" for e in stream.events()):
         stream.proc.kill()
-        raise RuntimeError(f"ranks never all ran: {stream.seen[-5:]}")
+        stream.finish()
+        raise LaunchFailed(json.dumps([e for e in stream.events()
+                                       if e["event"] in ("summary", "notice")][-3:]))
     if cut:
         tb.cut_link("node2")
         noticed = stream.until(lambda line: '"notice"' in line and "node2" in line
@@ -119,7 +143,11 @@ def by_hand_run(tb: Testbed, port: int) -> Sample:
             return count["n"] == 2
 
         if stream.until(two_ranks, timeout=240) is None:
-            raise RuntimeError(f"by-hand ranks never all ran: {stream.seen[-5:]}")
+            for each in streams:
+                each.proc.terminate()
+                each.finish(timeout=30)
+            _orphans(tb)
+            raise LaunchFailed(f"by hand: {[line for _, line in stream.seen[-3:]]}")
     asked = time.monotonic()
     for stream in streams:
         stream.proc.send_signal(signal.SIGTERM)
@@ -160,9 +188,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-teardown-") as tmp_name:
             tmp = Path(tmp_name)
             report.section(f"SSH testbed, asyncssh: {runs} runs, interleaved with by hand")
+            failures: list[str] = []
             main_runs = interleaved(runs, {
-                "ddptui (asyncssh)": lambda _: ddptui_run(tb, tmp, next(port), "asyncssh"),
-                "by hand (ssh -tt, end the clients)": lambda _: by_hand_run(tb, next(port)),
+                "ddptui (asyncssh)": retried(
+                    lambda _: ddptui_run(tb, tmp, next(port), "asyncssh"), failures),
+                "by hand (ssh -tt, end the clients)": retried(
+                    lambda _: by_hand_run(tb, next(port)), failures),
             })
             _engine_table(report, main_runs)
             ours = [max(s["reported clean"], s["verified clean"])
@@ -177,17 +208,20 @@ def main() -> None:
                 f"{verdict(max(ours) <= TARGET_S, f'{max(ours) - TARGET_S:+.2f} s')}; "
                 f"orphans {orphans}: {verdict(orphans == 0)}.")
             report.section(f"SSH testbed, paramiko: {p_runs} runs")
-            p = interleaved(p_runs, {"ddptui (paramiko)": lambda _: ddptui_run(
-                tb, tmp, next(port), "paramiko")})
+            p = interleaved(p_runs, {"ddptui (paramiko)": retried(lambda _: ddptui_run(
+                tb, tmp, next(port), "paramiko"), failures)})
             _engine_table(report, p)
             report.section("A host's link cut while the job runs (cut, restore, then teardown)")
             cut = interleaved(1, {
-                "ddptui (asyncssh), link cut": lambda _: ddptui_run(
-                    tb, tmp, next(port), "asyncssh", cut=True),
-                "ddptui (paramiko), link cut": lambda _: ddptui_run(
-                    tb, tmp, next(port), "paramiko", cut=True),
+                "ddptui (asyncssh), link cut": retried(lambda _: ddptui_run(
+                    tb, tmp, next(port), "asyncssh", cut=True), failures),
+                "ddptui (paramiko), link cut": retried(lambda _: ddptui_run(
+                    tb, tmp, next(port), "paramiko", cut=True), failures),
             })
             _engine_table(report, cut)
+            report.section("Launches that failed before every rank ran (redone, not counted)")
+            report.para(f"{len(failures)} launch(es) redone" + (": " + "; ".join(
+                f"`{f[:300]}`" for f in failures) if failures else "."))
     finally:
         tb.close()
     # -- Slurm ------------------------------------------------------------------------------

@@ -62,6 +62,7 @@ class Diagnosis:
     summary: str
     line: str = ""
     seq: int | None = None
+    ts: float = 0.0  # when the console read that line
 
 
 @dataclass(frozen=True)

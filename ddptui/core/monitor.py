@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ddptui.core.agentlog import (
     AgentFact,
@@ -273,10 +274,10 @@ class Monitor:
 
     def feed(self, node: str, chunk: bytes, now: float | None = None) -> list[Event]:
         reader = self._readers[node]
-        return self._lines(node, reader.framer.feed(chunk), now or time.time())
+        return self._lines(node, reader.framer.feed(chunk), time.time() if now is None else now)
 
     def feed_lines(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
-        return self._lines(node, lines, now or time.time())
+        return self._lines(node, lines, time.time() if now is None else now)
 
     def end_of_output(self, node: str) -> list[Event]:
         """Flush fragments when a node's stream ends; nothing buffered is ever dropped."""
@@ -286,7 +287,7 @@ class Monitor:
         for item in reader.attributor.flush():
             events += self._attributed(node, item.text, item.rank, item.local_rank, now)
         for fact in reader.agent.flush():
-            events += self._agent_fact(node, fact)
+            events += self._agent_fact(node, fact, now)
         return events
 
     def _lines(self, node: str, lines: Sequence[str], now: float) -> list[Event]:
@@ -306,7 +307,7 @@ class Monitor:
         events: list[Event] = [NodeLine(node, text, rank, local_rank, seq, ts=now)]
         if rank is None or local_rank is None:
             for fact in reader.agent.feed(text, seq):
-                events += self._agent_fact(node, fact)
+                events += self._agent_fact(node, fact, now)
             return events
         events += self.board.saw_output(node, rank, local_rank, now)
         cell = self.board.cell(node, local_rank)
@@ -325,14 +326,14 @@ class Monitor:
         events: list[Event] = []
         for diagnosis in (recognise(text, seq), cell.note_line(text, seq)):
             if diagnosis is not None:
-                events += self.board.diagnose(cell, diagnosis)
+                events += self.board.diagnose(cell, replace(diagnosis, ts=now))
         if self._progress is not None:
             value = progress_value(self._progress, text)
             if value is not None:
                 cell.progress.observe(now, value)
         return events
 
-    def _agent_fact(self, node: str, fact: AgentFact) -> list[Event]:
+    def _agent_fact(self, node: str, fact: AgentFact, now: float) -> list[Event]:
         if isinstance(fact, Assigned):
             return self.board.assign(node, fact)
         if isinstance(fact, WorkerFailed):
@@ -342,9 +343,9 @@ class Monitor:
             cell = self.board.cell(node, fact.local_rank)
             if fact.seq is not None and cell is not None:
                 said = f"the worker ended: {describe_exit(fact.exit_code)}"
-                events += self.board.diagnose(cell, Diagnosis(EXITED, said, "", fact.seq))
+                events += self.board.diagnose(cell, Diagnosis(EXITED, said, "", fact.seq, now))
             return events
         if isinstance(fact, AgentTrouble):
-            return self.board.node_trouble(node, fact.diagnosis)
+            return self.board.node_trouble(node, replace(fact.diagnosis, ts=now))
         assert isinstance(fact, GroupSucceeded)
         return self.board.node_succeeded(node)

@@ -63,9 +63,13 @@ class RankCell:
         )
 
     def add_diagnosis(self, diagnosis: Diagnosis) -> bool:
-        """Keep what this rank's output says went wrong; the first of each kind and summary."""
+        """Keep what this rank's output says went wrong: the first report of each kind.
+
+        Later ones of a kind (the same timeout on every retry, each lost peer) add nothing an
+        operator needs first; the full log has them.
+        """
         if len(self.diagnoses) >= MAX_DIAGNOSES or any(
-            d.kind == diagnosis.kind and d.summary == diagnosis.summary for d in self.diagnoses
+            d.kind == diagnosis.kind for d in self.diagnoses
         ):
             return False
         self.diagnoses.append(diagnosis)

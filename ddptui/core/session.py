@@ -69,9 +69,9 @@ class Session:
     def emit(self, event: Event) -> None:
         if not isinstance(event, NodeLine):
             self.run.record(event)
+            self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
             self._last_error = event.message
-            self.history.observe(event)
         self._emit_to(event)
 
     def request_teardown(self) -> None:

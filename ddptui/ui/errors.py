@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ddptui.core.diagnosis import HUNG, STRAGGLER, order_failures
-from ddptui.core.events import FailureRecord, RankChanged, RankState
+from ddptui.core.events import FailureRecord, RankChanged
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class JumpTarget:
     rank: int | None
     seq: int
     summary: str
+    ts: float = 0.0
 
 
 def first_error(event: RankChanged) -> JumpTarget | None:
@@ -27,25 +28,24 @@ def first_error(event: RankChanged) -> JumpTarget | None:
         return None
     first = min(lines, key=lambda d: d.seq or 0)
     assert first.seq is not None
-    return JumpTarget(event.node, event.local_rank, event.rank, first.seq, first.summary)
+    return JumpTarget(event.node, event.local_rank, event.rank, first.seq, first.summary, first.ts)
 
 
 def jump_targets(
     ranks: Mapping[tuple[str, int], RankChanged], failures: Sequence[FailureRecord]
 ) -> list[JumpTarget]:
-    """Ranks with an error line: torchrun's failures first observed first, then failed ranks,
-    then the others (a rank can report a timeout and still run), each in grid order."""
+    """Ranks with an error line: torchrun's failures first observed first; then the others
+    (a rank can report a timeout and still run, or be restarted) by when their first error
+    line came, so a crash comes before the lost peers it causes; ties in grid order."""
     order: list[tuple[str, int]] = []
     for record in order_failures(failures):
         key = (record.node, record.local_rank)
         if key not in order:
             order.append(key)
-    failed = [k for k, e in ranks.items() if e.state == RankState.FAILED and k not in order]
-    rest = [k for k in ranks if k not in order and k not in failed]
-    targets = []
-    for key in [*order, *failed, *rest]:
-        event = ranks.get(key)
-        target = first_error(event) if event is not None else None
-        if target is not None:
-            targets.append(target)
-    return targets
+    targets = [t for key in order if key in ranks and (t := first_error(ranks[key]))]
+    others = [
+        (target.ts, index, target)
+        for index, (key, event) in enumerate(ranks.items())
+        if key not in order and (target := first_error(event)) is not None
+    ]
+    return targets + [target for *_, target in sorted(others, key=lambda o: o[:2])]

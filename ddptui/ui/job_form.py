@@ -18,7 +18,6 @@ from ddptui.core.spec import (
     JobSpec,
     SlurmSpec,
     SpecError,
-    check_local_script,
     parse_env_pairs,
 )
 
@@ -139,6 +138,7 @@ def check_form(values: Mapping[str, str], base: JobSpec, cwd: Path | None = None
         except (ValueError, SpecError) as exc:
             errors[name] = str(exc).replace("malformed --env", "malformed")
     _cross_checks(parsed, errors)
+    _script_here(parsed, errors, cwd)
     if errors:
         return FormCheck(None, errors)
     data = base.model_dump()
@@ -160,15 +160,20 @@ def check_form(values: Mapping[str, str], base: JobSpec, cwd: Path | None = None
         if path[0] == "slurm":
             data["slurm"][path[1]] = parsed[name] if parsed[name] is not None else _default(path)
     try:
-        spec = JobSpec.model_validate(data)
+        return FormCheck(JobSpec.model_validate(data))
     except ValidationError as exc:
         return FormCheck(None, _locate(exc))
-    if spec.backend == "local":
-        try:
-            check_local_script(spec, cwd)
-        except SpecError as exc:
-            return FormCheck(None, {"script": str(exc).removeprefix("script ")})
-    return FormCheck(spec)
+
+
+def _script_here(parsed: dict[str, Any], errors: dict[str, str], cwd: Path | None) -> None:
+    """The local backend runs the script on this machine: it must be here."""
+    script = parsed.get("script")
+    if parsed.get("backend") != "local" or not script or "script" in errors:
+        return
+    workdir = Path(parsed["workdir"]).expanduser() if parsed.get("workdir") else (cwd or Path.cwd())
+    path = Path(script).expanduser()
+    if not (path if path.is_absolute() else workdir / path).is_file():
+        errors["script"] = f"not found: {script} (looked in {workdir})"
 
 
 def _default(path: tuple[str, ...]) -> Any:

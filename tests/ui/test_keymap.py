@@ -142,3 +142,68 @@ def test_good_key_names(key: str) -> None:
 @pytest.mark.parametrize("key", ["", "ctrl+", "hyperspace", "cntrl+l", "pgdn", "f99"])
 def test_bad_key_names(key: str) -> None:
     assert key_problem(key) is not None
+
+
+def test_errors_name_the_line_of_each_problem(tmp_path: Path) -> None:
+    path = tmp_path / "lines.toml"
+    path.write_text(
+        '# my keys\n"job.launch" = "L"\n\n[logs]\nsearh = "slash"\nnext = "ctrl+nope"\n'
+    )
+    with pytest.raises(KeymapError) as caught:
+        load_keymap(path, DdpApp.binding_scopes())
+    message = str(caught.value)
+    assert message.startswith(f"keymap {path}:")
+    assert "line 5: unknown binding id 'logs.searh' (did you mean 'logs.search'?)" in message
+    assert "line 6: 'logs.next': 'ctrl+nope': 'nope' is not a key name" in message
+    assert "valid binding ids: " in message and "diag.jump_error" in message
+
+
+def test_clash_names_the_line_that_made_it(tmp_path: Path) -> None:
+    path = tmp_path / "clash.toml"
+    path.write_text('"app.quit" = "q"\n"logs.wrap" = "E"\n')
+    with pytest.raises(KeymapError, match="line 2: key 'E' is bound to both"):
+        load_keymap(path, DdpApp.binding_scopes())
+
+
+def test_a_user_keymap_extends_vim_and_overrides_one_binding(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('extends = "vim"\n"job.launch" = "ctrl+g"\n')
+    keymap = load_keymap(path, DdpApp.binding_scopes())
+    assert keymap["job.launch"] == "ctrl+g"
+    assert keymap["logs.scroll_down"] == "j,down"  # from vim
+    path.write_text('extends = "vim"\n"logs.wrap" = "j"\n')  # j scrolls in vim
+    with pytest.raises(KeymapError, match="line 2: key 'j' is bound to both"):
+        load_keymap(path, DdpApp.binding_scopes())
+    path.write_text('extends = "emacs"\n')
+    with pytest.raises(KeymapError, match="keymap emacs: no such file"):
+        load_keymap(path, DdpApp.binding_scopes())
+
+
+async def test_the_keymap_in_the_config_dir_is_used_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "keymap.toml").write_text('extends = "vim"\n"job.launch" = "ctrl+g"\n')
+    monkeypatch.setenv("DDPTUI_CONFIG_DIR", str(config))
+    app = DdpApp(local_spec())
+    assert app.keymap_source == str(config / "keymap.toml")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        keys = footer_keys(app)
+        assert keys["Launch"] == "^g"
+        assert keys["Tear down"] == "X"
+
+
+def test_g_prefix_bindings_clash_only_among_themselves() -> None:
+    catalogue = binding_catalogue(DdpApp.binding_scopes())
+    assert catalogue["logs.g.top"].scope == "after logs.g"
+    assert catalogue["logs.g"].key == catalogue["logs.g.top"].key == "g"
+
+
+async def test_help_shows_g_g_and_the_vim_keys() -> None:
+    app = DdpApp(local_spec(), keymap_path="vim")
+    assert app.keymap_source == "vim (bundled)"
+    assert app.key_for("logs.g.top") == "g g"
+    assert app.key_for("logs.search_prev") == "N"
+    assert app.key_for("cmd.open") == ":"

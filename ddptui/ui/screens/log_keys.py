@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from ddptui.ui.commands import CommandError, parse_command
@@ -40,6 +41,18 @@ class LogScreen(Screen[None]):
 
     logs: NodeLogDeck
     prompt: PromptBar
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Plain text by default: log lines, paths and notices carry `[...]`, never markup."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def save_dir(self) -> Path | None:
         """Where `save` writes; None while there is no run to keep it with."""
@@ -95,11 +108,11 @@ class LogScreen(Screen[None]):
         self.logs.active_view.focus()
 
     async def on_prompt_bar_submitted(self, message: PromptBar.Submitted) -> None:
-        self.logs.active_view.focus()
         if message.mode == "command":
             await self.run_command(message.value)
         else:
             self.apply(message.mode, message.value)
+        self.logs.active_view.focus()
 
     def apply(self, mode: PromptMode, value: str) -> None:
         """A search or a filter for the showing log; bad input is reported, not applied."""

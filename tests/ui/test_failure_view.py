@@ -1,0 +1,103 @@
+"""A failed run: red cells with exit code or signal, the root-cause panel, jump to error."""
+
+from __future__ import annotations
+
+from ddptui.core.events import RankChanged, RankState
+from ddptui.ui.app import DdpApp
+
+from .conftest import SIZE, local_spec
+from .replay import crash_events, feed, replay_events
+
+
+async def test_failed_ranks_and_the_root_cause_panel() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, crash_events())
+        await pilot.pause()
+        cell = screen.grid.cell("local0", 1)
+        assert cell is not None and cell.has_class("-failed")
+        assert cell.render() == "r1 ✗1"
+        panel = screen.root_cause
+        assert panel.has_class("-shown")
+        text = panel.describe().plain
+        assert text.startswith("Root cause · first observed failure\n✗ rank 1 on local0")
+        assert "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)" in text
+        assert "error file /tmp/torchelastic_" in text
+        assert text.index("rank 2 on local1") < text.index("rank 0 on local0")
+        assert "E: jump to the first error line" in text
+
+
+async def test_jump_to_error_goes_to_the_root_cause_rank_first() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, crash_events())
+        await pilot.pause()
+        await pilot.press("E")
+        await pilot.pause()
+        view = screen.logs.active_view
+        assert view.node == "local0"
+        assert view.target is not None and view.target.rank == 1
+        assert view.target.text == "Traceback (most recent call last):"
+        assert not view.following
+        row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
+        assert view.scroll_y <= row < view.scroll_y + view.size.height
+
+        await pilot.press("E")  # the next failure: rank 2 on local1
+        assert screen.logs.active_node == "local1"
+        assert screen.logs.active_view.target is not None
+        assert screen.logs.active_view.target.rank == 2
+
+        cell = screen.grid.cell("local1", 1)
+        assert cell is not None
+        await pilot.click(cell)  # the operator chooses rank 3
+        await pilot.press("E")
+        target = screen.logs.active_view.target
+        assert target is not None and target.rank == 3
+
+
+async def test_jump_clears_a_filter_that_hides_the_line() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, crash_events())
+        await pilot.press("f", *"rank:0", "enter")
+        await pilot.press("E")
+        await pilot.pause()
+        view = screen.logs.active_view
+        assert not view.user_filter.active
+        assert view.target is not None and view.target.rank == 1
+
+
+async def test_sigkill_shows_the_signal_name() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        events = replay_events(
+            {"local0": "sigkill_node0.log", "local1": "sigkill_node1.log"},
+            {"local0": 1, "local1": -15},
+        )
+        feed(screen, events)
+        await pilot.pause()
+        cell = screen.grid.cell("local0", 1)
+        assert cell is not None and cell.render() == "r1 ✗SIGKILL"
+        assert "SIGKILL" in screen.root_cause.describe().plain
+        await pilot.press("E")  # no traceback: the agent's line that saw it die
+        target = screen.logs.active_view.target
+        assert target is not None and "failed (exitcode: -9) local_rank: 1" in target.text
+
+
+async def test_hung_straggler_and_restarts_show_in_the_grid() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        grid = app.job_screen.grid
+        grid.show_rank(RankChanged(1, "local0", 1, RankState.RUNNING, straggler=True, restarts=1))
+        grid.show_rank(RankChanged(2, "local1", 0, RankState.HUNG))
+        await pilot.pause()
+        slow = grid.cell("local0", 1)
+        hung = grid.cell("local1", 0)
+        assert slow is not None and hung is not None
+        assert slow.has_class("-straggler") and slow.render() == "r1 ▶slow"
+        assert hung.has_class("-hung")
+        assert grid.restarts()["local0"] == 1

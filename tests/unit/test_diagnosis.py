@@ -1,0 +1,276 @@
+"""Failure recognition against real torchrun output captured on this machine (and a GPU host).
+
+tests/unit/data/torchrun/README.md says how each file was made.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddptui.core import diagnosis as dx
+from ddptui.core.agentlog import AgentLogParser, AgentTrouble, WorkerFailed
+from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState, RunSummary
+from ddptui.core.monitor import Monitor
+from ddptui.core.spec import SpecError, make_spec
+
+DATA = Path(__file__).parent / "data" / "torchrun"
+
+
+def replay(*logs: str, nproc: int = 2) -> tuple[Monitor, list[object]]:
+    nodes = [f"n{i}" for i in range(len(logs))]
+    monitor = Monitor(nodes, nproc)
+    events: list[object] = []
+    for node, name in zip(nodes, logs, strict=True):
+        events += monitor.feed(node, (DATA / name).read_bytes(), now=100.0)
+        events += monitor.end_of_output(node)
+    return monitor, events
+
+
+def kinds(monitor: Monitor, node: str, local_rank: int) -> list[str]:
+    cell = monitor.board.cell(node, local_rank)
+    assert cell is not None
+    return [d.kind for d in cell.diagnoses]
+
+
+# -- single lines ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "says"),
+    [
+        ("gpu_nccl_timeout.log", dx.COLLECTIVE_TIMEOUT, "ALLREDUCE (SeqNum 2) past its 10 s"),
+        ("gloo_timeout_node0.log", dx.COLLECTIVE_TIMEOUT, "recv waited 5 s for a peer"),
+        ("gpu_cuda_oom.log", dx.CUDA_OOM, "tried to allocate 4096.00 GiB"),
+        ("rdzv_refused.log", dx.RENDEZVOUS_CONNECT, "rendezvous store at 127.0.0.1:41281"),
+        ("rdzv_timeout.log", dx.RENDEZVOUS_TIMEOUT, "not every node joined"),
+        ("port_in_use.log", dx.PORT_IN_USE, "port 29534 is already in use"),
+        ("port_in_use_client.log", dx.RENDEZVOUS_CONNECT, "Connection reset by peer"),
+        ("errfile_crash_node0.log", dx.PEER_LOST, "127.0.0.1:19841"),
+    ],
+)
+def test_each_pattern_is_recognised_in_real_output(name: str, kind: str, says: str) -> None:
+    found = [d for line in (DATA / name).read_text().splitlines() if (d := dx.recognise(line))]
+    assert any(d.kind == kind and says in d.summary for d in found), found
+
+
+def test_ordinary_lines_are_not_failures() -> None:
+    for name in ("success_node0.log", "success_node1.log"):
+        for line in (DATA / name).read_text().splitlines():
+            assert dx.recognise(line) is None, line
+
+
+@pytest.mark.parametrize(
+    ("code", "name"),
+    [(-9, "SIGKILL"), (137, "SIGKILL"), (-15, "SIGTERM"), (143, "SIGTERM"), (-6, "SIGABRT")],
+)
+def test_exit_codes_that_are_signals(code: int, name: str) -> None:
+    assert dx.signal_name(code) == name
+    assert dx.describe_exit(code) == name
+
+
+def test_plain_exit_codes() -> None:
+    assert dx.signal_name(1) is None
+    assert dx.describe_exit(1) == "exit 1"
+    assert dx.describe_exit(None) == "?"
+
+
+# -- torchrun's failure summary ----------------------------------------------------------
+
+
+def test_summary_with_error_file_and_traceback() -> None:
+    parser = AgentLogParser()
+    facts = []
+    for line in (DATA / "errfile_crash_node0.log").read_text().splitlines():
+        facts += parser.feed(line)
+    summary = [f for f in facts if isinstance(f, WorkerFailed) and f.from_summary]
+    root = next(f for f in summary if f.root_cause)
+    assert (root.rank, root.local_rank, root.exit_code) == (1, 1, 1)
+    assert root.host == "localhost"
+    assert root.time == "2026-11-26_04:21:49"
+    assert root.pid == 32162
+    assert root.error_file.endswith("/attempt_0/1/error.json")
+    assert root.traceback[0] == "Traceback (most recent call last):"
+    assert root.traceback[-1] == (
+        "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)"
+    )
+    other = next(f for f in summary if not f.root_cause)
+    assert other.rank == 0 and "Connection closed by peer" in other.traceback[-1]
+
+
+def test_summary_lines_are_not_reported_as_agent_trouble() -> None:
+    parser = AgentLogParser()
+    facts = []
+    for line in (DATA / "errfile_crash_node1.log").read_text().splitlines():
+        if not line.startswith("[ddptui:"):
+            facts += parser.feed(line)
+    assert not [f for f in facts if isinstance(f, AgentTrouble)]
+
+
+def test_crash_root_cause_is_the_first_observed_failure_across_nodes() -> None:
+    monitor, events = replay("errfile_crash_node0.log", "errfile_crash_node1.log")
+    reports = [e.failure for e in events if isinstance(e, FailureReport)]
+    assert len(reports) == 4
+    first, *rest = monitor.board.ordered_failures()
+    assert (first.node, first.rank, first.exit_code) == ("n0", 1, 1)
+    assert first.error == "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)"
+    assert first.root_cause and first.error_file
+    # the other node's own root cause (a lost peer, a second later) comes next
+    assert (rest[0].node, rest[0].rank, rest[0].root_cause) == ("n1", 2, True)
+    assert kinds(monitor, "n0", 1) == [dx.TRACEBACK, dx.EXITED]
+    assert dx.PEER_LOST in kinds(monitor, "n0", 0)
+
+
+def test_sigkill_shows_the_signal_and_where_the_agent_saw_it() -> None:
+    monitor, _ = replay("sigkill_node0.log", "sigkill_node1.log")
+    cell = monitor.board.cell("n0", 1)
+    assert cell is not None and cell.state == RankState.FAILED and cell.exit_code == -9
+    first = monitor.board.ordered_failures()[0]
+    assert (first.rank, first.signal) == (1, "SIGKILL")
+    assert first.error == "Signal 9 (SIGKILL) received by PID 909"
+    exited = [d for d in cell.diagnoses if d.kind == dx.EXITED]
+    assert exited and exited[0].summary == "the worker ended: SIGKILL"
+    assert cell.first_error_seq == exited[0].seq
+    # n1's agent then loses the store n0 hosted: after its rendezvous, that is no news
+    for local_rank in (0, 1):
+        assert kinds(monitor, "n1", local_rank) == []
+
+
+def test_nccl_watchdog_timeout_from_a_gpu_host() -> None:
+    monitor, _ = replay("gpu_nccl_timeout.log")
+    cell = monitor.board.cell("n0", 0)
+    assert cell is not None
+    assert cell.exit_code == -6
+    watchdog = cell.diagnoses[0]
+    assert watchdog.kind == dx.COLLECTIVE_TIMEOUT
+    assert "Watchdog caught collective operation timeout" in watchdog.line
+    assert monitor.board.ordered_failures()[0].signal == "SIGABRT"
+
+
+def test_cuda_oom_from_a_gpu_host() -> None:
+    monitor, _ = replay("gpu_cuda_oom.log")
+    assert kinds(monitor, "n0", 1)[:2] == [dx.TRACEBACK, dx.CUDA_OOM] or dx.CUDA_OOM in kinds(
+        monitor, "n0", 1
+    )
+    cell = monitor.board.cell("n0", 1)
+    assert cell is not None and cell.error.startswith("torch.OutOfMemoryError: CUDA out of memory")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("rdzv_timeout.log", dx.RENDEZVOUS_TIMEOUT),
+        ("rdzv_refused.log", dx.RENDEZVOUS_CONNECT),
+        ("port_in_use.log", dx.PORT_IN_USE),
+    ],
+)
+def test_rendezvous_failures_attach_to_the_waiting_ranks(name: str, kind: str) -> None:
+    monitor, events = replay(name)
+    for local_rank in (0, 1):
+        assert kinds(monitor, "n0", local_rank)[0] == kind
+    changed = [e for e in events if isinstance(e, RankChanged) and e.diagnoses]
+    assert changed and changed[0].state == RankState.PENDING
+    monitor.board.node_exited("n0", 1)
+    summary = monitor.board.summaries()[0]
+    assert summary.state == RankState.FAILED and summary.diagnoses[0].kind == kind
+
+
+def test_gloo_timeout_marks_the_waiting_ranks() -> None:
+    monitor, _ = replay("gloo_timeout_node0.log", "gloo_timeout_node1.log")
+    assert dx.COLLECTIVE_TIMEOUT in kinds(monitor, "n0", 0)
+    assert dx.COLLECTIVE_TIMEOUT in kinds(monitor, "n1", 0)
+    assert kinds(monitor, "n1", 1) == []  # the silent rank: torchrun stopped it (SIGTERM)
+
+
+# -- hangs, stragglers, restarts ----------------------------------------------------------
+
+
+def progress(monitor: Monitor, rank: int, epoch: int, now: float) -> None:
+    line = f"[ddptui:{rank}:{rank}]:[RANK {rank}] Epoch {epoch} | Batchsize: 32 | Steps: 8\n"
+    monitor.feed("n0", line.encode(), now=now)
+
+
+def test_a_rank_well_behind_the_others_is_a_straggler() -> None:
+    monitor = Monitor(["n0"], 3)
+    for second in range(20):
+        for rank in (0, 1):
+            progress(monitor, rank, second, float(second))
+        if second % 4 == 0:
+            progress(monitor, 2, second // 4, float(second))
+    events = monitor.board.check_stragglers(20.0)
+    assert [(e.rank, e.straggler) for e in events if isinstance(e, RankChanged)] == [(2, True)]
+    assert "straggler" in events[0].detail
+    assert monitor.board.check_stragglers(20.5) == []  # no news, no event
+    for second in range(20, 80):  # it catches up
+        for rank in (0, 1, 2):
+            progress(monitor, rank, second, float(second))
+    back = monitor.board.check_stragglers(80.0)
+    assert [(e.rank, e.straggler) for e in back if isinstance(e, RankChanged)] == [(2, False)]
+
+
+def test_progress_pattern_is_configurable() -> None:
+    monitor = Monitor(["n0"], 2, progress_pattern=r"it=(\d+)")
+    for second in range(10):
+        monitor.feed("n0", f"[ddptui:0:0]:it={second * 10}\n".encode(), now=float(second))
+        if second % 4 == 0:
+            monitor.feed("n0", f"[ddptui:1:1]:it={second}\n".encode(), now=float(second))
+    flagged = monitor.board.check_stragglers(10.0)
+    assert [e.rank for e in flagged if isinstance(e, RankChanged)] == [1]
+
+
+def test_default_progress_pattern_reads_the_usual_lines() -> None:
+    pattern = dx.compile_progress(dx.DEFAULT_PROGRESS_PATTERN)
+    assert pattern is not None
+    for text, value in [
+        ("[RANK 3] Epoch 49 | Batchsize: 32 | Steps: 8", 49.0),
+        ("step=120 loss=0.3", 120.0),
+        ("Steps: 8", 8.0),
+        ("iter 7 done", 7.0),
+    ]:
+        assert dx.progress_value(pattern, text) == value
+    assert dx.progress_value(pattern, "hello from 0") is None
+
+
+def test_bad_progress_pattern_is_refused() -> None:
+    with pytest.raises(SpecError, match="progress_pattern: .*not a regular expression"):
+        make_spec(script="x.py", progress_pattern="Epoch (")
+
+
+def test_hung_rank_gets_a_diagnosis() -> None:
+    monitor = Monitor(["n0"], 2)
+    monitor.feed("n0", b"[ddptui:0:0]:a\n[ddptui:1:1]:b\n", now=100.0)
+    monitor.feed("n0", b"[ddptui:0:0]:still going\n", now=200.0)
+    events = monitor.board.check_hangs(now=201.0, timeout=60.0)
+    assert isinstance(events[0], RankChanged)
+    assert events[0].diagnoses[0].kind == dx.HUNG
+
+
+def test_restarts_are_carried_on_rank_events() -> None:
+    from ddptui.core.agentlog import Assigned
+
+    monitor = Monitor(["n0"], 1)
+    monitor.board.assign("n0", Assigned(0, (0,), (0,), 0))
+    monitor.feed("n0", b"[ddptui:0:0]:running\n")
+    events = monitor.board.assign("n0", Assigned(0, (0,), (0,), 2))
+    assert isinstance(events[0], RankChanged) and events[0].restarts == 2
+    assert monitor.board.summaries()[0].restarts == 2
+
+
+def test_events_with_diagnoses_and_failures_are_json() -> None:
+    monitor, events = replay("errfile_crash_node0.log", "errfile_crash_node1.log")
+    for event in events:
+        json.loads(event.to_json())  # type: ignore[attr-defined]
+    summary = RunSummary(
+        False,
+        4,
+        tuple(monitor.board.summaries()),
+        "/tmp/run",
+        "run",
+        failures=tuple(monitor.board.ordered_failures()),
+    )
+    data = json.loads(summary.to_json())
+    assert data["failures"][0]["rank"] == 1 and data["failures"][0]["root_cause"]
+    assert data["ranks"][1]["diagnoses"][0]["kind"] == "traceback"
+    assert Diagnosis("x", "y").seq is None
