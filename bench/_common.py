@@ -146,10 +146,11 @@ class Table:
         self.rows.append([str(c) for c in cells])
 
     def text(self) -> str:
-        widths = [max(len(str(x)) for x in col) for col in zip(self.headers, *self.rows, strict=True)]
+        columns = zip(self.headers, *self.rows, strict=True)
+        widths = [max(len(str(x)) for x in col) for col in columns]
         line = "  ".join(h.ljust(w) for h, w in zip(self.headers, widths, strict=True))
         rule = "  ".join("-" * w for w in widths)
-        body = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in self.rows]
+        body = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in self.rows]
         return "\n".join([line, rule, *body])
 
     def markdown(self) -> str:

@@ -20,11 +20,13 @@ from bench._pilot import FrameProbe
 PRESS_EVERY_S = 0.1
 
 
-async def _one_round(pilot: Any, screen: Any, probe: FrameProbe, tabs: Any,
-                     latencies: dict[str, list[float]]) -> None:
+async def _one_round(
+    pilot: Any, screen: Any, probe: FrameProbe, tabs: Any, latencies: dict[str, list[float]]
+) -> None:
     before = tabs.active
     latencies["switch log (])"].append(
-        await probe.key(pilot, "right_square_bracket", "]", lambda: tabs.active != before))
+        await probe.key(pilot, "right_square_bracket", "]", lambda: tabs.active != before)
+    )
     await asyncio.sleep(PRESS_EVERY_S)
     pane = screen.logs.active_view
 
@@ -41,7 +43,8 @@ async def _one_round(pilot: Any, screen: Any, probe: FrameProbe, tabs: Any,
         await end()
     y = pane.scroll_y
     latencies["scroll (up)"].append(
-        await probe.key(pilot, "up", None, lambda: pane.scroll_y < y and not pane.following))
+        await probe.key(pilot, "up", None, lambda: pane.scroll_y < y and not pane.following)
+    )
     await asyncio.sleep(PRESS_EVERY_S)
     await end()
 
@@ -55,8 +58,11 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
 
     app = DdpApp(spec)
     shown = {"lines": 0, "skipped": 0}
-    latencies: dict[str, list[float]] = {"switch log (])": [], "scroll (up)": [],
-                                         "follow (end)": []}
+    latencies: dict[str, list[float]] = {
+        "switch log (])": [],
+        "scroll (up)": [],
+        "follow (end)": [],
+    }
     async with app.run_test(size=(160, 45)) as pilot:
         screen = app.job_screen
         relay_emit, relay_drain = screen.relay.emit, screen.relay.drain
@@ -87,10 +93,21 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
         ok = bool(screen.summary and screen.summary.ok)
         run_path = screen.session.run.path
     every = [v for values in latencies.values() for v in values]
-    keys = {name: {"p50": percentile(v, 50), "p99": percentile(v, 99), "n": len(v)}
-            for name, v in latencies.items()}
-    return {**ingest.result(), "ok": ok, "on_disk": on_disk(run_path), **shown,
-            "key_p50": percentile(every, 50), "key_p99": percentile(every, 99),
-            "key_n": len(every), "keys": keys, "frame_p50": percentile(probe.frames, 50),
-            "frame_p99": percentile(probe.frames, 99), "frames": len(probe.frames),
-            "rss_mb": peak_rss_mb()}
+    keys = {
+        name: {"p50": percentile(v, 50), "p99": percentile(v, 99), "n": len(v)}
+        for name, v in latencies.items()
+    }
+    return {
+        **ingest.result(),
+        "ok": ok,
+        "on_disk": on_disk(run_path),
+        **shown,
+        "key_p50": percentile(every, 50),
+        "key_p99": percentile(every, 99),
+        "key_n": len(every),
+        "keys": keys,
+        "frame_p50": percentile(probe.frames, 50),
+        "frame_p99": percentile(probe.frames, 99),
+        "frames": len(probe.frames),
+        "rss_mb": peak_rss_mb(),
+    }

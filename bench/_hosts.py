@@ -40,23 +40,45 @@ def bench_env(state: Path) -> dict[str, str]:
 def ddptui_ssh_argv(tb: Testbed, *args: str) -> list[str]:
     """`ddptui run --headless --backend ssh` in the head namespace with the testbed's config."""
     assert tb.ssh is not None
-    return tb.ns_argv(tb.head, [sys.executable, "-m", "ddptui.cli", "run", "--headless",
-                                "--backend", "ssh", "--ssh-config", str(tb.ssh.ssh_config),
-                                *args])
+    return tb.ns_argv(
+        tb.head,
+        [
+            sys.executable,
+            "-m",
+            "ddptui.cli",
+            "run",
+            "--headless",
+            "--backend",
+            "ssh",
+            "--ssh-config",
+            str(tb.ssh.ssh_config),
+            *args,
+        ],
+    )
 
 
 class TimedStream:
     """A child process whose stdout lines are stamped (monotonic) as they arrive."""
 
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None,
-                 cwd: Path | None = None, merge_stderr: bool = False,
-                 open_stdin: bool = False) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        merge_stderr: bool = False,
+        open_stdin: bool = False,
+    ) -> None:
         """`open_stdin` keeps a pipe to the child's stdin open (ssh -tt would see EOF on
         /dev/null and close the remote terminal)."""
         self.t0 = time.monotonic()
         self.wall0 = time.time()
         self.proc = subprocess.Popen(
-            list(argv), stdout=subprocess.PIPE, text=True, env=env, cwd=cwd,
+            list(argv),
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=cwd,
             stdin=subprocess.PIPE if open_stdin else subprocess.DEVNULL,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
         )
@@ -127,14 +149,23 @@ def all_envcheck_lines(world: int) -> Callable[[str], bool]:
     return check
 
 
-def ssh_commands(tb: Testbed, hosts: Sequence[str], nproc: int, port: int,
-                 script_args: Sequence[str] = ()) -> list[NodeCommand]:
+def ssh_commands(
+    tb: Testbed, hosts: Sequence[str], nproc: int, port: int, script_args: Sequence[str] = ()
+) -> list[NodeCommand]:
     """The exact per-node commands ddptui's SSH backend runs (its own planner, same inputs)."""
-    spec = make_spec(backend="ssh", hosts=tuple(hosts), nodes=len(hosts), nproc_per_node=nproc,
-                     script=ENVCHECK, script_args=tuple(script_args), rdzv_port=port)
+    spec = make_spec(
+        backend="ssh",
+        hosts=tuple(hosts),
+        nodes=len(hosts),
+        nproc_per_node=nproc,
+        script=ENVCHECK,
+        script_args=tuple(script_args),
+        rdzv_port=port,
+    )
     nodes = [NodeTarget(h, tb.host_ip(h)) for h in hosts]
-    plan = build_plan(spec, nodes, f"byhand{port}", port,
-                      socket_ifnames={h: tb.ifname for h in hosts})
+    plan = build_plan(
+        spec, nodes, f"byhand{port}", port, socket_ifnames={h: tb.ifname for h in hosts}
+    )
     return list(plan.commands)
 
 
@@ -148,8 +179,14 @@ def by_hand_script(path: Path, lines: Sequence[str]) -> Path:
 def ssh_argv(tb: Testbed, command: NodeCommand, *, tty: bool = False) -> list[str]:
     """`ssh host 'cd ... && env ... torchrun ...'` as a person would type it."""
     assert tb.ssh is not None
-    return ["ssh", *(["-tt"] if tty else []), "-F", str(tb.ssh.ssh_config), command.node,
-            command.shell_line()]
+    return [
+        "ssh",
+        *(["-tt"] if tty else []),
+        "-F",
+        str(tb.ssh.ssh_config),
+        command.node,
+        command.shell_line(),
+    ]
 
 
 def ssh_line(tb: Testbed, command: NodeCommand) -> str:
@@ -162,8 +199,9 @@ def job_leftovers(tb: Testbed, hosts: Sequence[str]) -> dict[str, list[str]]:
     return {h: p for h, p in left.items() if p}
 
 
-def wait_clean(tb: Testbed, hosts: Sequence[str], timeout: float = 30
-               ) -> tuple[float | None, dict[str, list[str]]]:
+def wait_clean(
+    tb: Testbed, hosts: Sequence[str], timeout: float = 30
+) -> tuple[float | None, dict[str, list[str]]]:
     """Seconds until no job process is left on any host (None if still dirty at timeout)."""
     t0 = time.monotonic()
     while True:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-KEY_TIMEOUT_S = 10.0
+KEY_TIMEOUT_S = 5.0
 
 
 def press_key(pilot: Any, key: str, char: str | None) -> None:
@@ -47,8 +47,7 @@ class FrameProbe:
         if self._seen is not None and not self._seen.done() and self._check and self._check():
             self._seen.set_result(time.perf_counter())
 
-    async def key(self, pilot: Any, key: str, char: str | None,
-                  shows: Callable[[], bool]) -> float:
+    async def key(self, pilot: Any, key: str, char: str | None, shows: Callable[[], bool]) -> float:
         """Seconds from posting `key` to the first frame after `shows()` became true."""
         return await self.after(lambda: press_key(pilot, key, char), shows)
 

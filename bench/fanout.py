@@ -46,8 +46,13 @@ async def _fan_out(engine: str, config: str, hosts: Sequence[str], fanout: int) 
     from ddptui.core.backends.ssh import make_transport
     from ddptui.core.spec import make_spec
 
-    spec = make_spec(backend="ssh", hosts=tuple(hosts), nodes=len(hosts), script="x",
-                     ssh={"engine": engine, "config_file": config, "fanout": fanout})
+    spec = make_spec(
+        backend="ssh",
+        hosts=tuple(hosts),
+        nodes=len(hosts),
+        script="x",
+        ssh={"engine": engine, "config_file": config, "fanout": fanout},
+    )
     gate = asyncio.Semaphore(spec.ssh.fanout)
     transports = [make_transport(h, spec) for h in hosts]
     started = time.monotonic()
@@ -106,29 +111,50 @@ def runners(tb: Any, hosts: list[str]) -> dict[str, Callable[[int], dict[str, fl
 
     def ddptui(engine: str) -> Callable[[int], dict[str, float]]:
         def run(_: int) -> dict[str, float]:
-            wall, out = _run(tb.ns_argv(head, [sys.executable, "-m", "bench.fanout", "--worker",
-                                               engine, "--config", cfg, "--hosts",
-                                               ",".join(hosts)]), env)
+            wall, out = _run(
+                tb.ns_argv(
+                    head,
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.fanout",
+                        "--worker",
+                        engine,
+                        "--config",
+                        cfg,
+                        "--hosts",
+                        ",".join(hosts),
+                    ],
+                ),
+                env,
+            )
             data = json.loads(out.strip().splitlines()[-1])
             _check(data["answers"], hosts, engine)
             return {"wall": wall, "in process": data["in_process_s"]}
+
         return run
 
     def pdsh(_: int) -> dict[str, float]:
         pdsh_env = {**env, "PDSH_SSH_ARGS_APPEND": f"-F {cfg}"}
-        wall, out = _run(tb.ns_argv(head, ["pdsh", "-R", "ssh", "-f", "32", "-w", hostlist,
-                                           COMMAND]), pdsh_env)
+        wall, out = _run(
+            tb.ns_argv(head, ["pdsh", "-R", "ssh", "-f", "32", "-w", hostlist, COMMAND]), pdsh_env
+        )
         _check(_prefixed(out), hosts, "pdsh")
         return {"wall": wall}
 
     def clush(_: int) -> dict[str, float]:
-        wall, out = _run(tb.ns_argv(head, ["clush", "-f", "32", "-o", f"-F {cfg}", "-w",
-                                           hostlist, COMMAND]), env)
+        wall, out = _run(
+            tb.ns_argv(head, ["clush", "-f", "32", "-o", f"-F {cfg}", "-w", hostlist, COMMAND]), env
+        )
         _check(_prefixed(out), hosts, "clush")
         return {"wall": wall}
 
-    return {TOOLS[0]: ddptui("asyncssh"), TOOLS[1]: ddptui("paramiko"), TOOLS[2]: pdsh,
-            TOOLS[3]: clush}
+    return {
+        TOOLS[0]: ddptui("asyncssh"),
+        TOOLS[1]: ddptui("paramiko"),
+        TOOLS[2]: pdsh,
+        TOOLS[3]: clush,
+    }
 
 
 def single_host_costs(tb: Any, reps: int) -> dict[str, float]:
@@ -136,7 +162,8 @@ def single_host_costs(tb: Any, reps: int) -> dict[str, float]:
     cfg = str(tb.ssh.ssh_config)
     commands = {
         "ssh node1 true (from the head namespace)": tb.ns_argv(
-            tb.head, ["ssh", "-F", cfg, "node1", "true"]),
+            tb.head, ["ssh", "-F", cfg, "node1", "true"]
+        ),
         "bash -ic true (root's .bashrc, locally)": ["bash", "-ic", "true"],
         "bash --norc -ic true (no .bashrc, locally)": ["bash", "--norc", "-ic", "true"],
     }
@@ -167,10 +194,12 @@ def main() -> None:
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
     t0 = time.monotonic()
     tb = open_testbed(max(sizes))
-    report.para(f"Testbed of {max(sizes)} hosts (namespaces + sshd each) built in "
-                f"{time.monotonic() - t0:.1f} s. Command: `{COMMAND}`. N={reps} interleaved "
-                f"repetitions per tool and size (after one warm-up each); fan-out width 32 "
-                f"for every tool (pdsh/clush `-f 32`, ddptui's default `ssh.fanout`).")
+    report.para(
+        f"Testbed of {max(sizes)} hosts (namespaces + sshd each) built in "
+        f"{time.monotonic() - t0:.1f} s. Command: `{COMMAND}`. N={reps} interleaved "
+        f"repetitions per tool and size (after one warm-up each); fan-out width 32 "
+        f"for every tool (pdsh/clush `-f 32`, ddptui's default `ssh.fanout`)."
+    )
     try:
         for n in sizes:
             hosts = tb.hosts[:n]
@@ -190,7 +219,8 @@ def main() -> None:
             "Root's `.bashrc` runs `pyenv init` for every non-interactive ssh command (bash "
             "sources it when started by sshd), ~0.1 s of CPU each. On 2 cores, N hosts cost "
             "about N x that in CPU whatever the tool, so it dominates at 16 and 32 hosts and "
-            "affects every tool alike.")
+            "affects every tool alike."
+        )
     finally:
         tb.close()
     report.write()
@@ -198,19 +228,32 @@ def main() -> None:
 
 def _summarize(report: Report, results: dict[str, list[dict[str, float]]]) -> None:
     walls = {tool: median([r["wall"] for r in runs]) for tool, runs in results.items()}
-    table = Table(["tool", "median wall", "min", "max", "in process (median)",
-                   "vs pdsh", "vs clush"])
+    table = Table(
+        ["tool", "median wall", "min", "max", "in process (median)", "vs pdsh", "vs clush"]
+    )
     for tool, runs in results.items():
         values = [r["wall"] for r in runs]
         inner = [r["in process"] for r in runs if "in process" in r]
-        table.add(tool, fmt_s(walls[tool]), fmt_s(min(values)), fmt_s(max(values)),
-                  fmt_s(median(inner)) if inner else "-", ratio(walls[tool], walls[TOOLS[2]]),
-                  ratio(walls[tool], walls[TOOLS[3]]))
+        table.add(
+            tool,
+            fmt_s(walls[tool]),
+            fmt_s(min(values)),
+            fmt_s(max(values)),
+            fmt_s(median(inner)) if inner else "-",
+            ratio(walls[tool], walls[TOOLS[2]]),
+            ratio(walls[tool], walls[TOOLS[3]]),
+        )
     report.table(table)
     for tool in TOOLS[:2]:
         worst = max(walls[tool] / walls[TOOLS[2]], walls[tool] / walls[TOOLS[3]])
-        report.para(f"{tool}: target <= {TARGET:.1f}x both: "
-                    f"{verdict(worst <= TARGET, f'worst {worst:.2f}x')}.")
+        inner = median([r["in process"] for r in results[tool]])
+        worst_inner = max(inner / walls[TOOLS[2]], inner / walls[TOOLS[3]])
+        report.para(
+            f"{tool}: target <= {TARGET:.1f}x pdsh and clush: as a fresh process "
+            f"{verdict(worst <= TARGET, f'worst {worst:.2f}x')}; inside a running "
+            f"console (no start-up) {worst_inner:.2f}x worst: "
+            f"{verdict(worst_inner <= TARGET)}."
+        )
 
 
 if __name__ == "__main__":

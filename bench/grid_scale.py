@@ -33,28 +33,32 @@ from bench._common import (
     percentile,
     verdict,
 )
+from bench._grid_variants import VARIANTS
+from bench._grid_variants import __doc__ as _VARIANTS_DOC
 
 TARGET = 10.0
 SHAPES = [(2, 2), (16, 8), (128, 8)]
 STATES = ("running", "hung", "assigned", "done")
 
 
-async def _drive(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
+async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[str, Any]:
+    from bench._grid_variants import install, prepare
     from bench._pilot import FrameProbe
     from ddptui.core.events import RankChanged, RankState
     from ddptui.core.spec import make_spec
     from ddptui.ui.app import DdpApp
 
-    spec = make_spec(backend="local", nodes=nodes, nproc_per_node=nproc,
-                     script=str(TRAINER / "envcheck.py"))
+    spec = make_spec(
+        backend="local", nodes=nodes, nproc_per_node=nproc, script=str(TRAINER / "envcheck.py")
+    )
+    install(variant)
     app = DdpApp(spec)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.job_screen
-        grid = screen.grid
-        names = list(grid.nodes)
-        cells = [grid.cell(n, lr) for n in names for lr in range(nproc)]
-        assert all(c is not None for c in cells) and len(cells) == nodes * nproc
+        names = list(screen.grid.nodes)
+        emit, shows_all = await prepare(variant, screen, nproc)
+        await pilot.pause()
         probe = FrameProbe(app)
         startup_frames = len(probe.frames)
         update_s: list[float] = []
@@ -66,29 +70,48 @@ async def _drive(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
             def send(state: RankState = state) -> None:
                 for i, node in enumerate(names):
                     for lr in range(nproc):
-                        screen.relay.emit(RankChanged(i * nproc + lr, node, lr, state))
+                        emit(RankChanged(i * nproc + lr, node, lr, state))
 
-            took = await probe.after(
-                send, lambda state=state: all(c.state == state for c in cells))  # type: ignore[union-attr]
+            took = await probe.after(send, lambda state=state: shows_all(state))
             if took == float("inf"):
                 raise RuntimeError(f"{nodes}x{nproc}: a full update never reached the screen")
             update_s.append(took)
             done += 1
         elapsed = time.perf_counter() - t0
         frames = probe.frames[startup_frames:]
-    return {"cells": nodes * nproc, "updates": done, "per_s": done / elapsed,
-            "update_p50": percentile(update_s, 50), "update_p99": percentile(update_s, 99),
-            "frame_p50": percentile(frames, 50), "frame_p99": percentile(frames, 99),
-            "frames": len(frames), "rss_mb": peak_rss_mb()}
+    return {
+        "cells": nodes * nproc,
+        "updates": done,
+        "per_s": done / elapsed,
+        "update_p50": percentile(update_s, 50),
+        "update_p99": percentile(update_s, 99),
+        "frame_p50": percentile(frames, 50),
+        "frame_p99": percentile(frames, 99),
+        "frames": len(frames),
+        "rss_mb": peak_rss_mb(),
+    }
 
 
-def _child(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
+def _child(nodes: int, nproc: int, seconds: float, variant: str = "shipped") -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
-        env = {**os.environ, "DDPTUI_STATE_DIR": str(Path(tmp) / "state"),
-               "PYTHONPATH": str(ROOT)}
-        cp = subprocess.run([sys.executable, "-m", "bench.grid_scale", "--child", str(nodes),
-                             str(nproc), str(seconds)], capture_output=True, text=True,
-                            cwd=ROOT, env=env, timeout=600)
+        env = {**os.environ, "DDPTUI_STATE_DIR": str(Path(tmp) / "state"), "PYTHONPATH": str(ROOT)}
+        cp = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.grid_scale",
+                "--child",
+                str(nodes),
+                str(nproc),
+                str(seconds),
+                variant,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=600,
+        )
     if cp.returncode != 0:
         raise RuntimeError(f"grid {nodes}x{nproc} failed: {cp.stderr[-2000:]}")
     return json.loads(cp.stdout.strip().splitlines()[-1])
@@ -98,41 +121,88 @@ def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--child", nargs=3, help="(internal) nodes nproc seconds")
+    parser.add_argument("--child", nargs=4, help="(internal) nodes nproc seconds variant")
+    parser.add_argument("--no-variants", action="store_true", help="skip the what-if part")
     args = parser.parse_args()
     if args.child:
         nodes, nproc, seconds = int(args.child[0]), int(args.child[1]), float(args.child[2])
-        print(json.dumps(asyncio.run(_drive(nodes, nproc, seconds))))
+        print(json.dumps(asyncio.run(_drive(nodes, nproc, seconds, args.child[3]))))
         return
     reps = 1 if args.quick else args.reps
     seconds = 3.0 if args.quick else args.seconds
     report = Report("grid_scale", "Grid scale: RankGrid under full updates", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(f"Terminal 160x50 (headless driver). {seconds:.0f} s of back-to-back full "
-                f"updates per run, {reps} run(s) per grid, grids alternating; medians shown.")
+    report.para(
+        f"Terminal 160x50 (headless driver). {seconds:.0f} s of back-to-back full "
+        f"updates per run, {reps} run(s) per grid, grids alternating; medians shown."
+    )
     runs: dict[tuple[int, int], list[dict[str, Any]]] = {shape: [] for shape in SHAPES}
     for rep in range(reps):
         for shape in SHAPES:
             runs[shape].append(result := _child(*shape, seconds))
-            print(f"  [{rep + 1}/{reps}] {shape[0]}x{shape[1]}: {result['per_s']:.2f} updates/s,"
-                  f" update p50 {fmt_ms(result['update_p50'])}", flush=True)
-    table = Table(["grid (nodes x ranks)", "cells", "full updates/s", "update p50 / p99",
-                   "frame p50 / p99", "frames", "peak RSS", "per cell"])
+            print(
+                f"  [{rep + 1}/{reps}] {shape[0]}x{shape[1]}: {result['per_s']:.2f} updates/s,"
+                f" update p50 {fmt_ms(result['update_p50'])}",
+                flush=True,
+            )
+    table = Table(
+        [
+            "grid (nodes x ranks)",
+            "cells",
+            "full updates/s",
+            "update p50 / p99",
+            "frame p50 / p99",
+            "frames",
+            "peak RSS",
+            "per cell",
+        ]
+    )
     for (nodes, nproc), results in runs.items():
         per_s = median([r["per_s"] for r in results])
         p50 = median([r["update_p50"] for r in results])
-        table.add(f"{nodes} x {nproc}", nodes * nproc, f"{per_s:.2f}",
-                  f"{fmt_ms(p50)} / {fmt_ms(median([r['update_p99'] for r in results]))}",
-                  f"{fmt_ms(median([r['frame_p50'] for r in results]))} / "
-                  f"{fmt_ms(median([r['frame_p99'] for r in results]))}",
-                  f"{median([r['frames'] for r in results]):.0f}",
-                  f"{median([r['rss_mb'] for r in results]):.0f} MB",
-                  f"{p50 / (nodes * nproc) * 1e6:.0f} us")
+        table.add(
+            f"{nodes} x {nproc}",
+            nodes * nproc,
+            f"{per_s:.2f}",
+            f"{fmt_ms(p50)} / {fmt_ms(median([r['update_p99'] for r in results]))}",
+            f"{fmt_ms(median([r['frame_p50'] for r in results]))} / "
+            f"{fmt_ms(median([r['frame_p99'] for r in results]))}",
+            f"{median([r['frames'] for r in results]):.0f}",
+            f"{median([r['rss_mb'] for r in results]):.0f} MB",
+            f"{p50 / (nodes * nproc) * 1e6:.0f} us",
+        )
     report.table(table)
     big = median([r["per_s"] for r in runs[SHAPES[-1]]])
-    report.para(f"**128 x 8: {big:.2f} full updates/s** (target >= {TARGET:.0f}: "
-                f"{verdict(big >= TARGET, f'{big / TARGET:.2f}x the target')}).")
+    report.para(
+        f"**128 x 8: {big:.2f} full updates/s** (target >= {TARGET:.0f}: "
+        f"{verdict(big >= TARGET, f'{big / TARGET:.2f}x the target')})."
+    )
+    if not args.no_variants:
+        _what_if(report, reps, seconds)
     report.write()
+
+
+def _what_if(report: Report, reps: int, seconds: float) -> None:
+    report.section("What if: prototypes of the suggested changes (128 x 8)")
+    report.para((_VARIANTS_DOC or "").split("\n\n", 1)[1].strip())
+    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for rep in range(reps):
+        for variant in VARIANTS:
+            runs[variant].append(result := _child(*SHAPES[-1], seconds, variant))
+            print(f"  [{rep + 1}/{reps}] {variant}: {result['per_s']:.2f} updates/s", flush=True)
+    table = Table(["variant", "full updates/s", "vs shipped", "update p50 / p99", "target"])
+    base = median([r["per_s"] for r in runs["shipped"]])
+    for variant, results in runs.items():
+        per_s = median([r["per_s"] for r in results])
+        table.add(
+            variant,
+            f"{per_s:.2f}",
+            f"{per_s / base:.1f}x",
+            f"{fmt_ms(median([r['update_p50'] for r in results]))} / "
+            f"{fmt_ms(median([r['update_p99'] for r in results]))}",
+            verdict(per_s >= TARGET, f"{per_s / TARGET:.2f}x"),
+        )
+    report.table(table)
 
 
 if __name__ == "__main__":

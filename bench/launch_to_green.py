@@ -96,8 +96,11 @@ def ssh_profile(tb: Testbed, reps: int, tmp: Path) -> dict[str, list[Sample]]:
     port = iter(range(29500, 29800))
 
     def ddptui(_: int) -> Sample:
-        sample = _ddptui(ddptui_ssh_argv(tb, "--hosts", "node[1-2]", "--rdzv-port",
-                                         str(next(port)), ENVCHECK), tmp / "state", tmp)
+        sample = _ddptui(
+            ddptui_ssh_argv(tb, "--hosts", "node[1-2]", "--rdzv-port", str(next(port)), ENVCHECK),
+            tmp / "state",
+            tmp,
+        )
         if wait_clean(tb, hosts)[0] is None:
             raise RuntimeError(f"left behind: {job_leftovers(tb, hosts)}")
         return sample
@@ -115,8 +118,16 @@ def ssh_profile(tb: Testbed, reps: int, tmp: Path) -> dict[str, list[Sample]]:
 
 def local_profile(reps: int, tmp: Path) -> dict[str, list[Sample]]:
     def ddptui(_: int) -> Sample:
-        argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--rdzv-port",
-                str(free_port()), ENVCHECK]
+        argv = [
+            sys.executable,
+            "-m",
+            "ddptui.cli",
+            "run",
+            "--headless",
+            "--rdzv-port",
+            str(free_port()),
+            ENVCHECK,
+        ]
         return _ddptui(argv, tmp / "state", tmp)
 
     def by_hand(i: int) -> Sample:
@@ -125,8 +136,9 @@ def local_profile(reps: int, tmp: Path) -> dict[str, list[Sample]]:
         backend = LocalBackend(spec, run, lambda _: None)
         nodes = [NodeTarget(f"local{n}", "127.0.0.1") for n in range(spec.nodes)]
         plan = backend.plan(nodes, spec.rdzv_port or 0)
-        script = by_hand_script(tmp / f"by-hand-local-{i}.sh",
-                                [c.shell_line() for c in plan.commands])
+        script = by_hand_script(
+            tmp / f"by-hand-local-{i}.sh", [c.shell_line() for c in plan.commands]
+        )
         return _by_hand(["sh", str(script)], tmp)
 
     ddptui(-1), by_hand(-1)
@@ -138,17 +150,26 @@ def summarize(report: Report, profile: str, runs: dict[str, list[Sample]]) -> fl
     theirs = [s["green"] for s in runs["by hand"]]
     table = Table(["launch", "median to all-green", "min", "max", "runs (s)"])
     for name, values in (("ddptui headless", ours), ("by hand", theirs)):
-        table.add(name, fmt_s(median(values)), fmt_s(min(values)), fmt_s(max(values)),
-                  " ".join(f"{v:.2f}" for v in values))
+        table.add(
+            name,
+            fmt_s(median(values)),
+            fmt_s(min(values)),
+            fmt_s(max(values)),
+            " ".join(f"{v:.2f}" for v in values),
+        )
     report.table(table)
     r = median(ours) / median(theirs)
-    report.para(f"**{profile}: ddptui / by hand = {ratio(median(ours), median(theirs))}** "
-                f"(target <= {TARGET:.2f}x: {verdict(r <= TARGET, f'{r / TARGET - 1:+.0%}')}), "
-                f"{median(ours) - median(theirs):+.2f} s.")
+    report.para(
+        f"**{profile}: ddptui / by hand = {ratio(median(ours), median(theirs))}** "
+        f"(target <= {TARGET:.2f}x: {verdict(r <= TARGET, f'{r / TARGET - 1:+.0%}')}), "
+        f"{median(ours) - median(theirs):+.2f} s."
+    )
     phases = Table(["ddptui step (median, s since start)", "seconds"])
     for key in ("first event", "nodes granted", "all launched", "green"):
-        phases.add(key if key != "green" else "all ranks running",
-                   fmt_s(median([s[key] for s in runs["ddptui"]])))
+        phases.add(
+            key if key != "green" else "all ranks running",
+            fmt_s(median([s[key] for s in runs["ddptui"]])),
+        )
     report.table(phases)
     return r
 
@@ -161,8 +182,10 @@ def main() -> None:
     reps = 2 if args.quick else args.reps
     report = Report("launch_to_green", "Launch to all-green", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(f"N={reps} interleaved repetitions per launch (after one warm-up each); "
-                f"{WORLD} ranks (2 nodes x 2 processes), trainer/envcheck.py.")
+    report.para(
+        f"N={reps} interleaved repetitions per launch (after one warm-up each); "
+        f"{WORLD} ranks (2 nodes x 2 processes), trainer/envcheck.py."
+    )
     with tempfile.TemporaryDirectory(prefix="bench-green-") as tmp_name:
         tmp = Path(tmp_name)
         if args.profile in ("ssh", "both"):
@@ -183,7 +206,8 @@ def main() -> None:
         "is spawned, so its time includes Python start-up and imports, connecting and probing "
         "every host (asyncssh; root's .bashrc `pyenv init` costs ~100 ms per remote command, "
         "for ddptui's probe/port/start/tail commands as for the by-hand ssh), the node helper "
-        "and starting the agents detached.")
+        "and starting the agents detached."
+    )
     report.write()
 
 

@@ -93,19 +93,36 @@ def _orphans(tb: Testbed) -> list[str]:
 
 
 def ddptui_run(tb: Testbed, tmp: Path, port: int, engine: str, cut: bool = False) -> Sample:
-    stream = TimedStream(ddptui_ssh_argv(tb, "--hosts", "node[1-2]", "--ssh-engine", engine,
-                                         "--rdzv-port", str(port), ENVCHECK, "--sleep", "300"),
-                         env=bench_env(tmp / "state"), cwd=tmp)
+    stream = TimedStream(
+        ddptui_ssh_argv(
+            tb,
+            "--hosts",
+            "node[1-2]",
+            "--ssh-engine",
+            engine,
+            "--rdzv-port",
+            str(port),
+            ENVCHECK,
+            "--sleep",
+            "300",
+        ),
+        env=bench_env(tmp / "state"),
+        cwd=tmp,
+    )
     if stream.until(all_ranks_running(4), timeout=240) is None or any(
-            e["event"] == "summary" for e in stream.events()):
+        e["event"] == "summary" for e in stream.events()
+    ):
         stream.proc.kill()
         stream.finish()
-        raise LaunchFailed(json.dumps([e for e in stream.events()
-                                       if e["event"] in ("summary", "notice")][-3:]))
+        raise LaunchFailed(
+            json.dumps([e for e in stream.events() if e["event"] in ("summary", "notice")][-3:])
+        )
     if cut:
         tb.cut_link("node2")
-        noticed = stream.until(lambda line: '"notice"' in line and "node2" in line
-                               and "reconnecting" in line, timeout=120)
+        noticed = stream.until(
+            lambda line: '"notice"' in line and "node2" in line and "reconnecting" in line,
+            timeout=120,
+        )
         tb.restore_link("node2")
         if noticed is None:
             raise RuntimeError("ddptui never noticed the cut link")
@@ -125,16 +142,29 @@ def ddptui_run(tb: Testbed, tmp: Path, port: int, engine: str, cut: bool = False
     stream.finish()
     exited = time.monotonic() - asked
     orphans = _orphans(tb)
-    return {"reported clean": (reported + stream.t0 - asked) if reported is not None
-            else float("inf"), "verified clean": verified, "console exited": exited,
-            "ddptui says clean": all(reports.values()) and len(reports) == len(HOSTS),
-            "orphans": len(orphans), "orphan list": orphans}
+    per_node = {
+        json.loads(line)["node"]: stamp - asked
+        for stamp, line in stream.seen
+        if line.startswith('{"event": "teardown"')
+    }
+    return {
+        "reported clean": (reported + stream.t0 - asked) if reported is not None else float("inf"),
+        "verified clean": verified,
+        "console exited": exited,
+        "reported per node": per_node,
+        "ddptui says clean": all(reports.values()) and len(reports) == len(HOSTS),
+        "orphans": len(orphans),
+        "orphan list": orphans,
+    }
 
 
 def by_hand_run(tb: Testbed, port: int) -> Sample:
-    streams = [TimedStream(tb.ns_argv(tb.head, ssh_argv(tb, c, tty=True)),
-                           merge_stderr=True, open_stdin=True)
-               for c in ssh_commands(tb, HOSTS, 2, port, ["--sleep", "300"])]
+    streams = [
+        TimedStream(
+            tb.ns_argv(tb.head, ssh_argv(tb, c, tty=True)), merge_stderr=True, open_stdin=True
+        )
+        for c in ssh_commands(tb, HOSTS, 2, port, ["--sleep", "300"])
+    ]
     for stream in streams:
         count = {"n": 0}
 
@@ -161,13 +191,26 @@ def by_hand_run(tb: Testbed, port: int) -> Sample:
 def _engine_table(report: Report, runs: dict[str, list[Sample]]) -> None:
     table = Table(["teardown", "runs", "clock", "median", "max", "orphans (total)"])
     for name, samples in runs.items():
-        clocks = [c for c in ("reported clean", "verified clean", "console exited")
-                  if c in samples[0]]
+        clocks = [
+            c for c in ("reported clean", "verified clean", "console exited") if c in samples[0]
+        ]
         for clock in clocks:
             values = [s[clock] for s in samples]
-            table.add(name, len(samples), clock, fmt_s(median(values)), fmt_s(max(values)),
-                      sum(s["orphans"] for s in samples))
+            table.add(
+                name,
+                len(samples),
+                clock,
+                fmt_s(median(values)),
+                fmt_s(max(values)),
+                sum(s["orphans"] for s in samples),
+            )
     report.table(table)
+    for name, samples in runs.items():
+        if len(samples) == 1 and "reported per node" in samples[0]:
+            nodes = ", ".join(
+                f"{n} at {t:.2f} s" for n, t in samples[0]["reported per node"].items()
+            )
+            report.para(f"{name}: each host's TeardownReport arrived: {nodes}.")
     left = [o for samples in runs.values() for s in samples for o in s["orphan list"]]
     if left:
         report.para("Orphans: " + "; ".join(left[:20]))
@@ -189,39 +232,59 @@ def main() -> None:
             tmp = Path(tmp_name)
             report.section(f"SSH testbed, asyncssh: {runs} runs, interleaved with by hand")
             failures: list[str] = []
-            main_runs = interleaved(runs, {
-                "ddptui (asyncssh)": retried(
-                    lambda _: ddptui_run(tb, tmp, next(port), "asyncssh"), failures),
-                "by hand (ssh -tt, end the clients)": retried(
-                    lambda _: by_hand_run(tb, next(port)), failures),
-            })
+            main_runs = interleaved(
+                runs,
+                {
+                    "ddptui (asyncssh)": retried(
+                        lambda _: ddptui_run(tb, tmp, next(port), "asyncssh"), failures
+                    ),
+                    "by hand (ssh -tt, end the clients)": retried(
+                        lambda _: by_hand_run(tb, next(port)), failures
+                    ),
+                },
+            )
             _engine_table(report, main_runs)
-            ours = [max(s["reported clean"], s["verified clean"])
-                    for s in main_runs["ddptui (asyncssh)"]]
-            theirs = [s["verified clean"]
-                      for s in main_runs["by hand (ssh -tt, end the clients)"]]
+            ours = [
+                max(s["reported clean"], s["verified clean"])
+                for s in main_runs["ddptui (asyncssh)"]
+            ]
+            theirs = [s["verified clean"] for s in main_runs["by hand (ssh -tt, end the clients)"]]
             orphans = sum(s["orphans"] for v in main_runs.values() for s in v)
             report.para(
                 f"ddptui (proven clean: reported and verified) / by hand (verified clean), "
                 f"medians: {ratio(median(ours), median(theirs))}. Target <= {TARGET_S:.0f} s "
                 f"(ddptui's worst of {len(ours)} runs: {fmt_s(max(ours))}): "
                 f"{verdict(max(ours) <= TARGET_S, f'{max(ours) - TARGET_S:+.2f} s')}; "
-                f"orphans {orphans}: {verdict(orphans == 0)}.")
+                f"orphans {orphans}: {verdict(orphans == 0)}."
+            )
             report.section(f"SSH testbed, paramiko: {p_runs} runs")
-            p = interleaved(p_runs, {"ddptui (paramiko)": retried(lambda _: ddptui_run(
-                tb, tmp, next(port), "paramiko"), failures)})
+            p = interleaved(
+                p_runs,
+                {
+                    "ddptui (paramiko)": retried(
+                        lambda _: ddptui_run(tb, tmp, next(port), "paramiko"), failures
+                    )
+                },
+            )
             _engine_table(report, p)
             report.section("A host's link cut while the job runs (cut, restore, then teardown)")
-            cut = interleaved(1, {
-                "ddptui (asyncssh), link cut": retried(lambda _: ddptui_run(
-                    tb, tmp, next(port), "asyncssh", cut=True), failures),
-                "ddptui (paramiko), link cut": retried(lambda _: ddptui_run(
-                    tb, tmp, next(port), "paramiko", cut=True), failures),
-            })
+            cut = interleaved(
+                1,
+                {
+                    "ddptui (asyncssh), link cut": retried(
+                        lambda _: ddptui_run(tb, tmp, next(port), "asyncssh", cut=True), failures
+                    ),
+                    "ddptui (paramiko), link cut": retried(
+                        lambda _: ddptui_run(tb, tmp, next(port), "paramiko", cut=True), failures
+                    ),
+                },
+            )
             _engine_table(report, cut)
             report.section("Launches that failed before every rank ran (redone, not counted)")
-            report.para(f"{len(failures)} launch(es) redone" + (": " + "; ".join(
-                f"`{f[:300]}`" for f in failures) if failures else "."))
+            report.para(
+                f"{len(failures)} launch(es) redone"
+                + (": " + "; ".join(f"`{f[:300]}`" for f in failures) if failures else ".")
+            )
     finally:
         tb.close()
     # -- Slurm ------------------------------------------------------------------------------
@@ -230,8 +293,10 @@ def main() -> None:
     # testbed's SlurmCluster (tests/testbed/slurm.py), then no job process left in any slurmd
     # host namespace and `squeue` empty for the run's job.
     report.section("Slurm")
-    report.para("Not measured yet: the Slurm backend was being built in parallel. The place "
-                "for it is marked `SLURM SECTION` in bench/teardown.py.")
+    report.para(
+        "Not measured yet: the Slurm backend was being built in parallel. The place "
+        "for it is marked `SLURM SECTION` in bench/teardown.py."
+    )
     report.write()
 
 

@@ -52,7 +52,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
-def print_history(limit: int | None, as_json: bool, out: TextIO = sys.stdout) -> int:
+def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     records = RunHistory().runs(limit)
     if as_json:
         for record in records:
@@ -87,19 +88,20 @@ def preflight_text(results: Sequence[CheckResult], summary: PreflightSummary) ->
     return lines
 
 
-def run_preflight(spec: JobSpec, headless: bool, out: TextIO = sys.stdout) -> int:
+def run_preflight(spec: JobSpec, headless: bool, out: TextIO | None = None) -> int:
     """Check every node of the job; exit 0 only if no check failed."""
+    stream = out or sys.stdout
     results: list[CheckResult] = []
 
     def emit(event: Event) -> None:
         if isinstance(event, CheckResult):
             results.append(event)
         if headless:
-            out.write(event.to_json() + "\n")
-            out.flush()
+            stream.write(event.to_json() + "\n")
+            stream.flush()
         elif not isinstance(event, CheckResult | PreflightSummary):
-            out.write(f"... {getattr(event, 'state', '')} {getattr(event, 'detail', '')}\n")
-            out.flush()
+            stream.write(f"... {getattr(event, 'state', '')} {getattr(event, 'detail', '')}\n")
+            stream.flush()
 
     async def main() -> PreflightSummary:
         preflight = Preflight(spec, emit)
@@ -110,13 +112,13 @@ def run_preflight(spec: JobSpec, headless: bool, out: TextIO = sys.stdout) -> in
         return await task
 
     if not headless:
-        out.write(f"preflight: {spec.nodes} node(s) from {spec.backend} ...\n")
-        out.flush()
+        stream.write(f"preflight: {spec.nodes} node(s) from {spec.backend} ...\n")
+        stream.flush()
     try:
         summary = asyncio.run(main())
     except asyncio.CancelledError:
-        out.write("preflight cancelled\n")
+        stream.write("preflight cancelled\n")
         return 130
     if not headless:
-        out.write("\n".join(preflight_text(results, summary)) + "\n")
+        stream.write("\n".join(preflight_text(results, summary)) + "\n")
     return 0 if summary.ok else 1

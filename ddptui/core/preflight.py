@@ -25,18 +25,9 @@ from dataclasses import dataclass
 from ddptui.core.backends.base import BackendError
 from ddptui.core.events import Event
 from ddptui.core.plan import DEFAULT_RDZV_PORT, NodeTarget
+from ddptui.core.preflight_model import CHECKS, FAIL, SKIP, WARN, Finding, Observations, worst
 from ddptui.core.preflight_nodes import NodeAccess, NodeAccessError, make_access
-from ddptui.core.preflight_rules import (
-    CHECKS,
-    FAIL,
-    OK,
-    SKIP,
-    WARN,
-    Finding,
-    Observations,
-    evaluate,
-    worst,
-)
+from ddptui.core.preflight_rules import evaluate
 from ddptui.core.spec import JobSpec
 
 FACTS_TIMEOUT_S = 180.0
@@ -239,7 +230,3 @@ def cell_status(results: list[CheckResult], node: str, check: str) -> str:
     """The status a grid shows for (node, check): the worst of its results, or skip."""
     found = [r.status for r in results if r.node == node and r.check == check]
     return worst(found) if found else SKIP
-
-
-def ready(results: list[CheckResult]) -> bool:
-    return all(r.status in (OK, WARN, SKIP) for r in results)

@@ -65,8 +65,6 @@ class Observations:
         return dict(self.facts.get(node, {}).get("python") or {})
 
 
-
-
 def worst(statuses: Iterable[str]) -> str:
     return max(statuses, key=lambda s: _RANK[s], default=SKIP)
 

@@ -41,7 +41,7 @@ class Terminal:
 
     def start(self, command: str, width: int = 180, height: int = 50) -> None:
         # the pane stays after the console exits, so a crash's traceback can be read
-        shell = f"{command}; echo; echo CONSOLE-EXITED-$?; sleep 3600"
+        shell = f"{command}; code=$?; echo; echo CONSOLE-EXITED-$code; sleep 3600"
         self.tmux("-f", "/dev/null", "new-session", "-d", "-s", "e2e",
                   "-x", str(width), "-y", str(height), shell)  # fmt: skip
 

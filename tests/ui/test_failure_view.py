@@ -44,10 +44,13 @@ async def test_jump_to_error_goes_to_the_root_cause_rank_first() -> None:
         row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
         assert view.scroll_y <= row < view.scroll_y + view.size.height
 
-        await pilot.press("E")  # the next failure: rank 2 on local1
-        assert screen.logs.active_node == "local1"
-        assert screen.logs.active_view.target is not None
-        assert screen.logs.active_view.target.rank == 2
+        await pilot.press("E")  # the next failure: rank 2 on local1, in a tab not shown yet
+        await pilot.pause()
+        view = screen.logs.active_view
+        assert view.node == "local1"
+        assert view.target is not None and view.target.rank == 2
+        row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
+        assert view.scroll_y <= row < view.scroll_y + view.size.height
 
         cell = screen.grid.cell("local1", 1)
         assert cell is not None

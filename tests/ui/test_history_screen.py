@@ -205,8 +205,9 @@ async def test_a_console_killed_mid_run_leaves_an_interrupted_run_with_readable_
             past = app.screen
             assert isinstance(past, PastRunScreen)
             await wait_for(pilot, lambda: past.logs.loaded, "its logs")
-            assert "envcheck rank=0 heartbeat=" in past.logs.text("local0")
-            assert "envcheck rank=3 heartbeat=" in past.logs.text("local1")
+            text = past.logs.text("local0") + past.logs.text("local1")
+            for rank in range(4):  # which node got which ranks is the rendezvous's choice
+                assert f"] envcheck rank={rank} heartbeat=" in text
             assert set(past.grid.states().values()) == {RankState.RUNNING}
         record = RunHistory().get(run_id)
         assert record is not None and record.status == "interrupted" and record.ended is None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -237,3 +239,13 @@ def test_local_pseudo_nodes_share_one_machine() -> None:
         obs.facts[f"node{i}"]["self"] = {"addrs": ["127.0.1.1"], "error": ""}
         obs.facts[f"node{i}"]["t_start"] = 2000.0
     assert not failures(obs)
+
+
+def test_preflight_profiles_and_history_never_import_textual_or_torch() -> None:
+    code = (
+        "import sys\n"
+        "import ddptui.core.preflight, ddptui.core.profiles, ddptui.core.history, ddptui.reports\n"
+        "bad = [m for m in sys.modules if m in ('textual', 'torch') or m.startswith('ddptui.ui')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

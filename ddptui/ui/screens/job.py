@@ -253,9 +253,10 @@ class JobScreen(LogScreen):
         if event.worker is not self._worker or not event.worker.is_finished:
             return
         self._flush_logs()
-        if event.state == WorkerState.SUCCESS and self.summary is None:
+        result = event.worker.result
+        if event.state == WorkerState.SUCCESS and self.summary is None and result is not None:
             # The worker can finish before the summary's message is handled: show it now.
-            self.on_summary_update(SummaryUpdate(event.worker.result))
+            self.on_summary_update(SummaryUpdate(result))
         if event.state == WorkerState.ERROR:
             error = event.worker.error
             self.outcome.add_notice(Notice("error", f"the session stopped: {error!r}"))

@@ -278,8 +278,16 @@ class LogView(Log, inherit_bindings=False):
         return False
 
     def _show_row(self, row: int) -> None:
+        """Put `row` a third of the way down the view, now and, for a view that has just been
+        shown (its size is not known yet), again once it is laid out."""
         self.following = False
-        self.scroll_to(y=max(0, row - self.scrollable_content_region.height // 3), animate=False)
+
+        def scroll() -> None:
+            top = max(0, row - self.scrollable_content_region.height // 3)
+            self.scroll_to(y=top, animate=False, immediate=True)
+
+        scroll()
+        self.call_after_refresh(scroll)
         self.refresh()
         self._changed()
 

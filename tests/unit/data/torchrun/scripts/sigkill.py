@@ -1,4 +1,4 @@
-"""Rank argv[1] kills itself with SIGKILL after two steps (the OOM killer's way of ending a rank)."""
+"""Rank argv[1] kills itself with SIGKILL after two steps (as the OOM killer ends a rank)."""
 
 import os
 import signal
