@@ -317,11 +317,14 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
             "-c",
             "import socket,time; s=socket.socket(); "
             f"s.bind(('{testbed.host_ip('node1')}', 29400)); "
-            "s.listen(); time.sleep(120)",
+            "s.listen(); print('listening', flush=True); time.sleep(120)",
         ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
-        time.sleep(1.0)
+        assert squatter.stdout is not None
+        assert squatter.stdout.readline().strip() == "listening"
         run = run_headless(
             testbed, tmp_path / "state", "--hosts", "node[1-2]", str(TRAINER / "envcheck.py")
         )

@@ -322,11 +322,14 @@ def test_elastic_ddp(tmp_path: Path) -> None:
     for rank in range(2):
         mine = [line for line in result.lines if re.search(rf"\brank {rank}\b", line)]
         assert mine[0] == f"Start running basic DDP example on rank {rank}."
-        assert [line.split(" loss=")[0] for line in mine[1:-1]] == [
+        assert [line.split(" loss=")[0] for line in mine[1:-2]] == [
             f"rank {rank} step={s}" for s in range(1, 4)
         ]
-        for line in mine[1:-1]:
+        for line in mine[1:-2]:
             assert re.fullmatch(rf"rank {rank} step=\d+ loss=\d+\.\d{{6}}", line)
+        assert re.fullmatch(
+            rf"rank {rank} throughput: [\d.]+ samples/s \(3 steps in [\d.]+ s\)", mine[-2]
+        )
         assert mine[-1] == f"rank {rank} finished"
 
 
