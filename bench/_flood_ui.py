@@ -92,20 +92,28 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
         assert screen.session is not None
         ok = bool(screen.summary and screen.summary.ok)
         run_path = screen.session.run.path
-    every = [v for values in latencies.values() for v in values]
-    keys = {
-        name: {"p50": percentile(v, 50), "p99": percentile(v, 99), "n": len(v)}
-        for name, v in latencies.items()
-    }
+
+    def stats(values: list[float]) -> dict[str, float]:
+        """Percentiles of the presses that reached the screen; `lost`: those that never did."""
+        seen = [v for v in values if v != float("inf")]
+        return {
+            "p50": percentile(seen, 50),
+            "p99": percentile(seen, 99),
+            "n": len(values),
+            "lost": len(values) - len(seen),
+        }
+
+    every = stats([v for values in latencies.values() for v in values])
     return {
         **ingest.result(),
         "ok": ok,
         "on_disk": on_disk(run_path),
         **shown,
-        "key_p50": percentile(every, 50),
-        "key_p99": percentile(every, 99),
-        "key_n": len(every),
-        "keys": keys,
+        "key_p50": every["p50"],
+        "key_p99": every["p99"],
+        "key_n": every["n"],
+        "key_lost": every["lost"],
+        "keys": {name: stats(v) for name, v in latencies.items()},
         "frame_p50": percentile(probe.frames, 50),
         "frame_p99": percentile(probe.frames, 99),
         "frames": len(probe.frames),

@@ -51,14 +51,17 @@ class FrameProbe:
         """Seconds from posting `key` to the first frame after `shows()` became true."""
         return await self.after(lambda: press_key(pilot, key, char), shows)
 
-    async def after(self, act: Callable[[], object], shows: Callable[[], bool]) -> float:
-        """Seconds from `act()` to the first frame rendered once `shows()` is true."""
+    async def after(
+        self, act: Callable[[], object], shows: Callable[[], bool], timeout: float = KEY_TIMEOUT_S
+    ) -> float:
+        """Seconds from `act()` to the first frame rendered once `shows()` is true (inf if
+        none came within `timeout`)."""
         self._check = shows
         self._seen = asyncio.get_running_loop().create_future()
         pressed = time.perf_counter()
         act()
         try:
-            seen = await asyncio.wait_for(asyncio.shield(self._seen), KEY_TIMEOUT_S)
+            seen = await asyncio.wait_for(asyncio.shield(self._seen), timeout)
         except TimeoutError:
             return float("inf")
         finally:

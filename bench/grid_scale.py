@@ -37,6 +37,7 @@ from bench._grid_variants import VARIANTS
 from bench._grid_variants import __doc__ as _VARIANTS_DOC
 
 TARGET = 10.0
+UPDATE_TIMEOUT_S = 120.0
 SHAPES = [(2, 2), (16, 8), (128, 8)]
 STATES = ("running", "hung", "assigned", "done")
 
@@ -72,7 +73,7 @@ async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[s
                     for lr in range(nproc):
                         emit(RankChanged(i * nproc + lr, node, lr, state))
 
-            took = await probe.after(send, lambda state=state: shows_all(state))
+            took = await probe.after(send, lambda state=state: shows_all(state), UPDATE_TIMEOUT_S)
             if took == float("inf"):
                 raise RuntimeError(f"{nodes}x{nproc}: a full update never reached the screen")
             update_s.append(took)

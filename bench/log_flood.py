@@ -29,16 +29,14 @@ from typing import Any
 
 from bench._common import (
     BENCH,
+    RESULTS,
     ROOT,
-    Report,
-    Table,
     arg_parser,
     command_line,
+    environment,
     fmt_ms,
-    median,
     peak_rss_mb,
     percentile,
-    verdict,
 )
 
 NODES = 16
@@ -235,6 +233,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--render", metavar="JSON", help="redo the report from raw results")
     args = parser.parse_args()
     if args.child is not None:
         kind, *rest = args.child
@@ -247,38 +246,34 @@ def main() -> None:
             result = asyncio.run(_ui_child(int(rest[0]), int(rest[1]), workdir))
         print(json.dumps(result))
         return
+    from bench._flood_report import render
+
+    if args.render:
+        render(json.loads(Path(args.render).read_text()), command_line())
+        return
     reps = 1 if args.quick else args.reps
-    report = Report("log_flood", "Log ingest under flood (16 pseudo-nodes)", command_line())
-    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(
-        f"Each figure is the median of {reps} run(s); the sweep is repeated as a whole "
-        f"(rates and tiers alternate within a sweep)."
-    )
     core_lines = CORE_LINES_PER_NODE // (5 if args.quick else 1)
-    sweeps: list[dict[tuple[str, str], dict[str, Any]]] = []
-    cores = []
+    data: dict[str, Any] = {
+        "reps": reps,
+        "core_lines": core_lines,
+        "env": environment(),
+        "cores": [],
+        "sweeps": [],
+    }
     for rep in range(reps):
-        cores.append(_child("core", str(core_lines)))
-        sweeps.append({})
+        data["cores"].append(_child("core", str(core_lines)))
+        data["sweeps"].append({})
         for name, (rate, seconds) in RATES.items():
             lines = _lines_per_node(rate, seconds, args.quick)
             for tier in ("headless", "ui"):
                 print(f"  [{rep + 1}/{reps}] {tier} at {name}: {lines * NODES:,} lines", flush=True)
-                sweeps[-1][(tier, name)] = result = _child(tier, str(lines), str(rate))
+                result = _child(tier, str(lines), str(rate))
+                data["sweeps"][-1][f"{tier}|{name}"] = result
                 print(f"    {_brief(result)}", flush=True)
-    report.section("Core alone (in memory, no processes)")
-    table = Table(["pipeline", "lines/s", "vs Monitor.feed"])
-    base = median([c["Monitor.feed"]["lines_per_s"] for c in cores])
-    for tier in CORE_TIERS:
-        rate = median([c[tier]["lines_per_s"] for c in cores])
-        table.add(tier, _rate(rate), f"{rate / base:.2f}x")
-    report.table(table)
-    report.para(
-        f"{core_lines * NODES:,} lines of ~90 bytes, fed in 64 KiB chunks, 16 nodes round-robin."
-    )
-    runs = {key: _median_result([s[key] for s in sweeps]) for key in sweeps[0]}
-    _tables(report, runs)
-    report.write()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    raw = RESULTS / "log_flood.json"
+    raw.write_text(json.dumps(data, indent=1))
+    render(data, command_line())
 
 
 def _brief(r: dict[str, Any]) -> str:
@@ -286,103 +281,6 @@ def _brief(r: dict[str, Any]) -> str:
     if "key_p50" in r:
         text += f", key p50 {fmt_ms(r['key_p50'])} p99 {fmt_ms(r['key_p99'])}"
     return text + f", RSS {r['rss_mb']:.0f} MB"
-
-
-def _median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per field, the median over repetitions (nested dicts too; other values from the first)."""
-    out: dict[str, Any] = {}
-    for key, value in results[0].items():
-        if isinstance(value, dict):
-            out[key] = _median_result([r[key] for r in results])
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = median([r[key] for r in results])
-        else:
-            out[key] = value
-    return out
-
-
-def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None:
-    report.section("Real pipeline: node helper, tail, pipes, Session (headless) and the app (ui)")
-    table = Table(
-        [
-            "offered",
-            "tier",
-            "lines written",
-            "ingested",
-            "lost",
-            "ingest rate (first to last)",
-            "lag p50 / p99",
-            "shown / skipped on screen",
-            "frame p50 / p99",
-            "peak RSS",
-        ]
-    )
-    for (tier, name), r in runs.items():
-        ui = tier == "ui"
-        table.add(
-            name,
-            tier,
-            f"{r['on_disk']:,.0f}",
-            f"{r['ingested']:,.0f}",
-            f"{r['on_disk'] - r['ingested']:,.0f}",
-            _rate(r["ingest_per_s"]),
-            f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} s",
-            f"{r['lines']:,.0f} / {r['skipped']:,.0f}" if ui else "-",
-            f"{fmt_ms(r['frame_p50'])} / {fmt_ms(r['frame_p99'])}" if ui else "-",
-            f"{r['rss_mb']:.0f} MB",
-        )
-    report.table(table)
-    report.para(
-        "Lag: how long after a node wrote a line the console ingested it (one line in "
-        f"{LAG_SAMPLE} sampled, after the first {LAG_WARMUP_S:.0f} s). A lag of seconds "
-        "means the console fell behind the offered rate and caught up from the nodes' "
-        "log files afterwards (nothing is lost: the node helper tails the file). At a "
-        "fixed rate the ingest rate cannot exceed the offered one; at `max` it is the "
-        "console's throughput."
-    )
-    report.section("Key-to-screen latency in the app (Pilot), quiet vs flood")
-    keys = Table(["offered", "key", "presses", "p50", "p99", "p50 vs quiet"])
-    quiet = runs[("ui", next(iter(RATES)))]["keys"]
-    for (tier, name), r in runs.items():
-        if tier != "ui":
-            continue
-        for key, k in r["keys"].items():
-            keys.add(
-                name,
-                key,
-                f"{k['n']:.0f}",
-                fmt_ms(k["p50"]),
-                fmt_ms(k["p99"]),
-                f"{k['p50'] / quiet[key]['p50']:.2f}x" if quiet[key]["p50"] else "n/a",
-            )
-    report.table(keys)
-    ui = [r for (t, _), r in runs.items() if t == "ui"]
-    worst_p99 = max(r["key_p99"] for r in ui)
-    quiet_p99 = runs[("ui", next(iter(RATES)))]["key_p99"]
-    worst_rss = max(r["rss_mb"] for r in runs.values())
-    lost = sum(r["on_disk"] - r["ingested"] for r in runs.values())
-    rate = runs[("ui", "max")]["ingest_per_s"]
-    report.section("Targets")
-    targets = Table(["target", "measured", "verdict"])
-    targets.add(
-        ">= 200k lines/s (ui, as fast as they can)",
-        _rate(rate),
-        verdict(rate >= 200_000, f"{rate / 200_000 - 1:+.0%}"),
-    )
-    targets.add(
-        "key p99 < 100 ms (worst offered rate)",
-        fmt_ms(worst_p99),
-        verdict(
-            worst_p99 < 0.1, f"{worst_p99 / 0.1:.1f}x the target; quiet app: {fmt_ms(quiet_p99)}"
-        ),
-    )
-    targets.add(
-        "peak RSS < 300 MB (console process)",
-        f"{worst_rss:.0f} MB",
-        verdict(worst_rss < 300, f"{worst_rss / 300 - 1:+.0%}"),
-    )
-    targets.add("0 lines lost", f"{lost:,.0f}", verdict(lost == 0))
-    report.table(targets)
 
 
 if __name__ == "__main__":

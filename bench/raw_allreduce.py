@@ -34,8 +34,9 @@ def main() -> int:
         for _ in range(iters):
             dist.all_reduce(t)
         torch.cuda.synchronize()
-        elapsed = torch.tensor([(time.perf_counter() - start) / iters], device="cuda",
-                               dtype=torch.float64)
+        elapsed = torch.tensor(
+            [(time.perf_counter() - start) / iters], device="cuda", dtype=torch.float64
+        )
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         algbw = nbytes / float(elapsed.item()) / 1e9
         rows.append({"bytes": nbytes, "busbw_gbps": algbw * 2 * (world - 1) / world})

@@ -1,0 +1,149 @@
+"""Provides the log flood's report: tables and targets from the raw results of bench/log_flood.py.
+
+Kept apart so a report can be redone from bench/results/log_flood.json without a new run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench._common import Report, Table, fmt_ms, median, verdict
+from bench.log_flood import CORE_TIERS, LAG_SAMPLE, LAG_WARMUP_S, NODES, RATES, _rate
+
+
+def render(data: dict[str, Any], command: str) -> None:
+    """The report from the raw results (`--render bench/results/log_flood.json` redoes it)."""
+    reps, core_lines, cores = data["reps"], data["core_lines"], data["cores"]
+    report = Report("log_flood", "Log ingest under flood (16 pseudo-nodes)", command)
+    report.env = data.get("env", report.env)  # the machine as it was during the run
+    report.para(_flood_doc())
+    report.para(
+        f"Each figure is the median of {reps} run(s); the sweep is repeated as a whole "
+        f"(rates and tiers alternate within a sweep). Raw results: bench/results/log_flood.json."
+    )
+    report.section("Core alone (in memory, no processes)")
+    table = Table(["pipeline", "lines/s", "vs Monitor.feed"])
+    base = median([c["Monitor.feed"]["lines_per_s"] for c in cores])
+    for tier in CORE_TIERS:
+        rate = median([c[tier]["lines_per_s"] for c in cores])
+        table.add(tier, _rate(rate), f"{rate / base:.2f}x")
+    report.table(table)
+    report.para(
+        f"{core_lines * NODES:,} lines of ~90 bytes, fed in 64 KiB chunks, 16 nodes round-robin."
+    )
+    sweeps = data["sweeps"]
+    runs = {tuple(key.split("|", 1)): _median_result([s[key] for s in sweeps]) for key in sweeps[0]}
+    _tables(report, runs)  # type: ignore[arg-type]
+    report.write()
+
+
+def _median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per field, the median over repetitions (nested dicts too; other values from the first)."""
+    out: dict[str, Any] = {}
+    for key, value in results[0].items():
+        if isinstance(value, dict):
+            out[key] = _median_result([r[key] for r in results])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = median([r[key] for r in results])
+        else:
+            out[key] = value
+    return out
+
+
+def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    report.section("Real pipeline: node helper, tail, pipes, Session (headless) and the app (ui)")
+    table = Table(
+        [
+            "offered",
+            "tier",
+            "lines written",
+            "ingested",
+            "lost",
+            "ingest rate (first to last)",
+            "lag p50 / p99",
+            "shown / skipped on screen",
+            "frame p50 / p99",
+            "peak RSS",
+        ]
+    )
+    for (tier, name), r in runs.items():
+        ui = tier == "ui"
+        table.add(
+            name,
+            tier,
+            f"{r['on_disk']:,.0f}",
+            f"{r['ingested']:,.0f}",
+            f"{r['on_disk'] - r['ingested']:,.0f}",
+            _rate(r["ingest_per_s"]),
+            f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} s",
+            f"{r['lines']:,.0f} / {r['skipped']:,.0f}" if ui else "-",
+            f"{fmt_ms(r['frame_p50'])} / {fmt_ms(r['frame_p99'])}" if ui else "-",
+            f"{r['rss_mb']:.0f} MB",
+        )
+    report.table(table)
+    report.para(
+        "Lag: how long after a node wrote a line the console ingested it (one line in "
+        f"{LAG_SAMPLE} sampled, after the first {LAG_WARMUP_S:.0f} s). A lag of seconds "
+        "means the console fell behind the offered rate and caught up from the nodes' "
+        "log files afterwards (nothing is lost: the node helper tails the file). At a "
+        "fixed rate the ingest rate cannot exceed the offered one; at `max` it is the "
+        "console's throughput."
+    )
+    report.section("Key-to-screen latency in the app (Pilot), quiet vs flood")
+    keys = Table(["offered", "key", "presses", "never shown (5 s)", "p50", "p99", "p50 vs quiet"])
+    quiet = runs[("ui", next(iter(RATES)))]["keys"]
+    for (tier, name), r in runs.items():
+        if tier != "ui":
+            continue
+        for key, k in r["keys"].items():
+            base = quiet[key]["p50"]
+            keys.add(
+                name,
+                key,
+                f"{k['n']:.0f}",
+                f"{k['lost']:.0f}",
+                fmt_ms(k["p50"]),
+                fmt_ms(k["p99"]),
+                f"{k['p50'] / base:.2f}x" if base == base else "n/a",
+            )
+    report.table(keys)
+    report.para(
+        "p50/p99 are over the presses that reached the screen; a press whose effect "
+        "was not on screen 5 s later counts as never shown."
+    )
+    ui = [r for (t, _), r in runs.items() if t == "ui"]
+    worst_p99 = max(r["key_p99"] for r in ui)
+    lost_keys = sum(r["key_lost"] for r in ui)
+    quiet_p99 = runs[("ui", next(iter(RATES)))]["key_p99"]
+    worst_rss = max(r["rss_mb"] for r in runs.values())
+    lost = sum(r["on_disk"] - r["ingested"] for r in runs.values())
+    rate = runs[("ui", "max")]["ingest_per_s"]
+    headless = runs[("headless", "max")]["ingest_per_s"]
+    report.section("Targets")
+    targets = Table(["target", "measured", "verdict"])
+    targets.add(
+        ">= 200k lines/s (ui, as fast as they can)",
+        f"{_rate(rate)} (headless {_rate(headless)})",
+        verdict(rate >= 200_000, f"{rate / 200_000 - 1:+.0%}"),
+    )
+    targets.add(
+        "key p99 < 100 ms (worst offered rate)",
+        f"{fmt_ms(worst_p99)}; {lost_keys:.0f} press(es) never shown",
+        verdict(
+            worst_p99 < 0.1 and not lost_keys,
+            f"{worst_p99 / 0.1:.1f}x the target; quiet app: {fmt_ms(quiet_p99)}",
+        ),
+    )
+    targets.add(
+        "peak RSS < 300 MB (console process)",
+        f"{worst_rss:.0f} MB",
+        verdict(worst_rss < 300, f"{worst_rss / 300 - 1:+.0%}"),
+    )
+    targets.add("0 lines lost", f"{lost:,.0f}", verdict(lost == 0))
+    report.table(targets)
+
+
+def _flood_doc() -> str:
+    from bench import log_flood
+
+    return (log_flood.__doc__ or "").split("\n\n", 1)[1].strip()
