@@ -216,10 +216,10 @@ def main() -> None:
             table.add(what, fmt_s(value))
         report.table(table)
         report.para(
-            "Root's `.bashrc` runs `pyenv init` for every non-interactive ssh command (bash "
-            "sources it when started by sshd), ~0.1 s of CPU each. On 2 cores, N hosts cost "
-            "about N x that in CPU whatever the tool, so it dominates at 16 and 32 hosts and "
-            "affects every tool alike."
+            "Root's `.bashrc` runs `pyenv init` for every ssh command (bash sources it when "
+            "started by sshd): the table shows its cost against `bash --norc`. On 2 cores, N "
+            "hosts cost about N times that in CPU whatever the tool, so it dominates at 16 and "
+            "32 hosts and affects every tool alike."
         )
     finally:
         tb.close()

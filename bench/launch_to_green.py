@@ -204,9 +204,10 @@ def main() -> None:
         "including `--tee=3`), started from `sh` with one background job per node; the clock "
         "stops at the last rank's first line. ddptui's clock starts when `python -m ddptui.cli` "
         "is spawned, so its time includes Python start-up and imports, connecting and probing "
-        "every host (asyncssh; root's .bashrc `pyenv init` costs ~100 ms per remote command, "
-        "for ddptui's probe/port/start/tail commands as for the by-hand ssh), the node helper "
-        "and starting the agents detached."
+        "every host (asyncssh), checking the rendezvous port, and starting the agents detached "
+        "through the node helper. By hand runs one remote command per host; ddptui runs four "
+        "(probe, port check on the first host, start, tail), and each pays root's .bashrc "
+        "`pyenv init` (0.2-0.4 s of CPU on this machine, see fanout.md) and a Python start."
     )
     report.write()
 

@@ -143,9 +143,9 @@ def ddptui_run(tb: Testbed, tmp: Path, port: int, engine: str, cut: bool = False
     exited = time.monotonic() - asked
     orphans = _orphans(tb)
     per_node = {
-        json.loads(line)["node"]: stamp - asked
-        for stamp, line in stream.seen
-        if line.startswith('{"event": "teardown"')
+        e["node"]: f"{e['detail']} ({'clean' if e['clean'] else 'NOT clean'})"
+        for e in stream.events()
+        if e["event"] == "teardown"
     }
     return {
         "reported clean": (reported + stream.t0 - asked) if reported is not None else float("inf"),
@@ -207,10 +207,8 @@ def _engine_table(report: Report, runs: dict[str, list[Sample]]) -> None:
     report.table(table)
     for name, samples in runs.items():
         if len(samples) == 1 and "reported per node" in samples[0]:
-            nodes = ", ".join(
-                f"{n} at {t:.2f} s" for n, t in samples[0]["reported per node"].items()
-            )
-            report.para(f"{name}: each host's TeardownReport arrived: {nodes}.")
+            nodes = "; ".join(f"{n}: {d}" for n, d in samples[0]["reported per node"].items())
+            report.para(f"{name}: TeardownReports: {nodes}.")
     left = [o for samples in runs.values() for s in samples for o in s["orphan list"]]
     if left:
         report.para("Orphans: " + "; ".join(left[:20]))
