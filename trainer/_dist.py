@@ -7,7 +7,8 @@ Provides: identity resolution from torchrun's or Slurm's environment
 
 The scripts must run unchanged under ``torchrun`` and under plain ``srun``, and
 they must exit cleanly: on torch 2.13 with gloo a fair share of runs abort at
-interpreter shutdown after ``destroy_process_group`` (see TESTBED.md), so every
+interpreter shutdown after ``destroy_process_group`` (a gloo thread frees the last
+work object during shutdown: SIGABRT), so every
 exit goes through a barrier, the destroy, and ``os._exit``.
 """
 

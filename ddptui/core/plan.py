@@ -179,7 +179,7 @@ def build_plan(
     """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
 
     `local_addrs` passes each node's own address as --local-addr so MASTER_ADDR is an IP and
-    never depends on DNS (TESTBED: a node that cannot resolve rank 0's hostname hangs).
+    never depends on DNS (a node that cannot resolve rank 0's hostname retries forever).
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"

@@ -3,7 +3,7 @@
 Why: the console under test talks to "nodes" over SSH/Slurm; real separate hosts are
 simulated by one network namespace per node, all wired to a bridge that lives in a
 namespace of its own, with no default route anywhere, so no packet can leave the
-test subnet.  See /work/shared/TESTBED.md for the measured facts this relies on.
+test subnet.
 """
 
 from __future__ import annotations
