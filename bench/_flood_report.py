@@ -14,6 +14,7 @@ from bench.log_flood import CORE_TIERS, LAG_SAMPLE, LAG_WARMUP_S, NODES, RATES, 
 def render(data: dict[str, Any], command: str) -> None:
     """The report from the raw results (`--render bench/results/log_flood.json` redoes it)."""
     reps, core_lines, cores = data["reps"], data["core_lines"], data["cores"]
+    command = data.get("command", command)  # how the run was made, not how it was redrawn
     report = Report("log_flood", "Log ingest under flood (16 pseudo-nodes)", command)
     report.env = data.get("env", report.env)  # the machine as it was during the run
     report.para(_flood_doc())
@@ -32,8 +33,11 @@ def render(data: dict[str, Any], command: str) -> None:
         f"{core_lines * NODES:,} lines of ~90 bytes, fed in 64 KiB chunks, 16 nodes round-robin."
     )
     sweeps = data["sweeps"]
-    runs = {tuple(key.split("|", 1)): _median_result([s[key] for s in sweeps]) for key in sweeps[0]}
-    _tables(report, runs)  # type: ignore[arg-type]
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for key in sweeps[0]:
+        tier, name = key.split("|", 1)
+        runs[(tier, name)] = _median_result([s[key] for s in sweeps])
+    _tables(report, runs)
     report.write()
 
 
@@ -67,7 +71,7 @@ def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None
         ]
     )
     for (tier, name), r in runs.items():
-        ui = tier == "ui"
+        is_ui = tier == "ui"
         table.add(
             name,
             tier,
@@ -76,8 +80,8 @@ def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None
             f"{r['on_disk'] - r['ingested']:,.0f}",
             _rate(r["ingest_per_s"]),
             f"{r['lag_p50']:.2f} / {r['lag_p99']:.2f} s",
-            f"{r['lines']:,.0f} / {r['skipped']:,.0f}" if ui else "-",
-            f"{fmt_ms(r['frame_p50'])} / {fmt_ms(r['frame_p99'])}" if ui else "-",
+            f"{r['lines']:,.0f} / {r['skipped']:,.0f}" if is_ui else "-",
+            f"{fmt_ms(r['frame_p50'])} / {fmt_ms(r['frame_p99'])}" if is_ui else "-",
             f"{r['rss_mb']:.0f} MB",
         )
     report.table(table)
@@ -104,7 +108,7 @@ def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None
                 f"{k['lost']:.0f}",
                 fmt_ms(k["p50"]),
                 fmt_ms(k["p99"]),
-                f"{k['p50'] / base:.2f}x" if base == base else "n/a",
+                f"{k['p50'] / base:.2f}x" if base == base and k["p50"] == k["p50"] else "n/a",
             )
     report.table(keys)
     report.para(

@@ -79,8 +79,8 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
             shown["skipped"] += sum(dropped.values())
             return entries, dropped
 
-        screen.relay.emit = emit
-        screen.relay.drain = drain
+        screen.relay.emit = emit  # type: ignore[method-assign]
+        screen.relay.drain = drain  # type: ignore[method-assign]
         probe = FrameProbe(app)
         tabs = screen.logs.query_one(TabbedContent)
         await pilot.press("l")

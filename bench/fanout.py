@@ -246,8 +246,8 @@ def _summarize(report: Report, results: dict[str, list[dict[str, float]]]) -> No
     report.table(table)
     for tool in TOOLS[:2]:
         worst = max(walls[tool] / walls[TOOLS[2]], walls[tool] / walls[TOOLS[3]])
-        inner = median([r["in process"] for r in results[tool]])
-        worst_inner = max(inner / walls[TOOLS[2]], inner / walls[TOOLS[3]])
+        in_process = median([r["in process"] for r in results[tool]])
+        worst_inner = max(in_process / walls[TOOLS[2]], in_process / walls[TOOLS[3]])
         report.para(
             f"{tool}: target <= {TARGET:.1f}x pdsh and clush: as a fresh process "
             f"{verdict(worst <= TARGET, f'worst {worst:.2f}x')}; inside a running "

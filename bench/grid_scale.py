@@ -73,7 +73,10 @@ async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[s
                     for lr in range(nproc):
                         emit(RankChanged(i * nproc + lr, node, lr, state))
 
-            took = await probe.after(send, lambda state=state: shows_all(state), UPDATE_TIMEOUT_S)
+            def shown(state: RankState = state) -> bool:
+                return shows_all(state)
+
+            took = await probe.after(send, shown, UPDATE_TIMEOUT_S)
             if took == float("inf"):
                 raise RuntimeError(f"{nodes}x{nproc}: a full update never reached the screen")
             update_s.append(took)
@@ -115,7 +118,8 @@ def _child(nodes: int, nproc: int, seconds: float, variant: str = "shipped") -> 
         )
     if cp.returncode != 0:
         raise RuntimeError(f"grid {nodes}x{nproc} failed: {cp.stderr[-2000:]}")
-    return json.loads(cp.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(cp.stdout.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:

@@ -2,16 +2,18 @@
 
 Three tiers, each in a fresh process (so its peak RSS is its own):
 - core: Monitor.feed alone on big in-memory buffers (framing, rank attribution, rank board),
-  and Monitor.feed followed by the UI's SessionRelay.emit (what the app adds per line);
+  then Monitor.feed followed by the UI's SessionRelay.emit (what the app adds per line), and
+  a prototype of batching per chunk (what the per-line work costs at least);
 - headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
   (same node helper, log files, tail processes and pipes as a real run), no UI;
 - ui: the same Session inside the real DdpApp under `app.run_test()`, launched with `l`,
-  while Pilot presses `]` (next node's log) every 100 ms: key-to-screen latency is the time
-  from the press to the first frame that shows the other tab (frames are serialised as a
-  terminal driver would, to count that cost too).
+  while Pilot presses keys in turn, 100 ms apart: `]` (next node's log), `up` (scroll the
+  log up) and `end` (follow again). Key-to-screen latency is the time from the press to the
+  first frame that shows its effect (frames serialised as a terminal driver would, so that
+  cost counts too; bench/_flood_ui.py, bench/_pilot.py).
 Lines lost = lines the nodes wrote (counted in the on-disk logs) minus lines the console
-ingested (NodeLine events); the UI may skip lines on screen by design (the pane says how many,
-the run directory has them all), and that is reported separately.
+ingested (NodeLine events); the UI may skip lines on screen by design (the view says how
+many, the run directory has them all), and that is reported separately.
 """
 
 from __future__ import annotations
@@ -221,11 +223,14 @@ def _child(*args: str) -> dict[str, Any]:
         )
     if cp.returncode != 0:
         raise RuntimeError(f"child {args} failed: {cp.stderr[-2000:]}")
-    return json.loads(cp.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(cp.stdout.strip().splitlines()[-1])
+    return result
 
 
 def _rate(v: float) -> str:
-    return f"{v / 1000:,.0f}k/s" if v == v else "n/a"
+    if v != v:
+        return "n/a"
+    return f"{v / 1000:,.0f}k/s" if v >= 10_000 else f"{v:,.0f}/s"
 
 
 def main() -> None:
