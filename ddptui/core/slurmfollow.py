@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ddptui.core.events import TeardownReport
 from ddptui.core.logfollow import Ended, follow_log
 from ddptui.core.slurmcli import SlurmError, last_error, slurm
 from ddptui.core.slurmplan import helper_argv
@@ -99,3 +100,19 @@ def run_for_job(job_id: str, root: Path | None = None) -> RunDir | None:
             if backend.get("backend") == "slurm" and str(backend.get("job_id")) == job_id:
                 return RunDir(plan.parent)
     return None
+
+
+def reap_report(
+    node: str, ended: str, report: dict[str, Any], local: Sequence[int]
+) -> TeardownReport:
+    """The teardown proof of one node: how its step ended and what the node shim found."""
+    leftover = tuple(report["leftover"]) + tuple(local)
+    detail = f"{ended}; no process of the job left on {node}"
+    if report["found"]:
+        detail = (
+            f"{ended}; {report['found']} process(es) of the job were still on "
+            f"{node}: stopped by ddptui"
+        )
+    if report["killed"]:
+        detail += f" ({len(report['killed'])} needed SIGKILL)"
+    return TeardownReport(node, not leftover, leftover, detail)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -21,8 +20,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 240.0
-
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 
 
 class Terminal:

@@ -371,14 +371,26 @@ def test_odd_host_names_and_arguments_are_taken_literally(testbed: Testbed, tmp_
 def test_activation_step_runs_before_torchrun(testbed: Testbed, tmp_path: Path) -> None:
     """A venv is activated on every host before torchrun: its environment reaches the ranks."""
     venv = tmp_path / "env with space"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
-                    str(venv)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        check=True,
+    )
     script = tmp_path / "which.py"
-    script.write_text("import os\nos.write(1, f'VENV={os.environ.get(\"VIRTUAL_ENV\")}\\n'"
-                      ".encode())\n")
+    script.write_text(
+        "import os\nos.write(1, f'VENV={os.environ.get(\"VIRTUAL_ENV\")}\\n'.encode())\n"
+    )
     activate = f"source '{venv}/bin/activate'"
-    run = run_headless(testbed, tmp_path / "state", "--hosts", "node[1-2]", "--nproc-per-node",
-                       "1", "--activate", activate, str(script))
+    run = run_headless(
+        testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--nproc-per-node",
+        "1",
+        "--activate",
+        activate,
+        str(script),
+    )
     assert run.code == 0, run.summary
     text = "".join(p.read_text() for p in (Path(run.summary["run_dir"]) / "nodes").glob("*"))
     assert text.count(f"VENV={venv}") == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.testbed import SlurmCluster, Testbed, cleanup_stale
-from tests.testbed.netns import cmdline, pids_in_netns
+from tests.testbed.processes import cmdline, pids_in_netns
 
 pytestmark = pytest.mark.integration
 

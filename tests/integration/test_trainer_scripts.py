@@ -24,7 +24,6 @@ import pytest
 
 from tests.procs import pids_with_tag
 
-pytest.importorskip("torch")
 pytestmark = pytest.mark.integration
 
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"

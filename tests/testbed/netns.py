@@ -14,15 +14,15 @@ import itertools
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from .processes import _terminate, _wait_gone, cmdline, pids_in_netns
 
 REQUIRED_TOOLS = ("ip", "unshare", "nsenter")
 IFNAME = "eth0"  # interface name inside every host/head namespace
@@ -54,38 +54,6 @@ def _sh(argv: Sequence[str], timeout: float = 30) -> str:
     if cp.returncode != 0:
         raise TestbedError(f"{' '.join(argv)} failed ({cp.returncode}): {cp.stderr.strip()}")
     return cp.stdout
-
-
-def _netns_inode(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def pids_in_netns(ns_path: str) -> list[int]:
-    """PIDs of live (non-zombie) processes whose network namespace is ns_path."""
-    want = _netns_inode(ns_path)
-    if want is None:
-        return []
-    me = os.getpid()
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        if _netns_inode(f"/proc/{entry}/ns/net") == want:
-            out.append(int(entry))
-    return sorted(out)
-
-
-def cmdline(pid: int) -> str:
-    """Best-effort command line of a PID (for diagnostics)."""
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return "?"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 class Testbed:
@@ -378,42 +346,3 @@ class Testbed:
             finally:
                 if libc.setns(old.fileno(), _CLONE_NEWNET) != 0:
                     raise OSError(ctypes.get_errno(), "setns back failed")
-
-
-def _terminate(pid: int) -> None:
-    with suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-
-
-def _alive(pid: int, procs: Sequence[subprocess.Popen[Any]]) -> bool:
-    for p in procs:
-        if p.pid == pid:
-            return p.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie we cannot reap counts as gone
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _wait_gone(
-    pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]], grace: float = 3.0
-) -> None:
-    """Wait for pids to exit; SIGKILL (by PID) whatever survives the grace period."""
-    deadline = time.monotonic() + grace
-    alive = list(pids)
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p, procs)]
-        if alive:
-            time.sleep(0.05)
-    for pid in alive:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if _alive(p, procs)]
-        if alive:
-            time.sleep(0.05)

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .netns import _terminate, _wait_gone, cmdline, pids_in_netns
+from .processes import _terminate, _wait_gone, cmdline, pids_in_netns
 
 
 def cleanup_stale(prefix_re: str = r"dt(\d+)(x\d+)?") -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ from ddptui.core.spec import JobSpec, make_spec
 from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.job import JobScreen
+from tests.procs import pids_with_tag
 
 SIZE = (160, 45)
 
@@ -49,18 +49,7 @@ async def wait_for(
 
 def tagged_pids(run_id: str) -> list[int]:
     """Processes whose environment carries this run's DDPTUI_TAG (every process of the job)."""
-    needle = f"DDPTUI_TAG={run_id}.".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as handle:
-                if needle in handle.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
+    return pids_with_tag(f"{run_id}.")
 
 
 def wait_no_tagged_pids(run_id: str, timeout: float = 10.0) -> list[int]:

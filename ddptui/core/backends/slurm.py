@@ -34,7 +34,13 @@ from ddptui.core.logfollow import follow_log
 from ddptui.core.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
 from ddptui.core.slurmalloc import SlurmAllocator
 from ddptui.core.slurmcli import JobInfo, SlurmError, choose_query, ipv4_of
-from ddptui.core.slurmfollow import follow_direct, log_tail, run_for_job, run_node_shim
+from ddptui.core.slurmfollow import (
+    follow_direct,
+    log_tail,
+    reap_report,
+    run_for_job,
+    run_node_shim,
+)
 from ddptui.core.slurmplan import (
     STEP_LOG,
     batch_script,
@@ -311,16 +317,7 @@ class SlurmBackend(ShimBackend):
             return TeardownReport(
                 command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
             )
-        leftover = tuple(report["leftover"]) + tuple(local)
-        detail = f"{ended}; no process of the job left on {command.node}"
-        if report["found"]:
-            detail = (
-                f"{ended}; {report['found']} process(es) of the job were still on "
-                f"{command.node}: stopped by ddptui"
-            )
-        if report["killed"]:
-            detail += f" ({len(report['killed'])} needed SIGKILL)"
-        return TeardownReport(command.node, not leftover, leftover, detail)
+        return reap_report(command.node, ended, report, local)
 
     async def _job_alive(self) -> bool:
         """Whether the proof can run inside the allocation (a time limit may have ended it)."""
@@ -362,25 +359,14 @@ class SlurmBackend(ShimBackend):
             ]
             if ours:
                 await self._end_steps(ours)
-        self.emit(
-            AllocationChanged(
-                "kept",
-                self.job_id,
-                tuple(n.name for n in self.nodes),
-                "your allocation is left running; ddptui's steps are gone",
-            )
-        )
+        self._announce("kept", "your allocation is left running; ddptui's steps are gone")
 
     async def detach(self) -> None:
         if self.job_id is not None:
-            self.emit(
-                AllocationChanged(
-                    "detached",
-                    self.job_id,
-                    tuple(n.name for n in self.nodes),
-                    f"the job runs on: ddptui attach {self.run.run_id}",
-                )
-            )
+            self._announce("detached", f"the job runs on: ddptui attach {self.run.run_id}")
+
+    def _announce(self, state: str, detail: str) -> None:
+        self.emit(AllocationChanged(state, self.job_id, tuple(n.name for n in self.nodes), detail))
 
     # -- attach -----------------------------------------------------------------------------------
 
@@ -405,11 +391,4 @@ class SlurmBackend(ShimBackend):
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
         where = job.state if job is not None else "gone from squeue"
-        self.emit(
-            AllocationChanged(
-                "attached",
-                self.job_id,
-                tuple(n.name for n in self.nodes),
-                f"job {self.job_id}: {where}",
-            )
-        )
+        self._announce("attached", f"job {self.job_id}: {where}")
