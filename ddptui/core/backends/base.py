@@ -141,12 +141,20 @@ class ShimBackend(Backend):
                 return int(json.loads(line)["exit"])
         return None
 
+    async def reap_tag(self, transport: Transport, tag: str) -> dict[str, Any]:
+        """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover"}.
+
+        Raises TransportError, or IndexError/ValueError when the shim printed no report.
+        """
+        result = await transport.run(
+            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
+        )
+        report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        return report
+
     async def reap(self, command: NodeCommand) -> TeardownReport:
         try:
-            result = await self.transport(command.node).run(
-                self._argv("reap", command.tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
-            )
-            report = json.loads(result.stdout.strip().splitlines()[-1])
+            report = await self.reap_tag(self.transport(command.node), command.tag)
         except (TransportError, IndexError, ValueError) as exc:
             return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
         leftover = tuple(report["leftover"])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -339,11 +338,8 @@ class SlurmBackend(ShimBackend):
         """The srun client this console started for the node (tagged too), if it lingers."""
         if self.mode == "sbatch":
             return []
-        result = await self._transport.run(
-            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
-        )
         with contextlib.suppress(IndexError, ValueError):
-            return list(json.loads(result.stdout.strip().splitlines()[-1])["leftover"])
+            return list((await self.reap_tag(self._transport, tag))["leftover"])
         return []
 
     async def release(self) -> None:
