@@ -315,7 +315,10 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
         [
             "python3",
             "-c",
+            # SO_REUSEADDR: an earlier run's rendezvous may leave TIME_WAIT sockets on this
+            # port; they must not stop the squatter from listening (a listener still blocks).
             "import socket,time; s=socket.socket(); "
+            "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
             f"s.bind(('{testbed.host_ip('node1')}', 29400)); "
             "s.listen(); print('listening', flush=True); time.sleep(120)",
         ],
