@@ -1,9 +1,9 @@
 """Grid scale: a 128-node x 8-rank job's RankGrid under full updates, in the real app (Pilot).
 
 A full update is a RankChanged event for every rank (1,024 of them), handed to the screen's
-SessionRelay exactly as a Session hands them (so RankUpdate messages, `can_replace`, the
-screen's handler and RankGrid.show_rank all run), then the first frame rendered with every
-cell in its new state. Updates are sent back to back for a fixed time: updates/s sustained
+SessionRelay exactly as a Session hands them (so the RankUpdates message, the screen's
+handler and RankGrid.show_ranks all run), then the first frame rendered with every cell in
+its new state. Updates are sent back to back for a fixed time: updates/s sustained
 is how many completed, frame time is the cost of one frame (render and serialise). Smaller
 grids in the same run show how the cost grows with the number of cells.
 """
@@ -33,8 +33,6 @@ from bench._common import (
     percentile,
     verdict,
 )
-from bench._grid_variants import VARIANTS
-from bench._grid_variants import __doc__ as _VARIANTS_DOC
 
 TARGET = 10.0
 UPDATE_TIMEOUT_S = 120.0
@@ -42,8 +40,7 @@ SHAPES = [(2, 2), (16, 8), (128, 8)]
 STATES = ("running", "hung", "assigned", "done")
 
 
-async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[str, Any]:
-    from bench._grid_variants import install, prepare
+async def _drive(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
     from bench._pilot import FrameProbe
     from ddptui.core.events import RankChanged, RankState
     from ddptui.core.spec import make_spec
@@ -52,13 +49,12 @@ async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[s
     spec = make_spec(
         backend="local", nodes=nodes, nproc_per_node=nproc, script=str(TRAINER / "envcheck.py")
     )
-    install(variant)
     app = DdpApp(spec)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause()
         screen = app.job_screen
         names = list(screen.grid.nodes)
-        emit, shows_all = await prepare(variant, screen, nproc)
+        emit = screen.relay.emit
         await pilot.pause()
         probe = FrameProbe(app)
         startup_frames = len(probe.frames)
@@ -74,7 +70,7 @@ async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[s
                         emit(RankChanged(i * nproc + lr, node, lr, state))
 
             def shown(state: RankState = state) -> bool:
-                return shows_all(state)
+                return all(s == state for s in screen.grid.states().values())
 
             took = await probe.after(send, shown, UPDATE_TIMEOUT_S)
             if took == float("inf"):
@@ -96,7 +92,7 @@ async def _drive(nodes: int, nproc: int, seconds: float, variant: str) -> dict[s
     }
 
 
-def _child(nodes: int, nproc: int, seconds: float, variant: str = "shipped") -> dict[str, Any]:
+def _child(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
         env = {**os.environ, "DDPTUI_STATE_DIR": str(Path(tmp) / "state"), "PYTHONPATH": str(ROOT)}
         cp = subprocess.run(
@@ -108,7 +104,6 @@ def _child(nodes: int, nproc: int, seconds: float, variant: str = "shipped") -> 
                 str(nodes),
                 str(nproc),
                 str(seconds),
-                variant,
             ],
             capture_output=True,
             text=True,
@@ -126,12 +121,11 @@ def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--child", nargs=4, help="(internal) nodes nproc seconds variant")
-    parser.add_argument("--no-variants", action="store_true", help="skip the what-if part")
+    parser.add_argument("--child", nargs=3, help="(internal) nodes nproc seconds")
     args = parser.parse_args()
     if args.child:
         nodes, nproc, seconds = int(args.child[0]), int(args.child[1]), float(args.child[2])
-        print(json.dumps(asyncio.run(_drive(nodes, nproc, seconds, args.child[3]))))
+        print(json.dumps(asyncio.run(_drive(nodes, nproc, seconds))))
         return
     reps = 1 if args.quick else args.reps
     seconds = 3.0 if args.quick else args.seconds
@@ -182,32 +176,7 @@ def main() -> None:
         f"**128 x 8: {big:.2f} full updates/s** (target >= {TARGET:.0f}: "
         f"{verdict(big >= TARGET, f'{big / TARGET:.2f}x the target')})."
     )
-    if not args.no_variants:
-        _what_if(report, reps, seconds)
     report.write()
-
-
-def _what_if(report: Report, reps: int, seconds: float) -> None:
-    report.section("What if: prototypes of the suggested changes (128 x 8)")
-    report.para((_VARIANTS_DOC or "").split("\n\n", 1)[1].strip())
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for rep in range(reps):
-        for variant in VARIANTS:
-            runs[variant].append(result := _child(*SHAPES[-1], seconds, variant))
-            print(f"  [{rep + 1}/{reps}] {variant}: {result['per_s']:.2f} updates/s", flush=True)
-    table = Table(["variant", "full updates/s", "vs shipped", "update p50 / p99", "target"])
-    base = median([r["per_s"] for r in runs["shipped"]])
-    for variant, results in runs.items():
-        per_s = median([r["per_s"] for r in results])
-        table.add(
-            variant,
-            f"{per_s:.2f}",
-            f"{per_s / base:.1f}x",
-            f"{fmt_ms(median([r['update_p50'] for r in results]))} / "
-            f"{fmt_ms(median([r['update_p99'] for r in results]))}",
-            verdict(per_s >= TARGET, f"{per_s / TARGET:.2f}x"),
-        )
-    report.table(table)
 
 
 if __name__ == "__main__":

@@ -17,24 +17,35 @@ from ddptui.core.events import (
 
 
 class SessionMessage(Message):
-    """Base of the messages built from core events (never from NodeLine: those are batched)."""
+    """Base of the messages built from one core event (not NodeLine or RankChanged: batched)."""
 
     def __init__(self, event: Event) -> None:
         super().__init__()
         self.event = event
 
 
-class RankUpdate(SessionMessage):
-    """A rank changed state; only the newest state of a rank matters, so it supersedes."""
+class RankBatch(list[RankChanged]):
+    """Rank changes in arrival order, filled by the relay until the screen takes them."""
 
-    event: RankChanged
+    taken = False
 
-    def can_replace(self, message: Message) -> bool:
-        return (
-            isinstance(message, RankUpdate)
-            and message.event.node == self.event.node
-            and message.event.local_rank == self.event.local_rank
-        )
+
+class RankUpdates(Message):
+    """Ranks changed: one message for every change until the screen handles it.
+
+    A 1,024-rank job changes every rank in a burst; one message (not one each) and one
+    repaint of the grid keep the console responsive, and every change is kept in order
+    (the grid's per-rank history shows each step).
+    """
+
+    def __init__(self, batch: RankBatch) -> None:
+        super().__init__()
+        self.batch = batch
+
+    def take(self) -> list[RankChanged]:
+        """The changes so far; later ones go into the relay's next batch."""
+        self.batch.taken = True
+        return list(self.batch)
 
 
 class NodeUpdate(SessionMessage):
@@ -69,7 +80,6 @@ class FailureUpdate(SessionMessage):
 
 
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
-    RankChanged: RankUpdate,
     NodeChanged: NodeUpdate,
     AllocationChanged: AllocationUpdate,
     TeardownReport: TeardownUpdate,

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from ddptui.core.events import Event, NodeLine
+from ddptui.core.events import Event, NodeLine, RankChanged
 from ddptui.ui.logmodel import LogEntry
-from ddptui.ui.messages import message_for
+from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 
 DEFAULT_BUFFER_LINES = 5000
 
@@ -46,7 +46,8 @@ class SessionRelay:
     """Called by the Session on the app's event loop, once per event.
 
     NodeLine events (one per output line, the high-volume kind) go into a bounded buffer that
-    the screen drains on a timer; every other event becomes one message posted to `post`.
+    the screen drains on a timer; RankChanged events gather in one RankUpdates message until
+    the screen handles it; every other event becomes one message posted to `post`.
     """
 
     def __init__(
@@ -55,11 +56,19 @@ class SessionRelay:
         self._post = post
         self._buffer = LineBuffer(buffer_lines)
         self.lines_seen = 0
+        self._ranks = RankBatch()
+        self._ranks.taken = True
 
     def emit(self, event: Event) -> None:
         if isinstance(event, NodeLine):
             self.lines_seen += 1
             self._buffer.append(entry_for(event))
+            return
+        if isinstance(event, RankChanged):
+            if self._ranks.taken:
+                self._ranks = RankBatch()
+                self._post(RankUpdates(self._ranks))
+            self._ranks.append(event)
             return
         message = message_for(event)
         if message is not None:

@@ -16,7 +16,7 @@ async def test_failed_ranks_and_the_root_cause_panel() -> None:
         feed(screen, crash_events())
         await pilot.pause()
         cell = screen.grid.cell("local0", 1)
-        assert cell is not None and cell.has_class("-failed")
+        assert cell is not None and cell.look == "failed"
         assert cell.render() == "r1 ✗1"
         panel = screen.root_cause
         assert panel.has_class("-shown")
@@ -52,9 +52,8 @@ async def test_jump_to_error_goes_to_the_root_cause_rank_first() -> None:
         row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
         assert view.scroll_y <= row < view.scroll_y + view.size.height
 
-        cell = screen.grid.cell("local1", 1)
-        assert cell is not None
-        await pilot.click(cell)  # the operator chooses rank 3
+        # the operator chooses rank 3
+        await pilot.click(screen.grid, offset=screen.grid.cell_offset("local1", 1))
         await pilot.press("E")
         target = screen.logs.active_view.target
         assert target is not None and target.rank == 3
@@ -101,6 +100,6 @@ async def test_hung_straggler_and_restarts_show_in_the_grid() -> None:
         slow = grid.cell("local0", 1)
         hung = grid.cell("local1", 0)
         assert slow is not None and hung is not None
-        assert slow.has_class("-straggler") and slow.render() == "r1 ▶slow"
-        assert hung.has_class("-hung")
+        assert slow.look == "straggler" and slow.render() == "r1 ▶slow"
+        assert hung.look == "hung"
         assert grid.restarts()["local0"] == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddptui.core.events import NodeLine, RankChanged, RankState
 from ddptui.ui.app import DdpApp
 from ddptui.ui.logmodel import LogEntry
-from ddptui.ui.messages import RankUpdate
+from ddptui.ui.messages import RankUpdates
 from ddptui.ui.relay import SessionRelay
 
 from .conftest import SIZE, local_spec
@@ -99,7 +99,7 @@ def test_relay_buffers_lines_in_order_and_posts_the_rest() -> None:
     relay.emit(NodeLine("n1", "other", rank=0, local_rank=0, seq=1))
     relay.emit(RankChanged(3, "n0", 1, RankState.RUNNING))
     assert len(posted) == 1
-    assert isinstance(posted[0], RankUpdate)
+    assert isinstance(posted[0], RankUpdates)
 
     lines, dropped = relay.drain()
     assert [(e.node, e.rank, e.text, e.seq) for e in lines] == [
@@ -111,9 +111,21 @@ def test_relay_buffers_lines_in_order_and_posts_the_rest() -> None:
     assert relay.drain() == ([], {})
 
 
-def test_rank_updates_supersede_only_the_same_rank() -> None:
-    a = RankUpdate(RankChanged(None, "n0", 0, RankState.ASSIGNED))
-    b = RankUpdate(RankChanged(0, "n0", 0, RankState.RUNNING))
-    c = RankUpdate(RankChanged(1, "n0", 1, RankState.RUNNING))
-    assert b.can_replace(a)
-    assert not c.can_replace(a)
+def test_rank_changes_gather_in_one_message_until_it_is_taken() -> None:
+    posted: list[object] = []
+    relay = SessionRelay(posted.append)
+    first = [RankChanged(None, "n0", 0, RankState.ASSIGNED), RankChanged(0, "n0", 0, RankState.RUNNING)]
+    for event in first:
+        relay.emit(event)
+    relay.emit(RankChanged(1, "n0", 1, RankState.RUNNING))
+    assert len(posted) == 1 and isinstance(posted[0], RankUpdates)
+    assert [(e.local_rank, e.state) for e in posted[0].take()] == [
+        (0, RankState.ASSIGNED),
+        (0, RankState.RUNNING),
+        (1, RankState.RUNNING),
+    ]
+    relay.emit(RankChanged(0, "n0", 0, RankState.DONE, 0))
+    assert len(posted) == 2 and isinstance(posted[1], RankUpdates)
+    assert [e.state for e in posted[1].take()] == [RankState.DONE]
+
+

@@ -1,9 +1,13 @@
-"""RankGrid: each rank state has its own look, the global rank replaces the local label."""
+"""RankGrid: each rank state has its own look, the global rank replaces the local label,
+a click selects a rank."""
 
 from __future__ import annotations
 
+from rich.style import Style
+
 from ddptui.core.events import NodeState, RankChanged, RankState
 from ddptui.ui.app import DdpApp
+from ddptui.ui.widgets.rank_grid import ROW_PITCH, RankGrid
 
 from .conftest import SIZE, local_spec
 
@@ -15,31 +19,64 @@ async def test_cells_show_every_state() -> None:
         cell = grid.cell("local1", 1)
         assert cell is not None
         assert cell.render() == "L1 ·"
-        assert cell.has_class("-pending")
+        assert cell.look == "pending"
+        assert "L1 ·" in drawn_row(grid, 1)
 
         steps = [
-            (RankState.ASSIGNED, None, "r3 ○", "-assigned"),
-            (RankState.RUNNING, None, "r3 ▶", "-running"),
-            (RankState.HUNG, None, "r3 !", "-hung"),
-            (RankState.RUNNING, None, "r3 ▶", "-running"),
-            (RankState.FAILED, 7, "r3 ✗7", "-failed"),
+            (RankState.ASSIGNED, None, "r3 ○"),
+            (RankState.RUNNING, None, "r3 ▶"),
+            (RankState.HUNG, None, "r3 !"),
+            (RankState.RUNNING, None, "r3 ▶"),
+            (RankState.FAILED, 7, "r3 ✗7"),
         ]
-        for state, code, text, css in steps:
+        for state, code, text in steps:
             grid.show_rank(RankChanged(3, "local1", 1, state, code, "boom" if code else ""))
             await pilot.pause()
             assert cell.render() == text
-            assert cell.has_class(css)
-            assert len([c for c in cell.classes if c.startswith("-")]) == 1
-        assert "exit code 7" in str(cell.tooltip)
-        assert "boom" in str(cell.tooltip)
+            assert cell.look == state.value
+            assert drawn_style(grid, 1, text) == grid.get_component_rich_style(
+                f"rank-grid--{state.value}"
+            )
+        assert "exit code 7" in cell.tooltip
+        assert "boom" in cell.tooltip
 
         done = grid.cell("local0", 0)
         assert done is not None
         grid.show_rank(RankChanged(0, "local0", 0, RankState.DONE, 0))
         await pilot.pause()
         assert done.render() == "r0 ✓"
-        assert done.has_class("-done")
+        assert done.look == "done"
 
         grid.show_node("local1", NodeState.FAILED, 1)
         grid.show_rank(RankChanged(5, "nowhere", 0, RankState.RUNNING))  # ignored, no crash
         await pilot.pause()
+        assert drawn_row(grid, 1).startswith("local1        failed 1")
+
+
+async def test_a_click_on_a_cell_selects_its_rank() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        grid = screen.grid
+        await pilot.click(grid, offset=grid.cell_offset("local1", 1))
+        await pilot.pause()
+        assert screen.selected == ("local1", 1)
+        cell = grid.cell("local1", 1)
+        assert cell is not None and cell.selected
+        assert drawn_style(grid, 1, "L1 ·").reverse
+        await pilot.click(grid, offset=grid.cell_offset("local1", 1) + (0, 1))
+        await pilot.pause()
+        assert screen.selected == ("local1", 1)  # the blank line between rows chooses nothing
+
+
+def drawn_row(grid: RankGrid, index: int) -> str:
+    return grid.render_line(index * ROW_PITCH).text
+
+
+def drawn_style(grid: RankGrid, index: int, text: str) -> Style:
+    """The style of the segment that shows `text` in a node's drawn row."""
+    for segment in grid.render_line(index * ROW_PITCH):
+        if segment.text.strip() == text:
+            assert segment.style is not None
+            return segment.style
+    raise AssertionError(f"{text!r} not drawn in row {index}: {drawn_row(grid, index)!r}")

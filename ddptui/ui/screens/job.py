@@ -23,7 +23,7 @@ from ddptui.ui.messages import (
     FailureUpdate,
     NodeUpdate,
     NoticeUpdate,
-    RankUpdate,
+    RankUpdates,
     SummaryUpdate,
     TeardownUpdate,
 )
@@ -141,7 +141,7 @@ class JobScreen(LogScreen):
             self.notify(f"cannot create the run directory: {exc}", severity="error")
             return
         if self.session is not None:
-            await self.grid.reset()
+            self.grid.reset()
             self.logs.clear()
             self.root_cause.reset()
             self.ranks.clear()
@@ -273,7 +273,7 @@ class JobScreen(LogScreen):
         self.job_panel.show_commands(
             plan_lines(plan), f"run {plan.run_id}, rendezvous {plan.rdzv_endpoint}; each node runs:"
         )
-        await self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
+        self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
         await self.logs.set_nodes(plan.node_names)
 
     def _flush_logs(self) -> None:
@@ -283,11 +283,12 @@ class JobScreen(LogScreen):
 
     # -- session events, as messages ----------------------------------------------------
 
-    def on_rank_update(self, message: RankUpdate) -> None:
-        event = message.event
-        self.ranks[(event.node, event.local_rank)] = event
-        self.grid.show_rank(event)
-        self.root_cause.show_rank(event)
+    def on_rank_updates(self, message: RankUpdates) -> None:
+        changes = message.take()
+        for event in changes:
+            self.ranks[(event.node, event.local_rank)] = event
+            self.root_cause.show_rank(event)
+        self.grid.show_ranks(changes)
 
     def on_failure_update(self, message: FailureUpdate) -> None:
         self.root_cause.add_failure(message.event.failure)
