@@ -53,7 +53,7 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
     """Launch `spec` in the app with `l`, probe keys until the run is over, report."""
     from textual.widgets import TabbedContent
 
-    from ddptui.core.events import NodeLine
+    from ddptui.core.events import NodeLines
     from ddptui.ui.app import DdpApp
 
     app = DdpApp(spec)
@@ -68,7 +68,7 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
         relay_emit, relay_drain = screen.relay.emit, screen.relay.drain
 
         def emit(event: Any) -> None:
-            if isinstance(event, NodeLine):
+            if isinstance(event, NodeLines):
                 ingest.saw(event)
             relay_emit(event)
 

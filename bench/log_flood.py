@@ -12,7 +12,7 @@ Three tiers, each in a fresh process (so its peak RSS is its own):
   first frame that shows its effect (frames serialised as a terminal driver would, so that
   cost counts too; bench/_flood_ui.py, bench/_pilot.py).
 Lines lost = lines the nodes wrote (counted in the on-disk logs) minus lines the console
-ingested (NodeLine events); the UI may skip lines on screen by design (the view says how
+ingested (lines of NodeLines events); the UI may skip lines on screen by design (the view says how
 many, the run directory has them all), and that is reported separately.
 """
 
@@ -89,7 +89,7 @@ def _batched_floor(chunks: list[tuple[str, bytes]]) -> int:
 
 CORE_TIERS = (
     "Monitor.feed",
-    "Monitor.feed + SessionRelay.emit",
+    "Monitor.feed + SessionRelay.emit and drain",
     "prototype: one batch per chunk (split, decode, rank prefix)",
 )
 
@@ -111,14 +111,16 @@ def core_child(lines_per_node: int) -> dict[str, Any]:
             count = _batched_floor(chunks)
         else:
             monitor = Monitor(nodes, 1)
-            emit = SessionRelay(lambda _: None).emit if "Relay" in tier else None
+            relay = SessionRelay(lambda _: None) if "Relay" in tier else None
             count = 0
-            for node, chunk in chunks:
+            for index, (node, chunk) in enumerate(chunks):
                 events = monitor.feed(node, chunk)
                 count += len(events)
-                if emit is not None:
+                if relay is not None:
                     for event in events:
-                        emit(event)
+                        relay.emit(event)
+                    if index % NODES == NODES - 1:  # the screen drains once per round
+                        relay.drain()
         elapsed = time.perf_counter() - t0
         out[tier] = {"lines_per_s": lines_per_node * NODES / elapsed, "events": count}
     return out
@@ -136,20 +138,22 @@ class Ingest:
         self.first = self.last = 0.0
         self.lags: list[float] = []
 
-    def saw(self, event: Any) -> None:
-        text: str = event.text
-        if event.rank is None:
-            return
-        if text.startswith("flood done"):
-            self.done_lines += 1
-            return
+    def saw(self, batch: Any) -> None:
+        """One NodeLines event: count its rank lines, sample the lag of one in LAG_SAMPLE."""
         now = time.time()
-        if not self.lines:
-            self.first = now
-        self.last = now
-        self.lines += 1
-        if self.lines % LAG_SAMPLE == 0 and now - self.first > LAG_WARMUP_S:
-            self.lags.append(now - float(text[2 : text.index(" ")]))
+        for text, rank, _ in batch.lines:
+            if rank is None:
+                continue
+            if text.startswith("flood done"):
+                self.done_lines += 1
+                continue
+            if not self.lines:
+                self.first = now
+            self.lines += 1
+            if self.lines % LAG_SAMPLE == 0 and now - self.first > LAG_WARMUP_S:
+                self.lags.append(now - float(text[2 : text.index(" ")]))
+        if self.lines:
+            self.last = now
 
     def result(self) -> dict[str, Any]:
         span = max(self.last - self.first, 1e-9)
@@ -182,13 +186,13 @@ def _on_disk(run_path: Path) -> int:
 
 
 def headless_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, Any]:
-    from ddptui.core.events import NodeLine
+    from ddptui.core.events import NodeLines
     from ddptui.core.session import Session
 
     ingest = Ingest()
 
     def emit(event: Any) -> None:
-        if isinstance(event, NodeLine):
+        if isinstance(event, NodeLines):
             ingest.saw(event)
 
     session = Session(_spec(lines_per_node, rate, workdir), emit)

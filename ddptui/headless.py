@@ -7,7 +7,7 @@ import signal
 import sys
 from typing import TextIO
 
-from ddptui.core.events import Event, NodeLine
+from ddptui.core.events import Event, NodeLines
 from ddptui.core.session import Session
 from ddptui.core.spec import JobSpec
 from ddptui.core.store import RunDir
@@ -28,9 +28,13 @@ def run_headless(
     """
 
     def emit(event: Event) -> None:
-        if lines or not isinstance(event, NodeLine):
+        if not isinstance(event, NodeLines):
             out.write(event.to_json() + "\n")
-            out.flush()
+        elif lines:  # one JSON line per output line, as `line` events
+            out.write("".join(line.to_json() + "\n" for line in event.each()))
+        else:
+            return
+        out.flush()
 
     async def main() -> int:
         session = Session(spec, emit, run=attach, detach_after_launch=detach)

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,28 @@ class NodeLine(Event):
     seq: int = 0  # the line's number in its node's output (1-based; 0: not numbered)
 
     kind = "line"
+
+
+@dataclass(frozen=True)
+class NodeLines(Event):
+    """A run of one node's output lines as it arrived, in order: the form the session emits.
+
+    `lines` holds (text, rank, local_rank) for each line (rank None: the agent's own or
+    unprefixed output); the i-th line's seq is `first_seq + i`. One event a chunk, not one a
+    line, so a node printing 100k lines/s costs the console a few events a second.
+    """
+
+    node: str
+    lines: Sequence[tuple[str, int | None, int | None]]
+    first_seq: int = 1
+
+    kind = "lines"
+
+    def each(self) -> Iterator[NodeLine]:
+        """The lines one by one, as NodeLine events."""
+        node, seq, ts = self.node, self.first_seq, self.ts
+        for offset, (text, rank, local_rank) in enumerate(self.lines):
+            yield NodeLine(node, text, rank, local_rank, seq + offset, ts=ts)
 
 
 @dataclass(frozen=True)

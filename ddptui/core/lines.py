@@ -10,10 +10,11 @@ the last on its physical line is a fragment, kept until the same rank's next seg
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PREFIX = re.compile(r"\[ddptui:(\d+):(\d+)\]:")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
+_TRAILING_CR = re.compile(r"\r+$", re.MULTILINE)
 MAX_LINE = 64 * 1024
 
 
@@ -22,18 +23,34 @@ def strip_ansi(text: str) -> str:
 
 
 class LineFramer:
-    """Turns byte chunks into text lines; a line split across chunks is joined, never lost."""
+    """Turns byte chunks into text lines; a line split across chunks is joined, never lost.
+
+    `block` hands a chunk's complete lines as one string (lines joined by newlines), so the
+    per-line work that follows can run over the whole block at once.
+    """
 
     def __init__(self) -> None:
         self._rest = b""
 
-    def feed(self, chunk: bytes) -> list[str]:
-        data = self._rest + chunk
-        *lines, self._rest = data.split(b"\n")
+    def block(self, chunk: bytes) -> str | None:
+        """The complete lines so far, joined by newlines; None while no line is complete."""
+        data = self._rest + chunk if self._rest else chunk
+        end = data.rfind(b"\n")
+        if end < 0:
+            if len(data) > MAX_LINE:
+                self._rest = b""
+                return self._decode(data)
+            self._rest = data
+            return None
+        self._rest = data[end + 1 :]
         if len(self._rest) > MAX_LINE:
-            lines.append(self._rest)
             self._rest = b""
-        return [self._decode(line) for line in lines]
+            return self._decode(data)
+        return self._decode(data[:end])
+
+    def feed(self, chunk: bytes) -> list[str]:
+        block = self.block(chunk)
+        return [] if block is None else block.split("\n")
 
     def flush(self) -> list[str]:
         rest, self._rest = self._rest, b""
@@ -41,11 +58,13 @@ class LineFramer:
 
     @staticmethod
     def _decode(raw: bytes) -> str:
-        return strip_ansi(raw.decode("utf-8", errors="replace").rstrip("\r"))
+        text = raw.decode("utf-8", errors="replace")
+        if "\r" in text:
+            text = _TRAILING_CR.sub("", text)
+        return strip_ansi(text)
 
 
-@dataclass(frozen=True)
-class Attributed:
+class Attributed(NamedTuple):
     """A logical line and the rank that wrote it (None for the agent or unprefixed output)."""
 
     text: str
@@ -60,21 +79,33 @@ class RankAttributor:
         self._fragments: dict[tuple[int, int], str] = {}
 
     def feed(self, line: str) -> list[Attributed]:
-        matches = list(PREFIX.finditer(line))
-        if not matches:
-            return [Attributed(line)]
+        return self.feed_block(line)
+
+    def feed_block(self, block: str) -> list[Attributed]:
+        """The logical lines of complete physical lines joined by newlines, in order.
+
+        One split of the whole block by the prefix: each prefix's segment runs to the next
+        prefix; a segment with no newline before the next prefix is a fragment.
+        """
+        if "[ddptui:" not in block:
+            return [Attributed(line) for line in block.split("\n")]
+        parts = PREFIX.split(block)
         out: list[Attributed] = []
-        head = line[: matches[0].start()]
-        if head:
-            out.append(Attributed(head))
-        for i, match in enumerate(matches):
-            key = (int(match.group(1)), int(match.group(2)))
-            end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
-            text = self._fragments.pop(key, "") + line[match.end() : end]
-            if i + 1 < len(matches):
-                self._fragments[key] = text
-            else:
-                out.append(Attributed(text, *key))
+        last = len(parts) - 3
+        _loose(parts[0], out, last < 1)
+        fragments = self._fragments
+        for i in range(1, len(parts), 3):
+            rank, local_rank, segment = int(parts[i]), int(parts[i + 1]), parts[i + 2]
+            newline = segment.find("\n")
+            text = segment if newline < 0 else segment[:newline]
+            if fragments:
+                text = fragments.pop((rank, local_rank), "") + text
+            if newline < 0 and i != last:
+                fragments[(rank, local_rank)] = text
+                continue
+            out.append(_new(Attributed, (text, rank, local_rank)))
+            if newline >= 0 and (newline != len(segment) - 1 or i == last):
+                _loose(segment[newline + 1 :], out, i == last)
         return out
 
     def flush(self) -> list[Attributed]:
@@ -82,3 +113,15 @@ class RankAttributor:
         out = [Attributed(text, *key) for key, text in self._fragments.items()]
         self._fragments.clear()
         return out
+
+
+_new = tuple.__new__  # Attributed(...) without its Python-level __new__: the hot path
+
+
+def _loose(text: str, out: list[Attributed], ends_block: bool) -> None:
+    """Unprefixed lines; the last piece is a whole line only at the block's end (else it is
+    the text before a prefix on the same line, kept as a line of its own if not empty)."""
+    *whole, tail = text.split("\n")
+    out.extend(Attributed(line) for line in whole)
+    if tail or ends_block:
+        out.append(Attributed(tail))

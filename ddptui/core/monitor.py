@@ -21,6 +21,7 @@ from ddptui.core.diagnosis import (
     HUNG,
     RENDEZVOUS_KINDS,
     describe_exit,
+    may_report_failure,
     order_failures,
     progress_value,
     recognise,
@@ -32,12 +33,13 @@ from ddptui.core.events import (
     Event,
     FailureRecord,
     FailureReport,
-    NodeLine,
+    NodeLines,
     RankChanged,
     RankState,
     RankSummary,
 )
-from ddptui.core.lines import LineFramer, RankAttributor
+from ddptui.core.lines import Attributed, LineFramer, RankAttributor
+from ddptui.core.rankcell import TRACEBACK_START as _TRACE_START
 from ddptui.core.rankcell import RankCell
 from ddptui.core.srunlog import task_exit
 
@@ -274,63 +276,88 @@ class Monitor:
 
     def feed(self, node: str, chunk: bytes, now: float | None = None) -> list[Event]:
         reader = self._readers[node]
-        return self._lines(node, reader.framer.feed(chunk), time.time() if now is None else now)
+        block = reader.framer.block(chunk)
+        if block is None:
+            return []
+        lines = reader.attributor.feed_block(block)
+        return self._lines(node, lines, time.time() if now is None else now)
 
     def feed_lines(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
-        return self._lines(node, lines, time.time() if now is None else now)
+        if not lines:
+            return []
+        attributed = self._readers[node].attributor.feed_block("\n".join(lines))
+        return self._lines(node, attributed, time.time() if now is None else now)
 
     def end_of_output(self, node: str) -> list[Event]:
         """Flush fragments when a node's stream ends; nothing buffered is ever dropped."""
         reader = self._readers[node]
         now = time.time()
-        events = self._lines(node, reader.framer.flush(), now)
-        for item in reader.attributor.flush():
-            events += self._attributed(node, item.text, item.rank, item.local_rank, now)
+        lines = [item for line in reader.framer.flush() for item in reader.attributor.feed(line)]
+        lines += reader.attributor.flush()
+        events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
             events += self._agent_fact(node, fact, now)
         return events
 
-    def _lines(self, node: str, lines: Sequence[str], now: float) -> list[Event]:
+    def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
+        """One NodeLines event for the block, then what its lines say, in line order.
+
+        The checks that are rare to fire (failure patterns, tracebacks, srun's task errors)
+        first look at the whole block at once and run line by line only if it may hold one.
+        """
         reader = self._readers[node]
-        events: list[Event] = []
-        for line in lines:
-            for item in reader.attributor.feed(line):
-                events += self._attributed(node, item.text, item.rank, item.local_rank, now)
+        first = reader.seq + 1
+        reader.seq += len(lines)
+        events: list[Event] = [NodeLines(node, lines, first, ts=now)]
+        text = "\n".join([line[0] for line in lines])
+        failures = may_report_failure(text)
+        srun = "srun: error: " in text
+        traces = _TRACE_START in text or any(
+            cell.collecting for cell in self.board.cells.get(node, ())
+        )
+        progress = self._progress
+        seen: dict[int, int] = {}
+        cells: dict[int, RankCell | None] = {}
+        for offset, (line, rank, local_rank) in enumerate(lines):
+            if rank is None or local_rank is None:
+                for fact in reader.agent.feed(line, first + offset):
+                    events += self._agent_fact(node, fact, now)
+                continue
+            if local_rank in seen:
+                seen[local_rank] += 1
+                cell = cells[local_rank]
+            else:
+                seen[local_rank] = 1
+                events += self.board.saw_output(node, rank, local_rank, now)
+                cell = cells[local_rank] = self.board.cell(node, local_rank)
+            if cell is None:
+                continue
+            if progress is not None:
+                value = progress_value(progress, line)
+                if value is not None:
+                    cell.progress.observe(now, value)
+            if failures or traces:
+                events += self._rank_line(cell, line, first + offset, now, failures)
+            ended = task_exit(line) if srun and line.startswith("srun: error: ") else None
+            if ended is not None:  # srun direct: srun's line about this rank's task (srunlog.py)
+                code, root_cause = ended
+                events += self.board.worker_failed(
+                    node, WorkerFailed(local_rank, code, rank, root_cause)
+                )
+        for local_rank, count in seen.items():
+            if (cell := cells[local_rank]) is not None:
+                cell.lines += count - 1
         return events
 
-    def _attributed(
-        self, node: str, text: str, rank: int | None, local_rank: int | None, now: float
+    def _rank_line(
+        self, cell: RankCell, text: str, seq: int, now: float, failures: bool
     ) -> list[Event]:
-        reader = self._readers[node]
-        reader.seq += 1
-        seq = reader.seq
-        events: list[Event] = [NodeLine(node, text, rank, local_rank, seq, ts=now)]
-        if rank is None or local_rank is None:
-            for fact in reader.agent.feed(text, seq):
-                events += self._agent_fact(node, fact, now)
-            return events
-        events += self.board.saw_output(node, rank, local_rank, now)
-        cell = self.board.cell(node, local_rank)
-        if cell is not None:
-            events += self._rank_line(cell, text, seq, now)
-        ended = task_exit(text) if text.startswith("srun: error: ") else None
-        if ended is not None:  # srun direct: srun's line about this rank's task (srunlog.py)
-            code, root_cause = ended
-            events += self.board.worker_failed(
-                node, WorkerFailed(local_rank, code, rank, root_cause)
-            )
-        return events
-
-    def _rank_line(self, cell: RankCell, text: str, seq: int, now: float) -> list[Event]:
-        """What one of the rank's own lines says: trouble, a finished traceback, progress."""
+        """What one of the rank's own lines says: trouble, or a finished traceback."""
         events: list[Event] = []
-        for diagnosis in (recognise(text, seq), cell.note_line(text, seq)):
+        said = recognise(text, seq) if failures else None
+        for diagnosis in (said, cell.note_line(text, seq)):
             if diagnosis is not None:
                 events += self.board.diagnose(cell, replace(diagnosis, ts=now))
-        if self._progress is not None:
-            value = progress_value(self._progress, text)
-            if value is not None:
-                cell.progress.observe(now, value)
         return events
 
     def _agent_fact(self, node: str, fact: AgentFact, now: float) -> list[Event]:

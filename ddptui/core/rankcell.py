@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from ddptui.core.diagnosis import HUNG, TRACEBACK, StepRate
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
 
-_TRACE_START = re.compile(r"Traceback \(most recent call last\):")
+TRACEBACK_START = "Traceback (most recent call last):"
+_TRACE_START = re.compile(re.escape(TRACEBACK_START))
 _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
 MAX_TRACEBACK = 60
@@ -80,6 +81,11 @@ class RankCell:
         """The node line where this rank's trouble shows first (for the console's jump)."""
         seqs = [d.seq for d in self.diagnoses if d.seq is not None and d.kind != HUNG]
         return min(seqs) if seqs else None
+
+    @property
+    def collecting(self) -> bool:
+        """A traceback has begun and its exception line is still to come."""
+        return self._collecting
 
     def note_line(self, text: str, seq: int | None = None) -> Diagnosis | None:
         """Keep the first Python traceback this rank prints, and its exception line.

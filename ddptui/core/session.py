@@ -13,7 +13,7 @@ from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.events import (
     Event,
     NodeChanged,
-    NodeLine,
+    NodeLines,
     NodeState,
     Notice,
     PlanReady,
@@ -67,7 +67,7 @@ class Session:
         return self.run.run_id
 
     def emit(self, event: Event) -> None:
-        if not isinstance(event, NodeLine):
+        if not isinstance(event, NodeLines):
             self.run.record(event)
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":

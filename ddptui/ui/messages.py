@@ -17,7 +17,7 @@ from ddptui.core.events import (
 
 
 class SessionMessage(Message):
-    """Base of the messages built from one core event (not NodeLine or RankChanged: batched)."""
+    """Base of the messages built from one core event (not NodeLines or RankChanged: batched)."""
 
     def __init__(self, event: Event) -> None:
         super().__init__()

@@ -7,15 +7,11 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from ddptui.core.events import Event, NodeLine, RankChanged
+from ddptui.core.events import Event, NodeLines, RankChanged
 from ddptui.ui.logmodel import LogEntry
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 
 DEFAULT_BUFFER_LINES = 5000
-
-
-def entry_for(event: NodeLine) -> LogEntry:
-    return LogEntry(event.node, event.text, event.rank, event.ts, event.seq)
 
 
 class LineBuffer:
@@ -23,21 +19,39 @@ class LineBuffer:
 
     Beyond `limit` the oldest are dropped and counted per node: the views show at most their
     own window anyway, and each node's full log is always in the run directory, so dropping
-    here only bounds memory when the nodes outrun the screen.
+    here only bounds memory when the nodes outrun the screen. Batches are kept as the session
+    sent them; only the lines a flush hands on become LogEntry objects.
     """
 
     def __init__(self, limit: int) -> None:
-        self._entries: deque[LogEntry] = deque(maxlen=limit)
+        self.limit = limit
+        self._batches: deque[NodeLines] = deque()
+        self._count = 0
         self.dropped: Counter[str] = Counter()
 
-    def append(self, entry: LogEntry) -> None:
-        if len(self._entries) == self._entries.maxlen:
-            self.dropped[self._entries[0].node] += 1
-        self._entries.append(entry)
+    def append(self, batch: NodeLines) -> None:
+        self._batches.append(batch)
+        self._count += len(batch.lines)
+        while self._count - len(self._batches[0].lines) >= self.limit:
+            oldest = self._batches.popleft()
+            self._count -= len(oldest.lines)
+            self.dropped[oldest.node] += len(oldest.lines)
 
     def take(self) -> tuple[list[LogEntry], dict[str, int]]:
-        entries, dropped = list(self._entries), dict(self.dropped)
-        self._entries.clear()
+        skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
+        entries: list[LogEntry] = []
+        for batch in self._batches:
+            node, ts, seq = batch.node, batch.ts, batch.first_seq
+            lines = batch.lines
+            if skip:
+                self.dropped[node] += skip
+                lines, seq, skip = lines[skip:], seq + skip, 0
+            entries += [
+                LogEntry(node, text, rank, ts, seq + i) for i, (text, rank, _) in enumerate(lines)
+            ]
+        dropped = dict(self.dropped)
+        self._batches.clear()
+        self._count = 0
         self.dropped.clear()
         return entries, dropped
 
@@ -45,7 +59,7 @@ class LineBuffer:
 class SessionRelay:
     """Called by the Session on the app's event loop, once per event.
 
-    NodeLine events (one per output line, the high-volume kind) go into a bounded buffer that
+    NodeLines events (a node's output, the high-volume kind) go into a bounded buffer that
     the screen drains on a timer; RankChanged events gather in one RankUpdates message until
     the screen handles it; every other event becomes one message posted to `post`.
     """
@@ -60,9 +74,9 @@ class SessionRelay:
         self._ranks.taken = True
 
     def emit(self, event: Event) -> None:
-        if isinstance(event, NodeLine):
-            self.lines_seen += 1
-            self._buffer.append(entry_for(event))
+        if isinstance(event, NodeLines):
+            self.lines_seen += len(event.lines)
+            self._buffer.append(event)
             return
         if isinstance(event, RankChanged):
             if self._ranks.taken:

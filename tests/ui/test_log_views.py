@@ -179,10 +179,12 @@ async def test_a_flood_stays_bounded_and_the_console_answers_keys() -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = app.job_screen
         relay: SessionRelay = screen.relay
-        from ddptui.core.events import NodeLine
+        from ddptui.core.events import NodeLines
 
-        for i in range(60_000):
-            relay.emit(NodeLine(f"local{i % 2}", f"flood line {i}", i % 4, i % 2, i))
+        for first in range(0, 60_000, 500):
+            for node in (0, 1):
+                lines = [(f"flood line {i}", i % 4, i % 2) for i in range(first + node, first + 500, 2)]
+                relay.emit(NodeLines(f"local{node}", lines, first + node))
         screen._flush_logs()
         await pilot.press("right_square_bracket")
         assert screen.logs.active_node == "local1"

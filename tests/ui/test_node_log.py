@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddptui.core.events import NodeLine, RankChanged, RankState
+from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.ui.app import DdpApp
 from ddptui.ui.logmodel import LogEntry
 from ddptui.ui.messages import RankUpdates
@@ -93,10 +93,10 @@ async def test_views_are_bounded_and_say_what_was_skipped() -> None:
 def test_relay_buffers_lines_in_order_and_posts_the_rest() -> None:
     posted: list[object] = []
     relay = SessionRelay(posted.append, buffer_lines=3)
-    relay.emit(NodeLine("n0", "agent says hi", seq=1))
-    for i in range(4):
-        relay.emit(NodeLine("n0", f"line {i}", rank=3, local_rank=1, seq=i + 2))
-    relay.emit(NodeLine("n1", "other", rank=0, local_rank=0, seq=1))
+    relay.emit(NodeLines("n0", [("agent says hi", None, None)], 1))
+    relay.emit(NodeLines("n0", [(f"line {i}", 3, 1) for i in range(2)], 2))
+    relay.emit(NodeLines("n0", [(f"line {i}", 3, 1) for i in range(2, 4)], 4))
+    relay.emit(NodeLines("n1", [("other", 0, 0)], 1))
     relay.emit(RankChanged(3, "n0", 1, RankState.RUNNING))
     assert len(posted) == 1
     assert isinstance(posted[0], RankUpdates)
@@ -114,7 +114,10 @@ def test_relay_buffers_lines_in_order_and_posts_the_rest() -> None:
 def test_rank_changes_gather_in_one_message_until_it_is_taken() -> None:
     posted: list[object] = []
     relay = SessionRelay(posted.append)
-    first = [RankChanged(None, "n0", 0, RankState.ASSIGNED), RankChanged(0, "n0", 0, RankState.RUNNING)]
+    first = [
+        RankChanged(None, "n0", 0, RankState.ASSIGNED),
+        RankChanged(0, "n0", 0, RankState.RUNNING),
+    ]
     for event in first:
         relay.emit(event)
     relay.emit(RankChanged(1, "n0", 1, RankState.RUNNING))
@@ -127,5 +130,3 @@ def test_rank_changes_gather_in_one_message_until_it_is_taken() -> None:
     relay.emit(RankChanged(0, "n0", 0, RankState.DONE, 0))
     assert len(posted) == 2 and isinstance(posted[1], RankUpdates)
     assert [e.state for e in posted[1].take()] == [RankState.DONE]
-
-

@@ -6,6 +6,7 @@ tests/unit/data/torchrun/README.md says how each file was made.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,74 @@ def kinds(monitor: Monitor, node: str, local_rank: int) -> list[str]:
 def test_each_pattern_is_recognised_in_real_output(name: str, kind: str, says: str) -> None:
     found = [d for line in (DATA / name).read_text().splitlines() if (d := dx.recognise(line))]
     assert any(d.kind == kind and says in d.summary for d in found), found
+
+
+# One line each rule matches (the captured logs above hold some; these cover every rule).
+RULE_EXAMPLES = [
+    "[rank1]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=10000) ran for "
+    "10001 milliseconds before timing out.",
+    "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting "
+    "5000ms for recv operation to complete",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: The server socket has failed to listen on any local network address. "
+    "port: 29534, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
+    "OSError: [Errno 98] Address already in use",
+    "The client socket has timed out after 60000ms while trying to connect to (10.0.0.1, 29400).",
+    "TCP client failed to connect/validate to host 10.0.0.1:29400 - retrying: Connection reset",
+    "ConnectionRefusedError: [Errno 111] Connection refused",
+    "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the "
+    "C10d store has failed.",
+    "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "The RENDEZVOUS has TIMED OUT",
+    "RuntimeError: Connection closed by peer [127.0.0.1]:19841",
+    "Connection reset by peer",
+    "Failed to recv, got 0 bytes",
+]
+
+
+def test_the_cheap_first_look_lets_every_failure_through() -> None:
+    lines = RULE_EXAMPLES + [
+        line for path in sorted(DATA.glob("*.log")) for line in path.read_text().splitlines()
+    ]
+    kinds = set()
+    for line in lines:
+        diagnosis = dx.recognise(line)
+        if diagnosis is not None:
+            kinds.add(diagnosis.kind)
+            assert dx.may_report_failure(line), line
+    rules = {kind for kind, _pattern, _describe in dx._RULES}
+    assert kinds == rules
+    patterns = {pattern.pattern for _kind, pattern, _describe in dx._RULES}
+    seen = {p.pattern for _k, p, _d in dx._RULES for line in lines if p.search(line)}
+    assert seen == patterns  # every rule, not only every kind, met an example
+    assert not dx.may_report_failure("step 7 loss=0.31 lr=3e-4\n[RANK 0] Epoch 2 | Steps: 8")
+
+
+def test_the_default_progress_pattern_matches_as_the_plain_one_does() -> None:
+    plain = re.compile(r"(?i)\b(?:epoch|steps?|iter(?:ation)?)\b\s*[:=]?\s*(\d+)")
+    default = re.compile(dx.DEFAULT_PROGRESS_PATTERN)
+    texts = [
+        "Epoch 3",
+        "EPOCH=4",
+        "steps: 12",
+        "Step12",
+        "mystep 3",
+        "step-ok 5",
+        "iteration 9",
+        "ITERATIONS 9",
+        "iter7",
+        "xiter 7",
+        "last epoch: 8 step 9",
+        "re-step 4",
+        "_step 5",
+        "steps=",
+        "Iter 1 of 10",
+        "preepoch 3 epoch 4",
+    ]
+    for text in texts:
+        a, b = plain.search(text), default.search(text)
+        assert (a and (a.span(), a.groups())) == (b and (b.span(), b.groups())), text
 
 
 def test_ordinary_lines_are_not_failures() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ddptui.core.lines import Attributed, LineFramer, RankAttributor
+import random
+
+from ddptui.core.lines import PREFIX, Attributed, LineFramer, RankAttributor
 
 
 def test_framer_joins_lines_split_across_chunks() -> None:
@@ -57,3 +59,53 @@ def test_unfinished_fragments_are_flushed_not_lost() -> None:
 def test_prefix_lookalike_from_user_is_not_a_rank() -> None:
     out = RankAttributor().feed("[3]: user line [rank3]: also user")
     assert out == [Attributed("[3]: user line [rank3]: also user")]
+
+
+def _line_by_line(lines: list[str], fragments: dict[tuple[int, int], str]) -> list[Attributed]:
+    """The attribution rule, one physical line at a time (the rule the block split follows)."""
+    out: list[Attributed] = []
+    for line in lines:
+        matches = list(PREFIX.finditer(line))
+        if not matches:
+            out.append(Attributed(line))
+            continue
+        if matches[0].start():
+            out.append(Attributed(line[: matches[0].start()]))
+        for i, match in enumerate(matches):
+            key = (int(match.group(1)), int(match.group(2)))
+            end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+            text = fragments.pop(key, "") + line[match.end() : end]
+            if i + 1 < len(matches):
+                fragments[key] = text
+            else:
+                out.append(Attributed(text, *key))
+    return out
+
+
+def test_a_block_is_attributed_as_its_lines_one_by_one() -> None:
+    pieces = ["[ddptui:0:0]:", "[ddptui:1:1]:", "[ddptui:12:3]:", "abc", " x y ", "", "[ddptui:"]
+    rng = random.Random(7)
+    for _ in range(500):
+        block_attr, fragments = RankAttributor(), {}  # type: ignore[var-annotated]
+        expected: list[Attributed] = []
+        got: list[Attributed] = []
+        for _ in range(rng.randint(1, 4)):
+            lines = [
+                "".join(rng.choice(pieces) for _ in range(rng.randint(0, 5)))
+                for _ in range(rng.randint(1, 6))
+            ]
+            expected += _line_by_line(lines, fragments)
+            got += block_attr.feed_block("\n".join(lines))
+        assert got == expected
+        assert block_attr.flush() == [Attributed(t, *k) for k, t in fragments.items()]
+
+
+def test_framer_blocks_hold_the_same_lines_as_line_by_line() -> None:
+    data = b"a\r\nb\x1b[1mB\x1b[0m\n\nlong" + b"x" * 10 + b"\nend\xff\r\r\nrest"
+    for size in (1, 3, 7, len(data)):
+        framer, lines = LineFramer(), []
+        for at in range(0, len(data), size):
+            block = framer.block(data[at : at + size])
+            if block is not None:
+                lines += block.split("\n")
+        assert lines + framer.flush() == ["a", "bB", "", "long" + "x" * 10, "end\ufffd", "rest"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddptui.core.agentlog import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
-from ddptui.core.events import NodeLine, RankChanged, RankState
+from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.core.monitor import Monitor
 
 DATA = Path(__file__).parent / "data" / "torchrun"
@@ -52,7 +52,9 @@ def test_successful_run_goes_assigned_running_done() -> None:
 
 def test_lines_are_attributed_to_the_right_rank() -> None:
     m = Monitor(["n1"], 2)
-    lines = [e for e in _feed(m, "n1", "success_node1.log") if isinstance(e, NodeLine)]
+    events = _feed(m, "n1", "success_node1.log")
+    lines = [line for e in events if isinstance(e, NodeLines) for line in e.each()]
+    assert [line.seq for line in lines] == list(range(1, len(lines) + 1))
     by_rank = {(e.rank, e.text) for e in lines if e.rank is not None}
     assert (2, "hello from 2") in by_rank
     assert (3, "partial done") in by_rank
@@ -95,7 +97,10 @@ def test_unknown_script_output_still_lights_the_grid() -> None:
 def test_lines_for_a_local_rank_outside_the_grid_do_not_crash() -> None:
     m = Monitor(["n0"], 1)
     events = m.feed("n0", b"[ddptui:7:5]:stray\n")
-    assert [type(e) for e in events] == [NodeLine]
+    assert [type(e) for e in events] == [NodeLines]
+    assert [(line.text, line.rank, line.local_rank) for line in events[0].each()] == [
+        ("stray", 7, 5)
+    ]
 
 
 def test_silent_rank_turns_hung_while_others_progress() -> None:
