@@ -237,31 +237,31 @@ def _ipv4_of(ifname: str) -> str | None:
         return socket.inet_ntoa(packed[20:24])
 
 
-def probe() -> int:
+def probe(addr: str = "", number: str = "") -> int:
     """What the console needs to know of a node: its hostname and which interface holds
-    which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached)."""
+    which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached);
+    given an address and port, also whether the rendezvous port is free there (one round
+    trip for the first node instead of two)."""
     import platform
     import socket
 
     ifaces = {}
     for _, name in socket.if_nameindex():
-        addr = _ipv4_of(name)
-        if addr:
-            ifaces[addr] = name
-    print(
-        json.dumps(
-            {
-                "hostname": socket.gethostname(),
-                "ifaces": ifaces,
-                "python": platform.python_version(),
-            }
-        )
-    )
+        address = _ipv4_of(name)
+        if address:
+            ifaces[address] = name
+    report = {
+        "hostname": socket.gethostname(),
+        "ifaces": ifaces,
+        "python": platform.python_version(),
+    }
+    if number:
+        report["port"] = _port_report(addr, number)
+    print(json.dumps(report))
     return 0
 
 
-def port(addr: str, number: str) -> int:
-    """Whether the rendezvous port can be bound on this node."""
+def _port_report(addr: str, number: str) -> dict[str, Any]:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -270,9 +270,13 @@ def port(addr: str, number: str) -> int:
         try:
             s.bind((addr, int(number)))
         except OSError as exc:
-            print(json.dumps({"free": False, "error": exc.strerror}))
-            return 0
-    print(json.dumps({"free": True, "error": ""}))
+            return {"free": False, "error": exc.strerror, "port": int(number), "addr": addr}
+    return {"free": True, "error": "", "port": int(number), "addr": addr}
+
+
+def port(addr: str, number: str) -> int:
+    """Whether the rendezvous port can be bound on this node."""
+    print(json.dumps(_port_report(addr, number)))
     return 0
 
 

@@ -89,20 +89,28 @@ class SshBackend(ShimBackend):
     async def _connect(self, host: str) -> None:
         transport = self._transports[host]
         await transport.connect()
-        result = await transport.run(self._argv("probe"), stdin=self._shim, timeout=30)
+        address = getattr(transport, "peer_address", None) or host
+        check: tuple[str, ...] = ()
+        if host == next(iter(self._transports)):  # the first host serves the rendezvous
+            check = (address, str(self._port()))
+        result = await transport.run(self._argv("probe", *check), stdin=self._shim, timeout=30)
         if result.exit_code != 0:
             detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
             raise TransportError(f"{host}: cannot run {self.spec.python} there: {detail[0]}")
         self._probes[host] = json.loads(result.stdout.strip().splitlines()[-1])
-        address = getattr(transport, "peer_address", None) or host
         self._addresses[host] = address
 
+    def _port(self) -> int:
+        return self.spec.rdzv_port or DEFAULT_RDZV_PORT
+
     async def rdzv_port(self, head: NodeTarget) -> int:
-        port = self.spec.rdzv_port or DEFAULT_RDZV_PORT
-        result = await self.transport(head.name).run(
-            self._argv("port", head.address, str(port)), stdin=self._shim, timeout=30
-        )
-        report = json.loads(result.stdout.strip().splitlines()[-1])
+        port = self._port()
+        report = self._probes.get(head.name, {}).get("port")
+        if not report or (report["port"], report["addr"]) != (port, head.address):
+            result = await self.transport(head.name).run(
+                self._argv("port", head.address, str(port)), stdin=self._shim, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
         if not report["free"]:
             raise BackendError(
                 f"rendezvous port {port} on {head.name} is not available "
