@@ -204,10 +204,12 @@ def main() -> None:
         "including `--tee=3`), started from `sh` with one background job per node; the clock "
         "stops at the last rank's first line. ddptui's clock starts when `python -m ddptui.cli` "
         "is spawned, so its time includes Python start-up and imports, connecting and probing "
-        "every host (asyncssh), checking the rendezvous port, and starting the agents detached "
-        "through the node helper. By hand runs one remote command per host; ddptui runs four "
-        "(probe, port check on the first host, start, tail), and each pays root's .bashrc "
-        "`pyenv init` (0.2-0.4 s of CPU on this machine, see fanout.md) and a Python start."
+        "every host (asyncssh; the first host's probe also checks the rendezvous port), and "
+        "starting the agents detached through the node helper. By hand runs one remote command "
+        "per host; ddptui runs three (probe, start, tail; only probe and start come before "
+        "torchrun starts), and each pays root's .bashrc `pyenv init` (0.2-0.4 s of CPU on this "
+        "machine, see fanout.md) and a Python start. Most of the time to all-green is torchrun "
+        "and the workers starting on 2 shared cores, which is why single runs vary by seconds."
     )
     report.write()
 
