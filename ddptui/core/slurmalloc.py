@@ -190,6 +190,11 @@ class SlurmAllocator:
         with contextlib.suppress(SlurmError):
             await slurm(["scancel", target], check=False)
 
+    async def signal(self, target: str, name: str) -> None:
+        """Send a signal to a job's or step's tasks without cancelling it (`scancel -s`)."""
+        with contextlib.suppress(SlurmError):
+            await slurm(["scancel", f"--signal={name}", target], check=False)
+
     async def wait_gone(self, job_id: str) -> bool:
         """Until squeue no longer lists the job as pending, running or completing."""
         deadline = time.monotonic() + GONE_TIMEOUT_S
@@ -214,8 +219,10 @@ class SlurmAllocator:
             self.emit(Notice("error", f"job {job_id} is still listed by squeue after scancel"))
         return gone
 
-    async def wait_steps_gone(self, job_id: str, names: Sequence[str]) -> bool:
-        deadline = time.monotonic() + GONE_TIMEOUT_S
+    async def wait_steps_gone(
+        self, job_id: str, names: Sequence[str], timeout: float = GONE_TIMEOUT_S
+    ) -> bool:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(SlurmError):
                 if not [s for s in await self.query.steps(job_id) if s.name in names]:

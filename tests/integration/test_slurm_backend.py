@@ -4,6 +4,7 @@ slurmd per host namespace, torchrun (or srun direct) really rendezvousing across
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -123,6 +124,30 @@ def test_teardown_mid_run_leaves_no_process_and_no_job(
     assert result.code == 1 and result.summary["ok"] is False
     assert_clean_teardown(slurm_cluster, result, job_of(seen))
     assert result.of("allocation")[-1]["state"] == "released"
+
+
+GRACEFUL = """\
+import os, signal, sys, time
+def bye(*_):
+    print(f"rank {os.environ['RANK']} got SIGTERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, bye)
+print(f"rank {os.environ['RANK']} up", flush=True)
+time.sleep(120)
+"""
+
+
+def test_teardown_gives_the_workers_a_sigterm_first(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "graceful.py"
+    script.write_text(GRACEFUL)
+    proc = start(slurm_cluster, tmp_path, str(script))
+    seen = all_running(proc)
+    result = finish(proc)
+    assert_clean_teardown(slurm_cluster, result, job_of(seen))
+    said = "".join(node_logs(result.summary).values())
+    assert sorted(int(w) for w in re.findall(r"rank (\d+) got SIGTERM", said)) == [0, 1, 2, 3]
 
 
 def test_console_killed_mid_run_loses_nothing_and_attach_tears_down(

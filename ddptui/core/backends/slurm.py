@@ -327,11 +327,18 @@ class SlurmBackend(ShimBackend):
         return job is not None and not job.ended
 
     async def _end_steps(self, names: Sequence[str]) -> bool:
+        """SIGTERM the steps' tasks first, as the SSH backend does (torchrun stops its workers,
+        a script may checkpoint); scancel (SIGKILL for a step) what is left after the grace."""
         assert self.job_id is not None
+        steps: list[str] = []
         with contextlib.suppress(SlurmError):
-            for step in await self.query.steps(self.job_id):
-                if step.name in names:
-                    await self.alloc.cancel(step.step_id)
+            steps = [s.step_id for s in await self.query.steps(self.job_id) if s.name in names]
+        for step in steps:
+            await self.alloc.signal(step, "TERM")
+        if await self.alloc.wait_steps_gone(self.job_id, names, timeout=REAP_GRACE_S):
+            return True
+        for step in steps:
+            await self.alloc.cancel(step)
         return await self.alloc.wait_steps_gone(self.job_id, names)
 
     async def _reap_here(self, tag: str) -> list[int]:
