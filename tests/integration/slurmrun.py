@@ -97,7 +97,7 @@ def all_running(proc: subprocess.Popen[str], world: int = 4) -> list[dict[str, A
 
 
 def job_of(events: list[dict[str, Any]]) -> str:
-    return next(e["job_id"] for e in events if e["event"] == "allocation" and e["job_id"])
+    return str(next(e["job_id"] for e in events if e["event"] == "allocation" and e["job_id"]))
 
 
 def left_on_nodes(tb: Testbed, hosts: list[str] = NODES, timeout: float = 15) -> dict:
