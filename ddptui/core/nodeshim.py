@@ -25,6 +25,7 @@ from typing import Any
 
 TAG_VAR = "DDPTUI_TAG"
 POLL_S = 0.05
+AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
 
 
 def _paths(log_path: str) -> dict[str, str]:
@@ -187,9 +188,22 @@ def _signal_all(pids: list[int], sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def reap(tag: str, grace_arg: str) -> int:
     """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
-    `grace` seconds, then list what is still there: the proof the node is clean."""
+    `grace` seconds, then list what is still there: the proof the node is clean.
+
+    Once no process of the job has a parent in the job (the workers are gone, only agents
+    shutting down remain), they get AGENT_GRACE_S more, not the rest of `grace`: an agent
+    whose workers are gone has nothing left to stop, and killing it orphans nobody.
+    """
     grace = float(grace_arg)
     pids = [p for p in _tagged(tag) if _alive(p)]
     found = len(pids)
@@ -198,6 +212,8 @@ def reap(tag: str, grace_arg: str) -> int:
     while pids and time.monotonic() < deadline:
         time.sleep(POLL_S)
         pids = [p for p in _tagged(tag) if _alive(p)]
+        if pids and not any(_parent(p) in pids for p in pids):
+            deadline = min(deadline, time.monotonic() + AGENT_GRACE_S)
     killed = list(pids)
     _signal_all(pids, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
