@@ -138,6 +138,9 @@ class ParamikoTransport(Transport):
                     # paramiko's keepalives expect no reply, so a cut link looks alive for
                     # minutes; the node helper's tail sends a heartbeat every second instead.
                     if on_stdout is not None and time.monotonic() - last_data > DEAD_AFTER_S:
+                        # A fresh connection next time: the stalled one may only come back
+                        # when TCP retries, seconds after the link does.
+                        self._drop()
                         raise TransportError(f"{self.host}: connection lost") from None
                     continue
                 last_data = time.monotonic()
@@ -155,6 +158,7 @@ class ParamikoTransport(Transport):
             while channel.recv_stderr_ready():
                 err += channel.recv_stderr(1 << 16)
             if code == -1:
+                self._drop()
                 raise TransportError(f"{self.host}: connection lost")
             return CommandResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
         except (OSError, paramiko.SSHException) as exc:
