@@ -330,14 +330,15 @@ from scancel to the same independent check. Runs alternate ddptui, by hand, ddpt
 
 
 STEP_VS_JOB = """\
-Reading it: ddptui ends each node's step with `scancel JOB.STEP`, which in Slurm 22.05 kills
-the step's tasks with SIGKILL at once (checked on this testbed: a step's `trap ... TERM` never
-runs, srun reports `task 0: Killed`), and proctrack/linuxproc takes the workers torchrun
-started in their own sessions with it; the rest of ddptui's time is its proof (the reap helper
-step on each node through `srun --overlap`) and the release (scancel of the job, then squeue).
-`scancel JOB` by hand sends SIGTERM instead: torchrun's agent shuts down gracefully, and as
-the step's task is `bash -c run_node`, which dies at once, the step is over while the agent
-still runs (see the line above). KillWait does not come into either clock."""
+Reading it: ddptui first signals each node's step with `scancel --signal=TERM JOB.STEP`
+(torchrun forwards SIGTERM to its workers, a script can checkpoint) and waits for the steps
+to end; only a step still there after the grace gets `scancel JOB.STEP`, which in Slurm 22.05
+kills its tasks with SIGKILL at once (a step's `trap ... TERM` never runs). Most of ddptui's
+time is torchrun's own graceful shutdown (until "slurmstepd first gone"); the rest is its
+proof (the reap helper step on each node through `srun --overlap`) and the release (scancel of
+the job, then squeue). `scancel JOB` by hand sends SIGTERM too, but the step's task is
+`bash -c run_node`, which dies at once: the step is over while the agent still shuts down
+(see the line above), and nothing but the agent itself ends it then. KillWait does not come into either clock."""
 
 
 def open_slurm() -> SlurmCluster:
