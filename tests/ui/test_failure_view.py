@@ -41,16 +41,16 @@ async def test_jump_to_error_goes_to_the_root_cause_rank_first() -> None:
         assert view.target is not None and view.target.rank == 1
         assert view.target.text == "Traceback (most recent call last):"
         assert not view.following
-        row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
-        assert view.scroll_y <= row < view.scroll_y + view.size.height
+        row = view.target_row
+        assert row is not None and view.scroll_y <= row < view.scroll_y + view.size.height
 
         await pilot.press("E")  # the next failure: rank 2 on local1, in a tab not shown yet
         await pilot.pause()
         view = screen.logs.active_view
         assert view.node == "local1"
         assert view.target is not None and view.target.rank == 2
-        row = next(i for i, r in enumerate(view._rows) if r.entry is view.target)
-        assert view.scroll_y <= row < view.scroll_y + view.size.height
+        row = view.target_row
+        assert row is not None and view.scroll_y <= row < view.scroll_y + view.size.height
 
         # the operator chooses rank 3
         await pilot.click(screen.grid, offset=screen.grid.cell_offset("local1", 1))

@@ -37,7 +37,7 @@ async def crashed(pilot: Pilot[Any]) -> None:
 
 
 async def settle(pilot: Pilot[Any]) -> None:
-    """Log measures line widths in a thread; wait for it, so the scrollbars are final."""
+    """Wait for the refresh (and any worker) after the lines, so the scrollbars are final."""
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()

@@ -40,9 +40,10 @@ _STATE_MARK = {
 class NodeLogDeck(Vertical):
     """The node logs and the merged log, one visible at a time; the screen drives it.
 
-    Every entry goes into one bounded LogStore (the full logs are on disk) and into each view
-    whose filter takes it. Wrapping, timestamps and following apply to every view; the filter
-    and the search belong to the view that is showing.
+    Every entry goes into one bounded LogStore (the full logs are on disk) and into the views
+    that can show it: its node's pane (or a pane whose filter names the node) and the merged
+    view. Wrapping, timestamps and following apply to every view; the filter and the search
+    belong to the view that is showing.
     """
 
     DEFAULT_CSS = """
@@ -135,6 +136,7 @@ class NodeLogDeck(Vertical):
         view = self._panes.get(node) if node is not None else self._merged
         view = view or self._merged
         tab = MERGED_TAB if view is self._merged else self._tab_id(self.nodes.index(node or ""))
+        view.catch_up()
         self.query_one(TabbedContent).active = tab
         view.focus()
         self._show_status()
@@ -165,8 +167,13 @@ class NodeLogDeck(Vertical):
         if not batch:
             return
         self.store.extend(batch)
+        by_node: dict[str, list[LogEntry]] = {}
+        for entry in batch:
+            by_node.setdefault(entry.node, []).append(entry)
         for view in self.views:
-            view.append(batch)
+            routed = _entries_for(view.log_filter.nodes, batch, by_node)
+            if routed:
+                view.append(routed)
         if notes:
             self._update_titles()
 
@@ -275,7 +282,21 @@ class NodeLogDeck(Vertical):
     def _show_status(self) -> None:
         if not self.is_mounted:
             return
-        self._status.update(describe_view(self.active_view, self.saved_to))
+        # One row of fixed height: no layout of the whole screen for a new status.
+        self._status.update(describe_view(self.active_view, self.saved_to), layout=False)
+
+
+def _entries_for(
+    nodes: frozenset[str], batch: list[LogEntry], by_node: Mapping[str, list[LogEntry]]
+) -> list[LogEntry]:
+    """What a view showing `nodes` (empty: every node) gets of a batch, in order: a node's
+    pane only its node's entries, so that 16 nodes do not cost every view 16 times the work."""
+    if not nodes:
+        return batch
+    if len(nodes) == 1:
+        (node,) = nodes
+        return by_node.get(node, [])
+    return [entry for entry in batch if entry.node in nodes]
 
 
 def describe_view(view: LogView, saved_to: Path | None = None) -> Text:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from functools import lru_cache
+from typing import ClassVar, Final
 
 from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.actions import SkipAction
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
@@ -33,6 +35,7 @@ _TARGET_ROW_STYLE = Style(bgcolor="dark_red", bold=True)
 _LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
+@lru_cache(maxsize=1024)
 def rank_style(rank: int | None) -> Style:
     """The colour of a rank's prefix, the same in every view."""
     if rank is None:
@@ -47,11 +50,31 @@ def displayable(text: str) -> str:
     return _LINE_BREAKS.sub(" ", text)
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
-    entry: LogEntry
-    prefix: int  # cells of the row that are the prefix (first row of an entry only)
-    first: bool
+# A row of a view: the fields of its entry (node, text, rank, ts, seq, note), then how many
+# of its first cells are the prefix (first row of an entry only) and whether it is the entry's
+# first row. A plain tuple of strings, numbers and flags, which the garbage collector stops
+# tracking: a row object per row, each holding its entry, made 17 views of 20,000 rows some
+# 700,000 objects that every full collection walked, stopping the console 0.1-1 s at a time.
+_Fields = tuple[str, str, int | None, float, int, bool]
+_Row = tuple[str, str, int | None, float, int, bool, int, bool]
+_NODE: Final = 0
+_RANK: Final = 2
+_SEQ: Final = 4
+_NOTE: Final = 5
+_PREFIX: Final = 6
+_FIRST: Final = 7
+
+
+def _fields(entry: LogEntry) -> _Fields:
+    return (entry.node, entry.text, entry.rank, entry.ts, entry.seq, entry.note)
+
+
+def _row(entry: LogEntry, prefix: int, first: bool) -> _Row:
+    return (entry.node, entry.text, entry.rank, entry.ts, entry.seq, entry.note, prefix, first)
+
+
+def _entry_fields(row: _Row) -> _Fields:
+    return row[:6]
 
 
 class LogView(Log, inherit_bindings=False):
@@ -61,12 +84,14 @@ class LogView(Log, inherit_bindings=False):
     the entries it rebuilds from when the filter, wrapping or timestamps change. Textual's
     scroll bindings carry no ids, so they are redeclared with ids here.
 
-    It follows new lines until the operator scrolls up, and again once they are back at the
-    end. Log's own auto-scroll is not used: it stops for good when the horizontal scrollbar
-    appears a moment after a write (the width is measured in a thread).
+    It follows new lines until the operator scrolls up (a key or the wheel stops following
+    before it scrolls), and again once they are back at the end or press `end`. Log's own
+    auto-scroll is not used: it stops for good when a horizontal scrollbar appears after a
+    write.
 
     `g` is a prefix key: `logs.g` arms it and a `logs.g.*` binding fires only on the very next
-    key press (vim's `gg`). Key presses are counted in `on_key`, never dispatched there.
+    key press (vim's `gg`). Key presses are counted in `on_key`, which runs their bindings
+    there rather than after the bubbling (never `if key == ...`).
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -116,6 +141,7 @@ class LogView(Log, inherit_bindings=False):
         self._keys = 0
         self._armed_at: int | None = None
         self._wrap_width = 0
+        self._catch_up_pending = False
 
     # -- what it shows ----------------------------------------------------------------------
 
@@ -130,19 +156,30 @@ class LogView(Log, inherit_bindings=False):
                          self.user_filter.pattern)  # fmt: skip
 
     def _rows_for(self, entries: Iterable[LogEntry]) -> tuple[list[_Row], list[str]]:
-        accepts = self.log_filter.accepts
+        """The rows and texts of the entries the filter takes; the hot path of a flood, so
+        a filter that only names nodes is a set lookup and an unwrapped line one row."""
+        log_filter = self.log_filter
+        if log_filter.ranks or log_filter.pattern is not None:
+            entries = [entry for entry in entries if log_filter.accepts(entry)]
+        elif log_filter.nodes:
+            nodes = log_filter.nodes
+            entries = [entry for entry in entries if entry.node in nodes]
+        merged, timestamps = self.merged, self.timestamps
+        width = self._wrap_width if self.wrap else 0
         rows: list[_Row] = []
         texts: list[str] = []
-        width = self._wrap_width if self.wrap else 0
+        add_row, add_text = rows.append, texts.append
         for entry in entries:
-            if not accepts(entry):
-                continue
-            formatted = format_entry(entry, merged=self.merged, timestamps=self.timestamps)
+            formatted = format_entry(entry, merged=merged, timestamps=timestamps)
             text = displayable(formatted.text)
-            pieces = wrap_rows(text, width) if width else [text]
+            pieces = wrap_rows(text, width) if width else None
+            if pieces is None or len(pieces) == 1:
+                add_row(_row(entry, formatted.prefix, True))
+                add_text(text)
+                continue
             for i, piece in enumerate(pieces):
-                rows.append(_Row(entry, formatted.prefix if i == 0 else 0, i == 0))
-                texts.append(piece)
+                add_row(_row(entry, formatted.prefix if i == 0 else 0, i == 0))
+                add_text(piece)
         return rows, texts
 
     def append(self, entries: Sequence[LogEntry]) -> None:
@@ -154,6 +191,19 @@ class LogView(Log, inherit_bindings=False):
         self.write_lines(texts, scroll_end=False)
         self.lines_written += len(texts)
 
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        """The widest new row, measured here: Log measures in a thread per write, and with a
+        view per node that was a thread and three worker messages per view every tick."""
+        widest = 0
+        for line in lines:  # most log lines are printable ASCII: one cell per character
+            if line.isascii() and line.isprintable():
+                width = len(line)
+            else:
+                width = cell_len(self._process_line(line))
+            widest = max(widest, width)
+        if lines:
+            self._update_maximum_width(updates, widest)
+
     def rebuild(self) -> None:
         """Show the store again through the current filter, wrapping and timestamps."""
         self._wrap_width = max(0, self.scrollable_content_region.width)
@@ -162,8 +212,7 @@ class LogView(Log, inherit_bindings=False):
         self.match_row = None
         self.lines_written = 0
         self.append(self.store.last(self.max_lines or len(self.store), self.log_filter))
-        if self.following:
-            self.scroll_end(animate=False, x_axis=False)
+        self._catch_up_after_refresh()
         self._changed()
 
     def restart(self) -> None:
@@ -205,7 +254,7 @@ class LogView(Log, inherit_bindings=False):
         """Every line the view holds as it shows them, wrapped rows joined again."""
         out: list[str] = []
         for row, text in zip(self._rows, self._lines, strict=False):
-            if row.first:
+            if row[_FIRST]:
                 out.append(text)
             elif out:
                 out[-1] += text
@@ -224,14 +273,65 @@ class LogView(Log, inherit_bindings=False):
             self._changed()
 
     def watch_virtual_size(self, size: Size) -> None:
+        if self.following and self.is_on_screen:  # a hidden view catches up when shown
+            self.catch_up()
+            self._catch_up_after_refresh()
+
+    def catch_up(self) -> None:
+        """Go to the end if following. The deck calls it before it shows a view, so that the
+        first frame of a view that got lines while hidden shows the newest. Forced: a view
+        never laid out has no scrollbar yet, and its first layout clamps it to the real end."""
+        self._catch_up_pending = False
         if self.following:
-            self.scroll_end(animate=False, x_axis=False)
+            self.scroll_end(animate=False, immediate=True, x_axis=False, force=True)
+
+    def _catch_up_after_refresh(self) -> None:
+        """Again once laid out (the first scrollbar of a view comes with the layout), unless
+        the operator has scrolled away by then (Widget.scroll_end would go regardless)."""
+        if not self._catch_up_pending:
+            self._catch_up_pending = True
+            self.call_after_refresh(self.catch_up)
+
+    def on_show(self, event: events.Show) -> None:
+        """Shown by a click on its tab, which the deck does not see coming."""
+        self.catch_up()
 
     def set_following(self, following: bool) -> None:
         self.following = following
         if following:
-            self.scroll_end(animate=False, x_axis=False)
+            self.catch_up()
+            self._catch_up_after_refresh()
         self._changed()
+
+    def _stop_following(self) -> None:
+        """Before a scroll back: a write landing before the scroll must not pull the view to
+        the end again."""
+        if self.following:
+            self.following = False
+            self._changed()
+
+    def action_scroll_up(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self._stop_following()
+        self.scroll_up(animate=False, immediate=True)
+
+    def action_page_up(self) -> None:
+        if not self.allow_vertical_scroll:
+            raise SkipAction()
+        self._stop_following()
+        self.scroll_page_up(animate=False)
+
+    def action_scroll_home(self) -> None:
+        if not self._allow_scroll:
+            raise SkipAction()
+        self._stop_following()
+        self.scroll_home(animate=False, immediate=True, x_axis=self.scroll_y == 0)
+
+    def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if not (event.ctrl or event.shift) and self.allow_vertical_scroll:
+            self._stop_following()
+        super()._on_mouse_scroll_up(event)
 
     # -- search and jumps -------------------------------------------------------------------
 
@@ -270,12 +370,24 @@ class LogView(Log, inherit_bindings=False):
 
     def jump_to(self, node: str, seq: int) -> bool:
         """Go to a node's line by its number; False if this view does not hold it."""
-        for row, info in enumerate(self._rows):
-            if info.first and info.entry.seq == seq and info.entry.node == node:
-                self.target = info.entry
-                self._show_row(row)
+        for y, row in enumerate(self._rows):
+            if row[_FIRST] and row[_SEQ] == seq and row[_NODE] == node:
+                self.target = LogEntry(*_entry_fields(row))
+                self._show_row(y)
                 return True
         return False
+
+    @property
+    def target_row(self) -> int | None:
+        """The first row of the line jumped to, if this view holds it."""
+        rows = self._rows
+        return next((y for y, row in enumerate(rows) if row[_FIRST] and self._is_target(row)), None)
+
+    def _is_target(self, row: _Row) -> bool:
+        target = self.target
+        return (
+            target is not None and row[_SEQ] == target.seq and _entry_fields(row) == _fields(target)
+        )
 
     def _show_row(self, row: int) -> None:
         """Put `row` a third of the way down the view, now and, for a view that has just been
@@ -293,8 +405,14 @@ class LogView(Log, inherit_bindings=False):
 
     # -- the g prefix -----------------------------------------------------------------------
 
-    def on_key(self, event: events.Key) -> None:
+    async def on_key(self, event: events.Key) -> None:
+        """Count the key for the prefix, and run its binding here, where the app would run
+        it once the key had bubbled up through the deck's six containers: each is a message
+        queue that a flood of lines keeps busy, and the wait was most of a key's latency."""
         self._keys += 1
+        if await self.app._check_bindings(event.key):
+            event.stop()
+            event.prevent_default()
 
     @property
     def prefix_armed(self) -> bool:
@@ -326,17 +444,32 @@ class LogView(Log, inherit_bindings=False):
             return super()._render_line_strip(y, rich_style)
         row = self._rows[y]
         line = self._process_line(self._lines[y])
+        prefix, note = row[_PREFIX], row[_NOTE]
+        target = self._is_target(row)
+        if self.search_pattern is None and y != self.match_row and not target:
+            # What Text would render, without it: the views redraw every row on every tick.
+            if note:
+                segments = [Segment(line, rich_style + _NOTE_STYLE)]
+            elif 0 < prefix < len(line):
+                prefix_style = rich_style + rank_style(row[_RANK])
+                segments = [Segment(line[:prefix], prefix_style),
+                            Segment(line[prefix:], rich_style)]  # fmt: skip
+            elif prefix:
+                segments = [Segment(line, rich_style + rank_style(row[_RANK]))]
+            else:
+                segments = [Segment(line)]  # as Text renders a line without spans: unstyled
+            return Strip(segments, cell_len(line))
         text = Text(line, no_wrap=True, style=rich_style)
-        if row.entry.note:
+        if note:
             text.stylize(_NOTE_STYLE)
-        elif row.prefix:
-            text.stylize(rank_style(row.entry.rank), 0, row.prefix)
+        elif prefix:
+            text.stylize(rank_style(row[_RANK]), 0, prefix)
         if self.search_pattern is not None:
             for match in self.search_pattern.finditer(line):
                 text.stylize(_MATCH_STYLE, match.start(), match.end())
         if y == self.match_row:
             text.stylize(_CURRENT_ROW_STYLE)
-        if self.target is not None and row.entry is self.target:
+        if target:
             text.stylize(_TARGET_ROW_STYLE)
         return Strip(text.render(self.app.console), cell_len(line))
 
