@@ -338,7 +338,8 @@ time is torchrun's own graceful shutdown (until "slurmstepd first gone"); the re
 proof (the reap helper step on each node through `srun --overlap`) and the release (scancel of
 the job, then squeue). `scancel JOB` by hand sends SIGTERM too, but the step's task is
 `bash -c run_node`, which dies at once: the step is over while the agent still shuts down
-(see the line above), and nothing but the agent itself ends it then. KillWait does not come into either clock."""
+(see the line above), and nothing but the agent itself ends it then. KillWait does not
+come into either clock."""
 
 
 def open_slurm() -> SlurmCluster:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -52,6 +53,10 @@ class DdpApp(App[int]):
         self, spec: JobSpec, keymap_path: str | Path | None = None, attach: RunDir | None = None
     ) -> None:
         super().__init__()
+        if "TEXTUAL_ANIMATIONS" not in os.environ:
+            # No sliding tab underlines or smooth scrolls: under a log flood each costs a
+            # key press ~0.2 s of CPU. TEXTUAL_ANIMATIONS=full brings them back.
+            self.animation_level = "none"
         self.spec = spec
         self.keymap_path = keymap_path = keymap_path or user_keymap_file()
         # Read and checked now, so a bad file is reported before the terminal is taken over.

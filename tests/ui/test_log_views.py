@@ -183,7 +183,9 @@ async def test_a_flood_stays_bounded_and_the_console_answers_keys() -> None:
 
         for first in range(0, 60_000, 500):
             for node in (0, 1):
-                lines = [(f"flood line {i}", i % 4, i % 2) for i in range(first + node, first + 500, 2)]
+                lines = [
+                    (f"flood line {i}", i % 4, i % 2) for i in range(first + node, first + 500, 2)
+                ]
                 relay.emit(NodeLines(f"local{node}", lines, first + node))
         screen._flush_logs()
         await pilot.press("right_square_bracket")
