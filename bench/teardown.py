@@ -61,7 +61,7 @@ from bench._hosts import (
 )
 from ddptui.core.slurmplan import batch_script
 from ddptui.core.spec import make_spec
-from tests.integration.slurmrun import cluster_env, ddptui_argv
+from tests.integration.slurmrun import cluster_env, ddptui_argv, headless_run_args
 from tests.testbed import SlurmCluster, Testbed, cleanup_stale
 from tests.testbed.processes import _terminate, _wait_gone, cmdline
 
@@ -472,20 +472,14 @@ def slurm_ddptui_run(cluster: SlurmCluster, tmp: Path, port: int, cut: bool = Fa
     stream = TimedStream(
         ddptui_argv(
             tb,
-            "run",
-            "--headless",
-            "--backend",
-            "slurm",
-            "--nodes",
-            "2",
-            "--nproc-per-node",
-            "2",
-            "--rdzv-port",
-            str(port),
-            *(["--hang-timeout", "5"] if cut else []),
-            ENVCHECK,
-            "--sleep",
-            "300",
+            *headless_run_args(
+                "--rdzv-port",
+                str(port),
+                *(["--hang-timeout", "5"] if cut else []),
+                ENVCHECK,
+                "--sleep",
+                "300",
+            ),
         ),
         env=cluster_env(cluster, tmp / "state"),
         cwd=tmp,

@@ -30,7 +30,8 @@ def ddptui_argv(tb: Testbed, *args: str) -> list[str]:
     return tb.ns_argv(tb.head, [sys.executable, "-m", "ddptui.cli", *args])
 
 
-def _run_args(*args: str) -> list[str]:
+def headless_run_args(*args: str) -> list[str]:
+    """`ddptui run --headless` on the Slurm testbed: 2 nodes x 2 processes, then `args`."""
     return [
         "run",
         "--headless",
@@ -52,7 +53,7 @@ def run(
     cluster: SlurmCluster, tmp: Path, *args: str, timeout: float = 240, **env: str
 ) -> HeadlessRun:
     proc = subprocess.run(
-        ddptui_argv(cluster.tb, *_run_args(*args)),
+        ddptui_argv(cluster.tb, *headless_run_args(*args)),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -65,7 +66,7 @@ def run(
 def start(
     cluster: SlurmCluster, tmp: Path, *args: str, command: str = "run", **env: str
 ) -> subprocess.Popen[str]:
-    argv = _run_args(*args) if command == "run" else [command, *args]
+    argv = headless_run_args(*args) if command == "run" else [command, *args]
     return subprocess.Popen(
         ddptui_argv(cluster.tb, *argv),
         stdout=subprocess.PIPE,
