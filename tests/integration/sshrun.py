@@ -88,3 +88,15 @@ def read_until(
         if predicate(event):
             break
     return seen
+
+
+def rank_steps(events: list[dict[str, Any]]) -> dict[int, list[str]]:
+    """Each global rank's states in order, a repeat collapsed: a `rank` event also reports a
+    diagnosis or a straggler flag (a loaded machine makes some rank slow) without a move."""
+    steps: dict[int, list[str]] = {}
+    for e in events:
+        if e["event"] == "rank" and e["rank"] is not None:
+            seen = steps.setdefault(e["rank"], [])
+            if not seen or seen[-1] != e["state"]:
+                seen.append(e["state"])
+    return steps

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.sshrun import rank_steps
 from tests.procs import pids_with_tag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,14 +36,6 @@ def _headless(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, li
     return proc.returncode, events
 
 
-def _rank_states(events: list[dict]) -> dict[int, list[str]]:
-    states: dict[int, list[str]] = {}
-    for e in events:
-        if e["event"] == "rank" and e["rank"] is not None:
-            states.setdefault(e["rank"], []).append(e["state"])
-    return states
-
-
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [
@@ -61,7 +54,7 @@ def test_trainer_script_runs_green_then_done(
     assert summary["ok"] is True and summary["world_size"] == 4
     assert [r["state"] for r in summary["ranks"]] == ["done"] * 4
     assert sorted(r["rank"] for r in summary["ranks"]) == [0, 1, 2, 3]
-    for rank, states in _rank_states(events).items():
+    for rank, states in rank_steps(events).items():
         assert states[-3:] == ["assigned", "running", "done"], (rank, states)
     teardown = [e for e in events if e["event"] == "teardown"]
     assert len(teardown) == 2 and all(t["clean"] for t in teardown)

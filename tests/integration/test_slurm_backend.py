@@ -27,7 +27,7 @@ from tests.integration.slurmrun import (
     run,
     start,
 )
-from tests.integration.sshrun import TRAINER, read_until
+from tests.integration.sshrun import TRAINER, rank_steps, read_until
 from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration
@@ -55,8 +55,9 @@ def test_salloc_runs_each_trainer_green_then_releases(
         (2, "node2"),
         (3, "node2"),
     ]
-    for rank in range(4):
-        states = [e["state"] for e in result.of("rank") if e["rank"] == rank]
+    steps = rank_steps(result.events)
+    assert sorted(steps) == [0, 1, 2, 3]
+    for rank, states in steps.items():
         assert states[-3:] == ["assigned", "running", "done"], (rank, states)
     allocation = [(e["state"], e["detail"]) for e in result.of("allocation")]
     assert allocation[0][0] == "requested" and "salloc --no-shell" in allocation[0][1]

@@ -10,8 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
-from textual.widgets import Footer, Header
+from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
@@ -32,6 +31,7 @@ from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_keys import LogScreen
+from ddptui.ui.widgets.footer import SteadyFooter
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
@@ -41,37 +41,6 @@ from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
 
 FLUSH_INTERVAL_S = 1 / 15
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
-
-
-class SteadyFooter(Footer):
-    """A Footer that rebuilds its keys only when the keys it shows change.
-
-    Textual's Footer recomposes on every bindings signal, and each focus change sends one:
-    stepping to the next log (a LogView like the last, same keys) rebuilt every key widget,
-    which kept `]` off the screen for a few hundred ms.
-    """
-
-    _composed: object = None
-
-    def _keys(self, screen: Screen[object]) -> object:
-        """What compose would draw: the shown bindings, as the app displays them."""
-        active = screen.active_bindings
-        palette = active.get(self.app.COMMAND_PALETTE_BINDING)
-        shown = [
-            (binding, self.app.get_key_display(binding), enabled, tooltip)
-            for _, binding, enabled, tooltip in active.values()
-            if binding.show
-        ]
-        return (shown, palette, self.show_command_palette, self.compact)
-
-    def compose(self) -> ComposeResult:
-        self._composed = self._keys(self.screen) if self._bindings_ready else None
-        yield from super().compose()
-
-    def bindings_changed(self, screen: Screen[object]) -> None:
-        if self._composed is not None and self._keys(screen) == self._composed:
-            return
-        super().bindings_changed(screen)
 
 
 class JobScreen(LogScreen):

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
-from typing import ClassVar, Final
+from typing import ClassVar
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -20,61 +19,26 @@ from textual.strip import Strip
 from textual.widgets import Log
 
 from ddptui.ui.logmodel import LogEntry, LogFilter, LogStore, format_entry, wrap_rows
+from ddptui.ui.widgets.log_rows import (
+    CURRENT_ROW_STYLE,
+    MATCH_STYLE,
+    NOTE_STYLE,
+    ROW_FIRST,
+    ROW_NODE,
+    ROW_NOTE,
+    ROW_PREFIX,
+    ROW_RANK,
+    ROW_SEQ,
+    TARGET_ROW_STYLE,
+    Row,
+    displayable,
+    entry_fields_of,
+    rank_style,
+    row_fields,
+    row_of,
+)
 
 DEFAULT_MAX_LINES = 20_000
-_RANK_COLOURS = (
-    "cyan", "magenta", "green", "yellow", "bright_blue", "bright_red",
-    "bright_cyan", "bright_magenta", "bright_green", "dark_orange", "orchid", "spring_green2",
-)  # fmt: skip
-_AGENT_STYLE = Style(color="grey62", italic=True)
-_NOTE_STYLE = Style(color="yellow", italic=True)
-_MATCH_STYLE = Style(color="black", bgcolor="yellow")
-_CURRENT_ROW_STYLE = Style(bgcolor="grey30")
-_TARGET_ROW_STYLE = Style(bgcolor="dark_red", bold=True)
-# Characters str.splitlines() cuts at: Log.write_lines would split a row there.
-_LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-@lru_cache(maxsize=1024)
-def rank_style(rank: int | None) -> Style:
-    """The colour of a rank's prefix, the same in every view."""
-    if rank is None:
-        return _AGENT_STYLE
-    return Style(color=_RANK_COLOURS[rank % len(_RANK_COLOURS)], bold=True)
-
-
-def displayable(text: str) -> str:
-    """What a terminal would leave of a line: after the last carriage return (progress bars)."""
-    if "\r" in text:
-        text = text.rstrip("\r").rsplit("\r", 1)[-1]
-    return _LINE_BREAKS.sub(" ", text)
-
-
-# A row of a view: the fields of its entry (node, text, rank, ts, seq, note), then how many
-# of its first cells are the prefix (first row of an entry only) and whether it is the entry's
-# first row. A plain tuple of strings, numbers and flags, which the garbage collector stops
-# tracking: a row object per row, each holding its entry, made 17 views of 20,000 rows some
-# 700,000 objects that every full collection walked, stopping the console 0.1-1 s at a time.
-_Fields = tuple[str, str, int | None, float, int, bool]
-_Row = tuple[str, str, int | None, float, int, bool, int, bool]
-_NODE: Final = 0
-_RANK: Final = 2
-_SEQ: Final = 4
-_NOTE: Final = 5
-_PREFIX: Final = 6
-_FIRST: Final = 7
-
-
-def _fields(entry: LogEntry) -> _Fields:
-    return (entry.node, entry.text, entry.rank, entry.ts, entry.seq, entry.note)
-
-
-def _row(entry: LogEntry, prefix: int, first: bool) -> _Row:
-    return (entry.node, entry.text, entry.rank, entry.ts, entry.seq, entry.note, prefix, first)
-
-
-def _entry_fields(row: _Row) -> _Fields:
-    return row[:6]
 
 
 class LogView(Log, inherit_bindings=False):
@@ -137,7 +101,7 @@ class LogView(Log, inherit_bindings=False):
         self.matches = 0
         self.target: LogEntry | None = None
         self.lines_written = 0
-        self._rows: list[_Row] = []
+        self._rows: list[Row] = []
         self._keys = 0
         self._armed_at: int | None = None
         self._wrap_width = 0
@@ -155,7 +119,7 @@ class LogView(Log, inherit_bindings=False):
         return LogFilter(base | self.user_filter.nodes, self.user_filter.ranks,
                          self.user_filter.pattern)  # fmt: skip
 
-    def _rows_for(self, entries: Iterable[LogEntry]) -> tuple[list[_Row], list[str]]:
+    def _rows_for(self, entries: Iterable[LogEntry]) -> tuple[list[Row], list[str]]:
         """The rows and texts of the entries the filter takes; the hot path of a flood, so
         a filter that only names nodes is a set lookup and an unwrapped line one row."""
         log_filter = self.log_filter
@@ -166,7 +130,7 @@ class LogView(Log, inherit_bindings=False):
             entries = [entry for entry in entries if entry.node in nodes]
         merged, timestamps = self.merged, self.timestamps
         width = self._wrap_width if self.wrap else 0
-        rows: list[_Row] = []
+        rows: list[Row] = []
         texts: list[str] = []
         add_row, add_text = rows.append, texts.append
         for entry in entries:
@@ -174,11 +138,11 @@ class LogView(Log, inherit_bindings=False):
             text = displayable(formatted.text)
             pieces = wrap_rows(text, width) if width else None
             if pieces is None or len(pieces) == 1:
-                add_row(_row(entry, formatted.prefix, True))
+                add_row(row_of(entry, formatted.prefix, True))
                 add_text(text)
                 continue
             for i, piece in enumerate(pieces):
-                add_row(_row(entry, formatted.prefix if i == 0 else 0, i == 0))
+                add_row(row_of(entry, formatted.prefix if i == 0 else 0, i == 0))
                 add_text(piece)
         return rows, texts
 
@@ -254,7 +218,7 @@ class LogView(Log, inherit_bindings=False):
         """Every line the view holds as it shows them, wrapped rows joined again."""
         out: list[str] = []
         for row, text in zip(self._rows, self._lines, strict=False):
-            if row[_FIRST]:
+            if row[ROW_FIRST]:
                 out.append(text)
             elif out:
                 out[-1] += text
@@ -371,8 +335,8 @@ class LogView(Log, inherit_bindings=False):
     def jump_to(self, node: str, seq: int) -> bool:
         """Go to a node's line by its number; False if this view does not hold it."""
         for y, row in enumerate(self._rows):
-            if row[_FIRST] and row[_SEQ] == seq and row[_NODE] == node:
-                self.target = LogEntry(*_entry_fields(row))
+            if row[ROW_FIRST] and row[ROW_SEQ] == seq and row[ROW_NODE] == node:
+                self.target = LogEntry(*row_fields(row))
                 self._show_row(y)
                 return True
         return False
@@ -381,12 +345,16 @@ class LogView(Log, inherit_bindings=False):
     def target_row(self) -> int | None:
         """The first row of the line jumped to, if this view holds it."""
         rows = self._rows
-        return next((y for y, row in enumerate(rows) if row[_FIRST] and self._is_target(row)), None)
+        return next(
+            (y for y, row in enumerate(rows) if row[ROW_FIRST] and self._is_target(row)), None
+        )
 
-    def _is_target(self, row: _Row) -> bool:
+    def _is_target(self, row: Row) -> bool:
         target = self.target
         return (
-            target is not None and row[_SEQ] == target.seq and _entry_fields(row) == _fields(target)
+            target is not None
+            and row[ROW_SEQ] == target.seq
+            and row_fields(row) == entry_fields_of(target)
         )
 
     def _show_row(self, row: int) -> None:
@@ -444,33 +412,33 @@ class LogView(Log, inherit_bindings=False):
             return super()._render_line_strip(y, rich_style)
         row = self._rows[y]
         line = self._process_line(self._lines[y])
-        prefix, note = row[_PREFIX], row[_NOTE]
+        prefix, note = row[ROW_PREFIX], row[ROW_NOTE]
         target = self._is_target(row)
         if self.search_pattern is None and y != self.match_row and not target:
             # What Text would render, without it: the views redraw every row on every tick.
             if note:
-                segments = [Segment(line, rich_style + _NOTE_STYLE)]
+                segments = [Segment(line, rich_style + NOTE_STYLE)]
             elif 0 < prefix < len(line):
-                prefix_style = rich_style + rank_style(row[_RANK])
+                prefix_style = rich_style + rank_style(row[ROW_RANK])
                 segments = [Segment(line[:prefix], prefix_style),
                             Segment(line[prefix:], rich_style)]  # fmt: skip
             elif prefix:
-                segments = [Segment(line, rich_style + rank_style(row[_RANK]))]
+                segments = [Segment(line, rich_style + rank_style(row[ROW_RANK]))]
             else:
                 segments = [Segment(line)]  # as Text renders a line without spans: unstyled
             return Strip(segments, cell_len(line))
         text = Text(line, no_wrap=True, style=rich_style)
         if note:
-            text.stylize(_NOTE_STYLE)
+            text.stylize(NOTE_STYLE)
         elif prefix:
-            text.stylize(rank_style(row[_RANK]), 0, prefix)
+            text.stylize(rank_style(row[ROW_RANK]), 0, prefix)
         if self.search_pattern is not None:
             for match in self.search_pattern.finditer(line):
-                text.stylize(_MATCH_STYLE, match.start(), match.end())
+                text.stylize(MATCH_STYLE, match.start(), match.end())
         if y == self.match_row:
-            text.stylize(_CURRENT_ROW_STYLE)
+            text.stylize(CURRENT_ROW_STYLE)
         if target:
-            text.stylize(_TARGET_ROW_STYLE)
+            text.stylize(TARGET_ROW_STYLE)
         return Strip(text.render(self.app.console), cell_len(line))
 
     def _changed(self) -> None:
