@@ -116,8 +116,10 @@ class Trainer:
             torch.cuda.synchronize(self.d.device)
         secs = time.perf_counter() - start
         if samples:
-            _dist.say(f"[RANK {self.rank}] Throughput: {samples / secs:.1f} samples/s "
-                      f"({samples} samples in {secs:.3f} s)")
+            _dist.say(
+                f"[RANK {self.rank}] Throughput: {samples / secs:.1f} samples/s "
+                f"({samples} samples in {secs:.3f} s)"
+            )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -133,8 +135,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=str,
         help="Snapshot file to resume from and save to (default: snapshot.pt)",
     )
-    p.add_argument("--dataset_size", default=DATASET_SIZE, type=int,
-                   help=f"synthetic samples (default: {DATASET_SIZE})")
+    p.add_argument(
+        "--dataset_size",
+        default=DATASET_SIZE,
+        type=int,
+        help=f"synthetic samples (default: {DATASET_SIZE})",
+    )
     args = p.parse_args(argv)
     if args.save_every < 1:
         p.error("save_every must be >= 1")

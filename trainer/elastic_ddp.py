@@ -71,8 +71,10 @@ def main() -> int:
         torch.cuda.synchronize(d.device)
     secs = time.perf_counter() - start
     if args.steps:
-        _dist.say(f"rank {rank} throughput: {args.steps * BATCH / secs:.1f} samples/s "
-                  f"({args.steps} steps in {secs:.3f} s)")
+        _dist.say(
+            f"rank {rank} throughput: {args.steps * BATCH / secs:.1f} samples/s "
+            f"({args.steps} steps in {secs:.3f} s)"
+        )
     _dist.say(f"rank {rank} finished")
     return 0
 
