@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.sshrun import HeadlessRun, read_until
+from tests.integration.sshrun import HeadlessRun
 from tests.testbed import SlurmCluster, Testbed
 
 pytestmark = pytest.mark.integration
@@ -82,19 +82,6 @@ def finish(proc: subprocess.Popen[str], sig: int | None = signal.SIGTERM) -> Hea
         proc.send_signal(sig)
     out, err = proc.communicate(timeout=180)
     return HeadlessRun(proc.returncode, _events(out), err)
-
-
-def all_running(proc: subprocess.Popen[str], world: int = 4) -> list[dict[str, Any]]:
-    running: set[int] = set()
-
-    def enough(e: dict[str, Any]) -> bool:
-        if e["event"] == "rank" and e["state"] == "running":
-            running.add(e["rank"])
-        return len(running) == world or e["event"] == "summary"
-
-    events = read_until(proc, enough)
-    assert len(running) == world, events[-5:]
-    return events
 
 
 def job_of(events: list[dict[str, Any]]) -> str:

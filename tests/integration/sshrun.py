@@ -100,3 +100,17 @@ def rank_steps(events: list[dict[str, Any]]) -> dict[int, list[str]]:
             if not seen or seen[-1] != e["state"]:
                 seen.append(e["state"])
     return steps
+
+
+def all_running(proc: subprocess.Popen[str], world: int = 4) -> list[dict[str, Any]]:
+    """Headless events until every one of `world` ranks runs (or the run ends); asserts all ran."""
+    running: set[int] = set()
+
+    def enough(e: dict[str, Any]) -> bool:
+        if e["event"] == "rank" and e["state"] == "running":
+            running.add(e["rank"])
+        return len(running) == world or e["event"] == "summary"
+
+    events = read_until(proc, enough)
+    assert len(running) == world, events[-5:]
+    return events

@@ -15,7 +15,6 @@ import pytest
 
 from tests.integration.slurmrun import (
     NODES,
-    all_running,
     assert_clean_teardown,
     cluster_env,
     ddptui_argv,
@@ -27,7 +26,7 @@ from tests.integration.slurmrun import (
     run,
     start,
 )
-from tests.integration.sshrun import TRAINER, rank_steps, read_until
+from tests.integration.sshrun import TRAINER, all_running, rank_steps, read_until
 from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration

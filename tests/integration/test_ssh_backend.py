@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.sshrun import (
     TRAINER,
+    all_running,
     popen_headless,
     read_until,
     run_headless,
@@ -35,19 +36,6 @@ def _wait_clean(tb: Testbed, hosts: list[str], timeout: float = 10) -> dict[str,
     while (left := _left_on(tb, hosts)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
-
-
-def _all_running(proc: subprocess.Popen[str], world: int) -> list[dict]:
-    running: set[int] = set()
-
-    def enough(e: dict) -> bool:
-        if e["event"] == "rank" and e["state"] == "running":
-            running.add(e["rank"])
-        return len(running) == world or e["event"] == "summary"
-
-    events = read_until(proc, enough)
-    assert len(running) == world, events[-5:]
-    return events
 
 
 def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict]:
@@ -134,7 +122,7 @@ def test_teardown_leaves_nothing_even_after_a_cut_connection(
         "--sleep",
         "300",
     )
-    _all_running(proc, 4)
+    all_running(proc)
     assert len(_left_on(tb, ["node2"])["node2"]) >= 3  # agent + 2 workers (+ the tail)
     tb.cut_link("node2")
     read_until(
@@ -296,7 +284,7 @@ def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Pa
         "--sleep",
         "300",
     )
-    _all_running(proc, 4)
+    all_running(proc)
     agents = [p for p in tb.describe_pids("node2") if "torchrun" in p]
     assert agents, tb.describe_pids("node2")
     os.kill(int(agents[0].split()[0]), signal.SIGKILL)
