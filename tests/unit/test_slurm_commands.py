@@ -18,31 +18,6 @@ from ddptui.core.slurmplan import (
 )
 from ddptui.core.spec import SpecError, make_spec
 
-# `squeue --json` of Slurm 22.05.8 (trimmed): job_state is a string, numbers are plain.
-SQUEUE_2205 = """{"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [], "jobs": [
- {"job_id": 4, "name": "ddptui-r1", "job_state": "PENDING", "state_reason": "PartitionNodeLimit",
-  "nodes": "", "cpus": 5, "node_count": 5, "exit_code": 0},
- {"job_id": 5, "name": "no-shell", "job_state": "RUNNING", "state_reason": "None",
-  "nodes": "node[1-2]", "cpus": 4, "node_count": 2, "exit_code": 0},
- {"job_id": 3, "name": "no-shell", "job_state": "CANCELLED", "state_reason": "None",
-  "nodes": "node[1-3]", "cpus": 3, "node_count": 3, "exit_code": 0},
- {"job_id": 6, "name": "x", "job_state": "COMPLETING", "state_reason": "None",
-  "nodes": "node1", "cpus": 1, "node_count": 1, "exit_code": 0}]}"""
-
-# The shape of newer releases (openapi v0.0.40+): state lists, numbers wrapped.
-SQUEUE_NEWER = """{"jobs": [
- {"job_id": 42, "name": "ddptui-r2", "job_state": ["PENDING"], "state_reason": "Resources",
-  "nodes": "", "cpus": {"set": true, "infinite": false, "number": 8},
-  "node_count": {"set": true, "infinite": false, "number": 2},
-  "exit_code": {"status": ["PENDING"], "return_code": {"set": false, "number": 0}}},
- {"job_id": 43, "name": "y", "job_state": ["CANCELLED", "COMPLETING"], "state_reason": "None",
-  "nodes": "gpu[01-02]", "cpus": {"set": true, "number": 16},
-  "node_count": {"set": true, "number": 2},
-  "exit_code": {"status": ["SIGNALED"], "return_code": {"set": true, "number": 15}}},
- {"job_id": 44, "name": "z", "job_state": ["RUNNING"], "state_reason": "None",
-  "nodes": "gpu03", "cpus": {"set": true, "number": 8}, "node_count": {"set": true, "number": 1},
-  "exit_code": {"status": ["SUCCESS"], "return_code": {"set": true, "number": 0}}}]}"""
-
 
 def _spec(**fields: object):  # type: ignore[no-untyped-def]
     base: dict[str, object] = {

@@ -13,7 +13,6 @@ import pytest
 from ddptui.core.events import RankState
 from ddptui.core.logfollow import follow_log
 from ddptui.core.monitor import Monitor
-from ddptui.core.plan import NodeTarget
 from ddptui.core.slurmcli import (
     CliQuery,
     choose_query,
@@ -64,9 +63,6 @@ def _spec(**fields: object):  # type: ignore[no-untyped-def]
         "script_args": ("--lr", "0.1 x"),
     }
     return make_spec(**{**base, **fields})
-
-
-NODES = [NodeTarget("node1", "10.0.0.11"), NodeTarget("node2", "10.0.0.12")]
 
 
 # -- squeue, salloc, scontrol, sbatch -------------------------------------------------------------
