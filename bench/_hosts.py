@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import ROOT, TRAINER
-from ddptui.core.plan import NodeCommand, NodeTarget, build_plan
-from ddptui.core.spec import make_spec
+from ddptui.core.job.plan import NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.spec import make_spec
 from tests.testbed import Testbed, cleanup_stale
 
 ENVCHECK = str(TRAINER / "envcheck.py")

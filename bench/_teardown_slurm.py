@@ -36,8 +36,8 @@ from bench._teardown_common import (
     retried,
     verdict_para,
 )
-from ddptui.core.slurmplan import batch_script
-from ddptui.core.spec import make_spec
+from ddptui.core.backends.slurm.commands import batch_script
+from ddptui.core.job.spec import make_spec
 from tests.integration.slurmrun import cluster_env, ddptui_argv, headless_run_args
 from tests.testbed import SlurmCluster
 

@@ -43,8 +43,8 @@ TOOLS = ("ddptui asyncssh", "ddptui paramiko", "pdsh -R ssh", "clush")
 
 
 async def _fan_out(engine: str, config: str, hosts: Sequence[str], fanout: int) -> dict[str, Any]:
-    from ddptui.core.backends.ssh import make_transport
-    from ddptui.core.spec import make_spec
+    from ddptui.core.backends.ssh.backend import make_transport
+    from ddptui.core.job.spec import make_spec
 
     spec = make_spec(
         backend="ssh",

@@ -43,7 +43,7 @@ STATES = ("running", "hung", "assigned", "done")
 async def _drive(nodes: int, nproc: int, seconds: float) -> dict[str, Any]:
     from bench._pilot import FrameProbe
     from ddptui.core.events import RankChanged, RankState
-    from ddptui.core.spec import make_spec
+    from ddptui.core.job.spec import make_spec
     from ddptui.ui.app import DdpApp
 
     spec = make_spec(

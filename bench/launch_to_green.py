@@ -43,9 +43,9 @@ from bench._hosts import (
     wait_clean,
 )
 from ddptui.core.backends.local import LocalBackend, free_port
-from ddptui.core.plan import NodeTarget
-from ddptui.core.spec import make_spec
-from ddptui.core.store import RunDir
+from ddptui.core.job.plan import NodeTarget
+from ddptui.core.job.spec import make_spec
+from ddptui.core.runs.run_dir import RunDir
 from tests.testbed import Testbed
 
 TARGET = 1.10

@@ -68,7 +68,7 @@ def _lines_per_node(rate: int, seconds: float, quick: bool) -> int:
 def _batched_floor(chunks: list[tuple[str, bytes]]) -> int:
     """Prototype, not ddptui: one batch per chunk, per line only the split, the decode (of
     the whole chunk at once) and the rank prefix. What the per-line work costs at least."""
-    from ddptui.core.lines import PREFIX
+    from ddptui.core.monitor.framing import PREFIX
 
     rest: dict[str, bytes] = {}
     match, count = PREFIX.match, 0
@@ -96,7 +96,7 @@ CORE_TIERS = (
 
 def core_child(lines_per_node: int) -> dict[str, Any]:
     from bench.flood_node import _batch
-    from ddptui.core.monitor import Monitor
+    from ddptui.core.monitor.monitor import Monitor
     from ddptui.ui.relay import SessionRelay
 
     nodes = [f"local{i}" for i in range(NODES)]
@@ -168,7 +168,7 @@ class Ingest:
 
 
 def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
-    from ddptui.core.spec import make_spec
+    from ddptui.core.job.spec import make_spec
 
     return make_spec(
         backend="local",

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from ddptui.core.backends.base import BackendError
-from ddptui.core.spec import SpecError, check_local_script
-from ddptui.core.store import RunDir
+from ddptui.core.job.spec import SpecError, check_local_script
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.jobargs import add_job_flags, spec_from_args
 
 
@@ -96,7 +96,7 @@ def _open_run(run_id: str) -> RunDir:
     except FileNotFoundError:
         if not run_id.isdigit():
             raise
-        from ddptui.core.backends.slurm import run_for_job
+        from ddptui.core.backends.slurm.backend import run_for_job
 
         found = run_for_job(run_id)
         if found is None:

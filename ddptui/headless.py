@@ -8,9 +8,9 @@ import sys
 from typing import TextIO
 
 from ddptui.core.events import Event, NodeLines
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
 
 
 def run_headless(

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from ddptui.core.hosts import expand_hosts, read_hostfile
-from ddptui.core.profiles import ProfileError, ProfileSet, ResolvedProfile, compose, load_profiles
-from ddptui.core.spec import (
+from ddptui.core.job.hosts import expand_hosts, read_hostfile
+from ddptui.core.job.profiles import (
+    ProfileError,
+    ProfileSet,
+    ResolvedProfile,
+    bundled_trainer_dir,
+    compose,
+    load_profiles,
+)
+from ddptui.core.job.spec import (
     BACKENDS,
     JobSpec,
     SpecError,
@@ -20,11 +26,7 @@ from ddptui.core.spec import (
 
 def bundled_trainer(name: str = "envcheck.py") -> str:
     """Path of a script from trainer/, shipped with the package or beside a source checkout."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "trainer" / name, here.parent / "trainer" / name):
-        if candidate.is_file():
-            return str(candidate)
-    return str(here.parent / "trainer" / name)
+    return str(bundled_trainer_dir() / name)
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:

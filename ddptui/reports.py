@@ -11,9 +11,15 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ddptui.core.events import Event
-from ddptui.core.history import RunHistory, RunRecord
-from ddptui.core.preflight import CHECKS, CheckResult, Preflight, PreflightSummary, cell_status
-from ddptui.core.spec import JobSpec
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.preflight.preflight import (
+    CHECKS,
+    CheckResult,
+    Preflight,
+    PreflightSummary,
+    cell_status,
+)
+from ddptui.core.runs.history import RunHistory, RunRecord
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")

@@ -21,11 +21,11 @@ from ddptui.core.events import (
     RunSummary,
     TeardownReport,
 )
-from ddptui.core.history import RunRecorder
-from ddptui.core.monitor import Monitor
-from ddptui.core.plan import LaunchPlan, NodeCommand
-from ddptui.core.spec import JobSpec, SpecError
-from ddptui.core.store import RunDir, new_run_id
+from ddptui.core.job.plan import LaunchPlan, NodeCommand
+from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.runs.history import RunRecorder
+from ddptui.core.runs.run_dir import RunDir, new_run_id
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them

@@ -12,8 +12,8 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddptui.core.diagnosis import HUNG, STRAGGLER, order_failures
 from ddptui.core.events import FailureRecord, RankChanged
+from ddptui.core.monitor.diagnosis import HUNG, STRAGGLER, order_failures
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ddptui.core.hosts import expand_hosts
-from ddptui.core.spec import (
+from ddptui.core.job.hosts import expand_hosts
+from ddptui.core.job.spec import (
     JobSpec,
     SlurmSpec,
     SpecError,

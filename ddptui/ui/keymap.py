@@ -33,7 +33,7 @@ from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.keys import Keys, _character_to_key
 
-from ddptui.core.spec import SpecError
+from ddptui.core.job.spec import SpecError
 
 MODIFIERS = frozenset({"ctrl", "shift", "alt", "meta", "super", "hyper"})
 _NAMED_KEYS = frozenset(

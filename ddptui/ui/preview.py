@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddptui.core.plan import LaunchPlan, NodeTarget, build_plan
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
+from ddptui.core.job.plan import LaunchPlan, NodeTarget, build_plan
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
 
 RUN_ID_PLACEHOLDER = "<run-id>"
 PORT_PLACEHOLDER = "<port>"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
-from ddptui.core.spec import JobSpec, make_spec
+from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.job import JobScreen

@@ -15,7 +15,7 @@ from ddptui.core.events import (
     RankState,
     RunSummary,
 )
-from ddptui.core.monitor import Monitor
+from ddptui.core.monitor.monitor import Monitor
 from ddptui.ui.screens.job import JobScreen
 
 DATA = Path(__file__).resolve().parents[1] / "unit" / "data" / "torchrun"

@@ -18,10 +18,10 @@ import pytest
 from textual.widgets import DataTable
 
 from ddptui.core.events import RankChanged, RankState, RankSummary, RunSummary
-from ddptui.core.history import RunHistory
-from ddptui.core.plan import NodeTarget, build_plan
-from ddptui.core.spec import JobSpec, make_spec
-from ddptui.core.store import RunDir
+from ddptui.core.job.plan import NodeTarget, build_plan
+from ddptui.core.job.spec import JobSpec, make_spec
+from ddptui.core.runs.history import RunHistory
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.history import HistoryScreen
@@ -136,7 +136,7 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
 
 CONSOLE = """
 import asyncio, sys
-from ddptui.core.spec import make_spec
+from ddptui.core.job.spec import make_spec
 from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 

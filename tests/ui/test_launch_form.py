@@ -9,7 +9,7 @@ import pytest
 from textual.widgets import Button, Input, Select, Static
 
 from ddptui.core.events import RankState
-from ddptui.core.spec import make_spec
+from ddptui.core.job.spec import make_spec
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.launch_form import LaunchFormScreen
 from ddptui.ui.widgets.form_field import FormField

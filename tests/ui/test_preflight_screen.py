@@ -7,12 +7,12 @@ from typing import Any
 
 from textual.widgets import Static
 
+from ddptui.core.backends.transport import CommandResult, LocalTransport, Transport
 from ddptui.core.events import Event
-from ddptui.core.plan import NodeTarget
-from ddptui.core.preflight import CHECKS, CheckResult, PreflightSummary
-from ddptui.core.preflight_nodes import LineSink, NodeAccess
-from ddptui.core.spec import JobSpec, make_spec
-from ddptui.core.transport import CommandResult, LocalTransport, Transport
+from ddptui.core.job.plan import NodeTarget
+from ddptui.core.job.spec import JobSpec, make_spec
+from ddptui.core.preflight.access import LineSink, NodeAccess
+from ddptui.core.preflight.preflight import CHECKS, CheckResult, PreflightSummary
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.preflight import PreflightScreen
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ddptui.core.events import RankState
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
-from ddptui.core.store import RunDir
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitScreen
 

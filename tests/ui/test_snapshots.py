@@ -10,7 +10,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from ddptui.core.spec import make_spec
+from ddptui.core.job.spec import make_spec
 from ddptui.ui.app import DdpApp
 
 from .conftest import SIZE

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core import diagnosis as dx
-from ddptui.core.agentlog import AgentLogParser, AgentTrouble, WorkerFailed
+from ddptui.core.monitor import diagnosis as dx
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState, RunSummary
-from ddptui.core.monitor import Monitor
-from ddptui.core.spec import SpecError, make_spec
+from ddptui.core.job.spec import SpecError, make_spec
+from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
+from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 
@@ -317,7 +317,7 @@ def test_hung_rank_gets_a_diagnosis() -> None:
 
 
 def test_restarts_are_carried_on_rank_events() -> None:
-    from ddptui.core.agentlog import Assigned
+    from ddptui.core.monitor.agent_log import Assigned
 
     monitor = Monitor(["n0"], 1)
     monitor.board.assign("n0", Assigned(0, (0,), (0,), 0))

@@ -20,9 +20,9 @@ from ddptui.core.events import (
     RankSummary,
     RunSummary,
 )
-from ddptui.core.history import RunHistory, RunRecorder, history_path
-from ddptui.core.spec import make_spec
-from ddptui.core.store import RunDir
+from ddptui.core.job.spec import make_spec
+from ddptui.core.runs.history import RunHistory, RunRecorder, history_path
+from ddptui.core.runs.run_dir import RunDir
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from ddptui.core.lines import PREFIX, Attributed, LineFramer, RankAttributor
+from ddptui.core.monitor.framing import PREFIX, Attributed, LineFramer, RankAttributor
 
 
 def test_framer_joins_lines_split_across_chunks() -> None:

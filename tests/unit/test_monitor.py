@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddptui.core.agentlog import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.events import NodeLines, RankChanged, RankState
-from ddptui.core.monitor import Monitor
+from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
+from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).parent / "data" / "torchrun"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from ddptui.core.plan import LINE_PREFIX_TEMPLATE, NodeTarget, build_plan
-from ddptui.core.spec import make_spec
+from ddptui.core.job.plan import LINE_PREFIX_TEMPLATE, NodeTarget, build_plan
+from ddptui.core.job.spec import make_spec
 
 NODES = [NodeTarget("node1", "10.0.0.1"), NodeTarget("node2", "10.0.0.2")]
 
@@ -84,7 +84,7 @@ def test_max_restarts_is_passed() -> None:
 
 
 def test_plan_round_trips_through_json() -> None:
-    from ddptui.core.plan import LaunchPlan
+    from ddptui.core.job.plan import LaunchPlan
 
     plan = build_plan(make_spec(script="t.py"), NODES, "r", 5)
     assert LaunchPlan.from_dict(plan.to_dict()) == plan

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ddptui.core.plan import NodeTarget
-from ddptui.core.preflight import CHECKS, Observations, evaluate
-from ddptui.core.preflight_rules import Finding
+from ddptui.core.job.plan import NodeTarget
+from ddptui.core.preflight.preflight import CHECKS, Observations, evaluate
+from ddptui.core.preflight.rules import Finding
 
 NODES = [NodeTarget(f"node{i}", f"10.0.0.{10 + i}") for i in (1, 2, 3)]
 GIB = 1 << 30
@@ -244,7 +244,8 @@ def test_local_pseudo_nodes_share_one_machine() -> None:
 def test_preflight_profiles_and_history_never_import_textual_or_torch() -> None:
     code = (
         "import sys\n"
-        "import ddptui.core.preflight, ddptui.core.profiles, ddptui.core.history, ddptui.reports\n"
+        "import ddptui.core.preflight.preflight, ddptui.core.job.profiles\n"
+        "import ddptui.core.runs.history, ddptui.reports\n"
         "bad = [m for m in sys.modules if m in ('textual', 'torch') or m.startswith('ddptui.ui')]\n"
         "assert not bad, bad\n"
     )

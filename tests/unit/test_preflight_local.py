@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ddptui.core.preflight import CHECKS
+from ddptui.core.preflight.preflight import CHECKS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.cli import _parser, main
-from ddptui.core.profiles import (
+from ddptui.core.job.profiles import (
     BUILTIN,
     ProfileError,
     builtin_profiles,

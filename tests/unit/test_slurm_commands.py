@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.plan import NodeTarget
-from ddptui.core.slurmplan import (
+from ddptui.core.backends.slurm.commands import (
     allocation_args,
     batch_script,
     direct_plan,
@@ -16,7 +15,8 @@ from ddptui.core.slurmplan import (
     salloc_argv,
     torchrun_plan,
 )
-from ddptui.core.spec import SpecError, make_spec
+from ddptui.core.job.plan import NodeTarget
+from ddptui.core.job.spec import SpecError, make_spec
 
 
 def _spec(**fields: object):  # type: ignore[no-untyped-def]

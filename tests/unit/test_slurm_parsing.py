@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.events import RankState
-from ddptui.core.logfollow import follow_log
-from ddptui.core.monitor import Monitor
-from ddptui.core.slurmcli import (
+from ddptui.core.backends.slurm.cli import (
     CliQuery,
     choose_query,
     job_states,
@@ -25,8 +22,16 @@ from ddptui.core.slurmcli import (
     parse_steps,
     parse_version,
 )
-from ddptui.core.spec import SpecError, make_spec
-from ddptui.core.srunlog import SrunDemux, expand_tasks, slurm_complaint, task_exit
+from ddptui.core.backends.slurm.log_follow import follow_log
+from ddptui.core.backends.slurm.srun_output import (
+    SrunDemux,
+    expand_tasks,
+    slurm_complaint,
+    task_exit,
+)
+from ddptui.core.events import RankState
+from ddptui.core.job.spec import SpecError, make_spec
+from ddptui.core.monitor.monitor import Monitor
 
 # `squeue --json` of Slurm 22.05.8 (trimmed): job_state is a string, numbers are plain.
 SQUEUE_2205 = """{"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [], "jobs": [
@@ -232,7 +237,7 @@ async def test_follow_log_reads_to_the_exit_file(tmp_path: Path) -> None:
 
 
 async def test_follow_log_stops_when_the_writer_is_gone(tmp_path: Path) -> None:
-    import ddptui.core.logfollow as lf
+    import ddptui.core.backends.slurm.log_follow as lf
 
     log = tmp_path / "missing.log"
     asked: list[int] = []
@@ -251,7 +256,7 @@ async def test_follow_log_stops_when_the_writer_is_gone(tmp_path: Path) -> None:
 
 
 def test_run_for_job_finds_the_run(tmp_path: Path) -> None:
-    from ddptui.core.backends.slurm import run_for_job
+    from ddptui.core.backends.slurm.backend import run_for_job
 
     for run_id, job in (("20260101-000000-aaaaaa", "41"), ("20260102-000000-bbbbbb", "42")):
         (tmp_path / run_id).mkdir()
@@ -266,7 +271,8 @@ def test_run_for_job_finds_the_run(tmp_path: Path) -> None:
 def test_slurm_backend_imports_without_textual_or_pyslurm() -> None:
     code = (
         "import sys\n"
-        "import ddptui.core.backends.slurm, ddptui.core.slurmalloc, ddptui.core.slurmcli\n"
+        "import ddptui.core.backends.slurm.backend, ddptui.core.backends.slurm.allocator\n"
+        "import ddptui.core.backends.slurm.cli\n"
         "bad = [m for m in sys.modules if m.startswith(('textual', 'ddptui.ui', 'pyslurm'))]\n"
         "assert not bad, bad\n"
     )
@@ -274,7 +280,7 @@ def test_slurm_backend_imports_without_textual_or_pyslurm() -> None:
 
 
 def test_mode_auto_uses_the_allocation_we_are_inside() -> None:
-    from ddptui.core.slurmplan import resolve_mode
+    from ddptui.core.backends.slurm.commands import resolve_mode
 
     assert resolve_mode(_spec(), {"SLURM_JOB_ID": "12"}) == "existing"
     assert resolve_mode(_spec(), {}) == "salloc"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.hosts import expand_hosts, read_hostfile
-from ddptui.core.spec import SpecError, check_local_script, make_spec, parse_env_pairs
+from ddptui.core.job.hosts import expand_hosts, read_hostfile
+from ddptui.core.job.spec import SpecError, check_local_script, make_spec, parse_env_pairs
 
 
 def test_nodes_zero_is_rejected_in_one_line() -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import importlib
 
 from ddptui.core.backends.base import Backend, BackendError, Emit
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
 
 _BACKENDS = {
     "local": "ddptui.core.backends.local:LocalBackend",
-    "ssh": "ddptui.core.backends.ssh:SshBackend",
-    "slurm": "ddptui.core.backends.slurm:SlurmBackend",
+    "ssh": "ddptui.core.backends.ssh.backend:SshBackend",
+    "slurm": "ddptui.core.backends.slurm.backend:SlurmBackend",
 }
 
 

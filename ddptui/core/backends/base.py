@@ -1,4 +1,4 @@
-"""Provides the Backend interface and ShimBackend, which drives nodes through a Transport."""
+"""Provides the Backend interface and HelperBackend, which drives nodes through a Transport."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import base64
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any, ClassVar
 
+from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
-from ddptui.core.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir
-from ddptui.core.transport import ChunkSink, Transport, TransportError
+from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.node import job_helper_source
+from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
 REAP_GRACE_S = 3.0
@@ -81,16 +81,12 @@ class Backend(ABC):
         """Reconnect to a run started earlier, from what `state` returned then."""
 
 
-def shim_source() -> bytes:
-    return resources.files("ddptui.core").joinpath("nodeshim.py").read_bytes()
-
-
-class ShimBackend(Backend):
+class HelperBackend(Backend):
     """Nodes reached by a Transport (this machine, SSH), each running the node shim."""
 
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
-        self._shim = shim_source()
+        self._helper_source = job_helper_source()
 
     @abstractmethod
     def transport(self, node: str) -> Transport:
@@ -118,7 +114,7 @@ class ShimBackend(Backend):
         payload = base64.b64encode(json.dumps(job).encode()).decode()
         try:
             result = await self.transport(command.node).run(
-                self._argv("start", payload), stdin=self._shim, timeout=60
+                self._argv("start", payload), stdin=self._helper_source, timeout=60
             )
         except TransportError as exc:
             raise NodeStartError(command.node, str(exc)) from None
@@ -132,7 +128,7 @@ class ShimBackend(Backend):
             result = await self.transport(command.node).stream(
                 self._argv("tail", self.node_log_path(command), str(offset)),
                 on_chunk,
-                stdin=self._shim,
+                stdin=self._helper_source,
             )
         except TransportError:
             return None
@@ -147,7 +143,7 @@ class ShimBackend(Backend):
         Raises TransportError, or IndexError/ValueError when the shim printed no report.
         """
         result = await transport.run(
-            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._shim, timeout=30
+            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._helper_source, timeout=30
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return report

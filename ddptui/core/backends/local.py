@@ -9,12 +9,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddptui.core.backends.base import BackendError, Emit, ShimBackend
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
-from ddptui.core.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
-from ddptui.core.spec import JobSpec, check_local_script
-from ddptui.core.store import RunDir
-from ddptui.core.transport import LocalTransport, Transport
+from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.spec import JobSpec, check_local_script
+from ddptui.core.runs.run_dir import RunDir
 
 LOOPBACK = "127.0.0.1"
 
@@ -36,7 +36,7 @@ def local_launcher(launcher: str) -> str:
     return shlex.join([sys.executable, "-m", "torch.distributed.run"])
 
 
-class LocalBackend(ShimBackend):
+class LocalBackend(HelperBackend):
     """Every pseudo-node is its own torchrun agent; they meet over c10d on 127.0.0.1."""
 
     name = "local"

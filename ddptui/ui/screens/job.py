@@ -14,9 +14,9 @@ from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.core.session import Session
-from ddptui.core.spec import JobSpec
-from ddptui.core.store import RunDir, node_log_name
 from ddptui.ui.errors import jump_targets
 from ddptui.ui.messages import (
     AllocationUpdate,

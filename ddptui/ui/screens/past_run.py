@@ -14,8 +14,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 
 from ddptui.core.events import NodeChanged
-from ddptui.core.history import RunRecord, recorded_events
-from ddptui.core.store import RunDir, node_log_name
+from ddptui.core.runs.history import RunRecord, recorded_events
+from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.widgets.rank_grid import RankGrid
 from ddptui.ui.widgets.run_logs import RunLogTabs

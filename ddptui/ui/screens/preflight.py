@@ -16,9 +16,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import Worker
 
 from ddptui.core.events import AllocationChanged, Event
-from ddptui.core.preflight import CheckResult, Preflight, PreflightSummary
-from ddptui.core.preflight_nodes import NodeAccess
-from ddptui.core.spec import JobSpec
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.preflight.access import NodeAccess
+from ddptui.core.preflight.preflight import CheckResult, Preflight, PreflightSummary
 from ddptui.ui.preview import node_names
 from ddptui.ui.widgets.preflight_grid import PreflightGrid
 

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.core.spec import JobSpec
+from ddptui.core.job.spec import JobSpec
 from ddptui.ui.preview import CommandLine
 
 

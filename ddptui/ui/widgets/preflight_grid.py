@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ddptui.core.preflight import CHECKS, CheckResult
+from ddptui.core.preflight.preflight import CHECKS, CheckResult
 
 PENDING = "…"
 _LOOK = {

@@ -18,8 +18,8 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ddptui.core.diagnosis import signal_name
 from ddptui.core.events import Diagnosis, NodeState, RankChanged, RankState
+from ddptui.core.monitor.diagnosis import signal_name
 
 _GLYPH = {
     RankState.PENDING: "·",

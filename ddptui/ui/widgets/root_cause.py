@@ -9,8 +9,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.core.diagnosis import EXITED, TRACEBACK, describe_exit, order_failures
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
+from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit, order_failures
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Log, TabbedContent, TabPane
 
-from ddptui.core.lines import LineFramer, RankAttributor
+from ddptui.core.monitor.framing import LineFramer, RankAttributor
 
 MAX_LINES = 20_000
 TAIL_BYTES = 8 << 20

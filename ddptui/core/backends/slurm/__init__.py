@@ -1,0 +1,1 @@
+"""Provides the Slurm backend: queries, CLI, allocator, command lines, log following."""

@@ -1,0 +1,397 @@
+"""Provides the Slurm backend: torchrun (or the script itself) on nodes Slurm allocates.
+
+Three ways to have nodes: `salloc --no-shell` (ours to release), the allocation the console
+runs inside (SLURM_JOB_ID: left alone), or `sbatch` (the job runs without the console;
+`ddptui attach` follows it again). Whatever the way, every node's output goes straight into
+the run directory from a process that does not depend on the console, so following a node is
+reading a local file, and a console that dies loses nothing.
+
+- torchrun launch: one srun step per node (`ddptui-RUN-I`), started detached through the node
+  shim with its output in that node's log: one stream per node, and each node's own
+  `--local-addr`, so MASTER_ADDR never depends on DNS.
+- srun direct: one step of N x G tasks with `--label`; its stream is split per node
+  (srunlog.SrunDemux) into each node's log in the prefix format the Monitor reads.
+
+Teardown proves each node clean with the node shim's `reap` run on that node by srun
+(`--overlap`, inside the allocation while it exists; for sbatch, whose allocation ends with
+its script, a one-task job of its own on that node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, HelperBackend
+from ddptui.core.backends.slurm.allocator import SlurmAllocator
+from ddptui.core.backends.slurm.cli import JobInfo, SlurmError, choose_query, ipv4_of
+from ddptui.core.backends.slurm.commands import (
+    STEP_LOG,
+    batch_script,
+    direct_argv,
+    direct_plan,
+    job_name,
+    resolve_mode,
+    salloc_argv,
+    step_name,
+    torchrun_plan,
+)
+from ddptui.core.backends.slurm.follow import (
+    follow_direct,
+    log_tail,
+    reap_report,
+    run_for_job,
+    run_job_helper,
+)
+from ddptui.core.backends.slurm.log_follow import follow_log
+from ddptui.core.backends.slurm.srun_output import slurm_complaint
+from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport
+from ddptui.core.events import AllocationChanged, Notice, TeardownReport
+from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
+
+__all__ = ["SlurmBackend", "run_for_job"]
+
+
+class SlurmBackend(HelperBackend):
+    name = "slurm"
+    logs_written_locally = True
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        self.mode: str = spec.slurm.mode  # "auto": resolved by allocate(), or restore()
+        self.direct = spec.slurm.launch == "srun"
+        self.query = choose_query()
+        self.alloc = SlurmAllocator(self.query, emit, job_name(run.run_id))
+        self._transport = LocalTransport()
+        self.job_id: str | None = None
+        self.nodes: list[NodeTarget] = []
+        self.cpus_per_node = 0
+        self.cwd = spec.workdir or os.getcwd()
+        self._ifnames: dict[str, str] = {}
+        self._port_problem = ""
+        self._once: dict[str, asyncio.Future[Any]] = {}
+        self._told_batch_output = False
+        self._complaints: set[str] = set()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def transport(self, node: str) -> Transport:
+        return self._transport
+
+    def python(self) -> str:
+        return sys.executable  # the shim's start/reap verbs run here, on the console's host
+
+    def node_log_path(self, command: NodeCommand) -> str:
+        if self.direct:
+            return str(self.run.path / STEP_LOG)
+        return str(self.run.node_log(command.index, command.node))
+
+    async def _one_time(self, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Actions every node asks for but that must happen once (one step for all nodes)."""
+        if key not in self._once:
+            self._once[key] = asyncio.ensure_future(make())
+        return await asyncio.shield(self._once[key])
+
+    async def _helper(
+        self, node: str, verb: str, *args: str, inside: bool = True
+    ) -> dict[str, Any]:
+        name = f"{job_name(self.run.run_id)}-{verb}"
+        job_id = self.job_id if inside else None
+        return await run_job_helper(self.spec, self._helper_source, name, node, job_id, verb, *args)
+
+    # -- allocation -------------------------------------------------------------------------------
+
+    async def allocate(self) -> list[NodeTarget]:
+        self.mode = resolve_mode(self.spec)
+        if self.direct:
+            direct_argv(self.spec)  # a container engine srun cannot run fails here, early
+        if self.mode == "existing":
+            job = await self.alloc.existing(os.environ["SLURM_JOB_ID"])
+            how = "the allocation this console runs in"
+        elif self.mode == "salloc":
+            job = await self.alloc.salloc(salloc_argv(self.spec, self.run.run_id))
+            how = "salloc"
+        else:
+            job = await self._submit()
+            how = "sbatch"
+        self.job_id = job.job_id
+        self.cpus_per_node = job.cpus_per_node
+        try:
+            names = await self._node_names(job)
+            addresses = await self.query.node_addresses(names)
+            self.nodes = [
+                NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
+            ]
+            self.emit(AllocationChanged("granted", job.job_id, tuple(names), how))
+            if self.mode != "sbatch":
+                await self._probe()
+        except SlurmError as exc:
+            raise BackendError(str(exc)) from None
+        return self.nodes
+
+    async def _node_names(self, job: JobInfo) -> list[str]:
+        names = await self.query.hostnames(job.nodes)
+        if len(names) < self.spec.nodes:
+            raise BackendError(
+                f"job {job.job_id} has {len(names)} node(s) ({job.nodes}), "
+                f"{self.spec.nodes} asked for"
+            )
+        return names[: self.spec.nodes]
+
+    async def _submit(self) -> JobInfo:
+        script = batch_script(
+            self.spec,
+            self.run.run_id,
+            str(self.run.path.resolve()),
+            self.spec.rdzv_port or DEFAULT_RDZV_PORT,
+        )
+        path = self.run.path / "job.sbatch"
+        path.write_text(script)
+        self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
+        self.job_id = await self.alloc.submit(str(path))
+        return await self.alloc.wait_running(self.job_id)
+
+    async def _probe(self) -> None:
+        """Each node's interfaces (for GLOO/NCCL_SOCKET_IFNAME) and a usable python there;
+        the rendezvous port on the first node, all at once."""
+        port = str(self.spec.rdzv_port or DEFAULT_RDZV_PORT)
+        head = self.nodes[0]
+
+        async def probe(node: NodeTarget) -> None:
+            try:
+                report = await self._helper(node.name, "probe")
+            except SlurmError as exc:
+                raise BackendError(
+                    f"{node.name}: cannot run {self.spec.python} there through srun: {exc}"
+                ) from None
+            ifname = report.get("ifaces", {}).get(node.address)
+            if ifname:
+                self._ifnames[node.name] = ifname
+
+        async def check_port() -> None:
+            with contextlib.suppress(SlurmError):
+                report = await self._helper(head.name, "port", head.address, port)
+                if not report.get("free", True):
+                    self._port_problem = str(report.get("error", ""))
+
+        await asyncio.gather(*(probe(n) for n in self.nodes), check_port())
+
+    async def rdzv_port(self, head: NodeTarget) -> int:
+        port = self.spec.rdzv_port or DEFAULT_RDZV_PORT
+        if self._port_problem:
+            raise BackendError(
+                f"rendezvous port {port} on {head.name} is not available "
+                f"({self._port_problem}): choose another with --rdzv-port"
+            )
+        return port
+
+    # -- plan and start ---------------------------------------------------------------------------
+
+    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        """sbatch: what each node's share of the batch script runs; otherwise the srun
+        steps this console starts (job_id None means: inside the batch script)."""
+        job_id = None if self.mode == "sbatch" else self.job_id
+        if not self.direct:
+            return torchrun_plan(
+                self.spec,
+                self.run.run_id,
+                nodes,
+                port,
+                job_id,
+                self.cwd,
+                self.cpus_per_node,
+                self._ifnames,
+            )
+        ifnames = sorted({self._ifnames[n.name] for n in nodes if n.name in self._ifnames})
+        if len(ifnames) > 1 and not self.spec.socket_ifname:
+            self.emit(
+                Notice(
+                    "warning",
+                    f"nodes use different interfaces {ifnames}: the first "
+                    "node's is used; pass --socket-ifname",
+                )
+            )
+        return direct_plan(
+            self.spec,
+            self.run.run_id,
+            nodes,
+            port,
+            job_id,
+            self.cwd,
+            self._ifnames.get(nodes[0].name),
+        )
+
+    async def start(self, command: NodeCommand) -> None:
+        if self.mode == "sbatch":
+            return  # the batch script started every node
+        if self.direct:  # one step for every node: the first caller starts it
+            await self._one_time("start", lambda: super(SlurmBackend, self).start(command))
+            return
+        await super().start(command)
+
+    # -- following --------------------------------------------------------------------------------
+
+    async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        if self.direct:
+            code = await follow_direct(
+                self.run.path / STEP_LOG,
+                self.run.node_log(command.index, command.node),
+                [n.name for n in self.nodes],
+                self.spec.nproc_per_node,
+                command.index,
+                offset,
+                on_chunk,
+                self._ended,
+            )
+        else:
+            code = await follow_log(
+                Path(self.node_log_path(command)), offset, on_chunk, self._ended
+            )
+        if code != 0:
+            self._slurm_complaint(Path(self.node_log_path(command)))
+        return code
+
+    def _slurm_complaint(self, log: Path) -> None:
+        """srun refusing a step (an option it lacks without pyxis, too few CPUs...) is the
+        reason the node failed: say it as an error, in Slurm's words, once."""
+        line = slurm_complaint(log_tail(log))
+        if line and line not in self._complaints:
+            self._complaints.add(line)
+            self.emit(Notice("error", f"Slurm: {line}"))
+
+    async def _ended(self) -> int | None:
+        """None while the job may still write a node's exit file; else the code to report."""
+        if self.job_id is None:
+            return 1
+        try:
+            job = await self.query.job(self.job_id)
+        except SlurmError:
+            return None
+        if job is not None and not job.ended:
+            return None
+        self._batch_output_notice()
+        return job.exit_code if job is not None and job.exit_code else 1
+
+    def _batch_output_notice(self) -> None:
+        """A batch job that ended without a node's exit file: say what its script printed."""
+        if self.mode != "sbatch" or self._told_batch_output or self.job_id in self.alloc.released:
+            return
+        self._told_batch_output = True
+        out = self.run.path / f"slurm-{self.job_id}.out"
+        if out.exists():
+            tail = out.read_text(errors="replace").strip().splitlines()[-5:]
+            self.emit(
+                Notice(
+                    "error", f"job {self.job_id} ended; its output ends with:\n" + "\n".join(tail)
+                )
+            )
+
+    # -- teardown ---------------------------------------------------------------------------------
+
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        """End the node's part of the job, then prove on the node that nothing is left."""
+        if self.job_id is None:
+            return TeardownReport(command.node, True, (), "no job was started")
+        if self.mode == "sbatch":
+            await self._one_time("end-job", lambda: self.alloc.release(self.job_id or ""))
+            ended = f"job {self.job_id} ended (scancel) and gone from squeue"
+        else:
+            names = [step_name(self.run.run_id, None if self.direct else command.index)]
+            gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
+            ended = "step ended" if gone else "step still listed by squeue"
+        local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
+        inside = self.mode != "sbatch" and await self._job_alive()
+        try:
+            report = await self._helper(
+                command.node, "reap", command.tag, str(REAP_GRACE_S), inside=inside
+            )
+        except SlurmError as exc:
+            return TeardownReport(
+                command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
+            )
+        return reap_report(command.node, ended, report, local)
+
+    async def _job_alive(self) -> bool:
+        """Whether the proof can run inside the allocation (a time limit may have ended it)."""
+        try:
+            job = await self.query.job(self.job_id or "")
+        except SlurmError:
+            return True
+        return job is not None and not job.ended
+
+    async def _end_steps(self, names: Sequence[str]) -> bool:
+        """SIGTERM the steps' tasks first, as the SSH backend does (torchrun stops its workers,
+        a script may checkpoint); scancel (SIGKILL for a step) what is left after the grace."""
+        assert self.job_id is not None
+        steps: list[str] = []
+        with contextlib.suppress(SlurmError):
+            steps = [s.step_id for s in await self.query.steps(self.job_id) if s.name in names]
+        for step in steps:
+            await self.alloc.signal(step, "TERM")
+        if await self.alloc.wait_steps_gone(self.job_id, names, timeout=REAP_GRACE_S):
+            return True
+        for step in steps:
+            await self.alloc.cancel(step)
+        return await self.alloc.wait_steps_gone(self.job_id, names)
+
+    async def _reap_here(self, tag: str) -> list[int]:
+        """The srun client this console started for the node (tagged too), if it lingers."""
+        if self.mode == "sbatch":
+            return []
+        with contextlib.suppress(IndexError, ValueError):
+            return list((await self.reap_tag(self._transport, tag))["leftover"])
+        return []
+
+    async def release(self) -> None:
+        if self.job_id is None:
+            return
+        if self.mode != "existing":
+            await self.alloc.release(self.job_id)
+            return
+        prefix = job_name(self.run.run_id)
+        with contextlib.suppress(SlurmError):
+            ours = [
+                s.name for s in await self.query.steps(self.job_id) if s.name.startswith(prefix)
+            ]
+            if ours:
+                await self._end_steps(ours)
+        self._announce("kept", "your allocation is left running; ddptui's steps are gone")
+
+    async def detach(self) -> None:
+        if self.job_id is not None:
+            self._announce("detached", f"the job runs on: ddptui attach {self.run.run_id}")
+
+    def _announce(self, state: str, detail: str) -> None:
+        self.emit(AllocationChanged(state, self.job_id, tuple(n.name for n in self.nodes), detail))
+
+    # -- attach -----------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "backend": self.name,
+            "mode": self.mode,
+            "direct": self.direct,
+            "job_id": self.job_id,
+            "cpus_per_node": self.cpus_per_node,
+            "nodes": [[n.name, n.address] for n in self.nodes],
+        }
+
+    async def restore(self, state: dict[str, Any]) -> None:
+        self.mode = state["mode"]
+        self.direct = bool(state["direct"])
+        self.job_id = state["job_id"]
+        self.cpus_per_node = int(state.get("cpus_per_node", 0))
+        self.nodes = [NodeTarget(name, address) for name, address in state["nodes"]]
+        try:
+            job = await self.query.job(self.job_id or "")
+        except SlurmError as exc:
+            raise BackendError(str(exc)) from None
+        where = job.state if job is not None else "gone from squeue"
+        self._announce("attached", f"job {self.job_id}: {where}")

@@ -1,0 +1,313 @@
+"""Provides the Slurm CLI as async calls, parsers of what it prints, and SlurmQuery.
+
+SlurmQuery is the small read-only interface the Slurm backend asks about jobs, steps and
+nodes. CliQuery answers it with `squeue --json`, `squeue -s`, `scontrol`: the path this
+project tests against Slurm 22.05. `choose_query()` picks the pyslurm adapter instead only
+where `import pyslurm` works and pyslurm was built for the Slurm that `scontrol --version`
+reports (pyslurm binds exactly one Slurm release and fails on any other).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import ipaddress
+import json
+import os
+import re
+import socket
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ddptui.core.backends.transport import CommandResult, LocalTransport, TransportError
+
+# Job states after which nothing of the job runs (COMPLETING is a flag: still cleaning up).
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "REVOKED",
+    }
+)
+_SALLOC = re.compile(r"^salloc: (?:(error): )?(.*)$")
+_PENDING = re.compile(r"Pending job allocation (\d+)")
+_GRANTED = re.compile(r"Granted job allocation (\d+)")
+_QUEUED = re.compile(r"job (\d+) queued and waiting for resources")
+_NODE_ADDR = re.compile(r"\bNodeAddr=(\S+)")
+_NODE_NAME = re.compile(r"^NodeName=(\S+)")
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+CLI_TIMEOUT_S = 30.0
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message is Slurm's own, on one line."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as squeue reports it; `states` holds the base state and any flags."""
+
+    job_id: str
+    name: str
+    states: tuple[str, ...]
+    reason: str = ""
+    nodes: str = ""
+    cpus: int = 0
+    node_count: int = 0
+    exit_code: int | None = None
+
+    @property
+    def state(self) -> str:
+        return "+".join(self.states)
+
+    @property
+    def pending(self) -> bool:
+        return "PENDING" in self.states
+
+    @property
+    def running(self) -> bool:
+        return "RUNNING" in self.states and "COMPLETING" not in self.states
+
+    @property
+    def ended(self) -> bool:
+        """Nothing of the job is left: a final state and no longer completing."""
+        return "COMPLETING" not in self.states and any(s in FINAL_STATES for s in self.states)
+
+    @property
+    def cpus_per_node(self) -> int:
+        return self.cpus // self.node_count if self.node_count else 0
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    step_id: str
+    name: str
+    nodes: str = ""
+
+
+@dataclass(frozen=True)
+class SallocLine:
+    """What one line of salloc's stderr says: pending/queued/granted (with the job id),
+    an error, or information for the operator."""
+
+    kind: str
+    job_id: str | None
+    text: str
+
+
+# -- parsers (pure) -------------------------------------------------------------------------------
+
+
+def job_states(value: Any) -> tuple[str, ...]:
+    """`job_state` is a string in Slurm 22.05 (`"RUNNING"`) and a list in newer releases
+    (`["CANCELLED", "COMPLETING"]`)."""
+    if isinstance(value, str):
+        return tuple(s for s in value.replace("+", ",").split(",") if s)
+    if isinstance(value, (list, tuple)):
+        return tuple(str(s) for s in value)
+    return ()
+
+
+def _number(value: Any) -> int | None:
+    """Slurm >= 23.02 wraps numbers as {"set": bool, "number": n}; 22.05 gives plain ints."""
+    if isinstance(value, dict):
+        if value.get("set", True) and "number" in value:
+            return int(value["number"])
+        if "return_code" in value:
+            return _number(value["return_code"])
+        return None
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_squeue_json(text: str) -> dict[str, JobInfo]:
+    """`squeue --json` -> job id -> JobInfo (22.05 lists finished jobs too, and ignores -j)."""
+    data = json.loads(text)
+    jobs: dict[str, JobInfo] = {}
+    for raw in data.get("jobs", []):
+        job_id = str(raw.get("job_id"))
+        reason = raw.get("state_reason") or ""
+        jobs[job_id] = JobInfo(
+            job_id=job_id,
+            name=str(raw.get("name") or ""),
+            states=job_states(raw.get("job_state")),
+            reason="" if reason == "None" else str(reason),
+            nodes=str(raw.get("nodes") or ""),
+            cpus=_number(raw.get("cpus")) or 0,
+            node_count=_number(raw.get("node_count")) or 0,
+            exit_code=_number(raw.get("exit_code")),
+        )
+    return jobs
+
+
+def parse_salloc_line(line: str) -> SallocLine:
+    match = _SALLOC.match(line.strip())
+    if not match:
+        return SallocLine("info", None, line.strip())
+    is_error, text = match.group(1), match.group(2).strip()
+    if is_error:
+        return SallocLine("error", None, text)
+    for kind, pattern in (("granted", _GRANTED), ("pending", _PENDING), ("queued", _QUEUED)):
+        found = pattern.search(text)
+        if found:
+            return SallocLine(kind, found.group(1), text)
+    if "revoked" in text or "cancelled" in text.lower() or "aborted" in text:
+        return SallocLine("error", None, text)
+    return SallocLine("info", None, text)
+
+
+def parse_hostnames(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def parse_node_addresses(text: str) -> dict[str, str]:
+    """`scontrol -o show node LIST` (one node a line) -> node name -> NodeAddr."""
+    addresses: dict[str, str] = {}
+    for line in text.splitlines():
+        name, addr = _NODE_NAME.match(line), _NODE_ADDR.search(line)
+        if name and addr:
+            addresses[name.group(1)] = addr.group(1)
+    return addresses
+
+
+def parse_steps(text: str) -> list[StepInfo]:
+    """`squeue -s -h -o '%i|%j|%N'` -> the job's steps."""
+    steps = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 2 and parts[0]:
+            steps.append(StepInfo(parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
+    return steps
+
+
+def parse_sbatch_parsable(text: str) -> str:
+    """`sbatch --parsable` prints `JOBID` or `JOBID;CLUSTER`."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    job_id = first.split(";")[0].strip()
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch printed no job id: {text.strip()!r}")
+    return job_id
+
+
+def parse_version(text: str) -> tuple[int, int] | None:
+    """`slurm 22.05.8` -> (22, 5)."""
+    found = _VERSION.search(text)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def ipv4_of(address: str) -> str:
+    """NodeAddr may be a name: resolve it on the console's host once, so no node has to
+    (blocking: call it in a thread)."""
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv4Address(address))
+    try:
+        return str(socket.getaddrinfo(address, None, socket.AF_INET)[0][4][0])
+    except OSError:
+        return address
+
+
+def last_error(text: str) -> str:
+    """The line of Slurm's stderr worth showing: its last error, else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "unrecognized" in line]
+    return (errors or lines or [""])[-1]
+
+
+# -- running the CLI ------------------------------------------------------------------------------
+
+
+async def slurm(
+    argv: Sequence[str],
+    *,
+    stdin: bytes | None = None,
+    limit_s: float = CLI_TIMEOUT_S,
+    check: bool = True,
+) -> CommandResult:
+    """Run a Slurm command on this machine (SLURM_CONF etc. come from our environment)."""
+    try:
+        result = await LocalTransport().run(argv, stdin=stdin, timeout=limit_s)
+    except TransportError as exc:
+        raise SlurmError(str(exc)) from None
+    if check and result.exit_code != 0:
+        raise SlurmError(f"{argv[0]}: {last_error(result.stderr) or f'exit {result.exit_code}'}")
+    return result
+
+
+class SlurmQuery(Protocol):
+    """The state queries the backend needs; every answer is fresh from the controller."""
+
+    name: str
+
+    async def job(self, job_id: str) -> JobInfo | None:
+        """The job, or None once the controller has forgotten it."""
+
+    async def steps(self, job_id: str) -> list[StepInfo]:
+        """The job's running steps (none once the job is gone)."""
+
+    async def hostnames(self, nodelist: str) -> list[str]:
+        """A hostlist expression (`node[1-3]`) expanded, in Slurm's node order."""
+
+    async def node_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        """Each node's NodeAddr: the address the other nodes reach it at."""
+
+
+class CliQuery:
+    """SlurmQuery through the Slurm CLI (squeue, scontrol)."""
+
+    name = "cli"
+
+    async def job(self, job_id: str) -> JobInfo | None:
+        result = await slurm(["squeue", "--json"])
+        return parse_squeue_json(result.stdout).get(str(job_id))
+
+    async def steps(self, job_id: str) -> list[StepInfo]:
+        result = await slurm(
+            ["squeue", "-s", "-h", "-j", str(job_id), "-o", "%i|%j|%N"], check=False
+        )
+        return parse_steps(result.stdout) if result.exit_code == 0 else []
+
+    async def hostnames(self, nodelist: str) -> list[str]:
+        result = await slurm(["scontrol", "show", "hostnames", nodelist])
+        return parse_hostnames(result.stdout)
+
+    async def node_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
+        result = await slurm(["scontrol", "-o", "show", "node", ",".join(nodes)])
+        return parse_node_addresses(result.stdout)
+
+
+def scontrol_version() -> tuple[int, int] | None:
+    try:
+        out = subprocess.run(
+            ["scontrol", "--version"], capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_version(out)
+
+
+def choose_query() -> SlurmQuery:
+    """pyslurm where it can work here (importable, and built for this Slurm), else the CLI.
+
+    `DDPTUI_SLURM_QUERY=cli` forces the CLI.
+    """
+    if os.environ.get("DDPTUI_SLURM_QUERY") == "cli" or importlib.util.find_spec("pyslurm") is None:
+        return CliQuery()
+    from ddptui.core.backends.slurm.pyslurm_query import PyslurmQuery, pyslurm_version
+
+    built_for = pyslurm_version()
+    if built_for is None or built_for != scontrol_version():
+        return CliQuery()
+    return PyslurmQuery()

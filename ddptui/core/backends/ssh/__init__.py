@@ -1,0 +1,1 @@
+"""Provides the SSH backend and its two transports (asyncssh, paramiko)."""

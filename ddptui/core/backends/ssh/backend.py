@@ -1,0 +1,138 @@
+"""Provides the SSH backend: torchrun on a list of hosts, reached with asyncssh or paramiko."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.transport import Transport, TransportError
+from ddptui.core.events import AllocationChanged, NodeChanged, NodeState
+from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir, node_log_name
+
+REMOTE_RUNS = "~/.local/state/ddptui/runs"
+
+
+def make_transport(host: str, spec: JobSpec) -> Transport:
+    if spec.ssh.engine == "paramiko":
+        from ddptui.core.backends.ssh.paramiko_transport import ParamikoTransport
+
+        return ParamikoTransport(host, spec.ssh)
+    from ddptui.core.backends.ssh.asyncssh_transport import AsyncsshTransport
+
+    return AsyncsshTransport(host, spec.ssh)
+
+
+class SshBackend(HelperBackend):
+    """The hosts are the allocation; each runs the same torchrun line, the first one hosts
+    the rendezvous. Connections fan out concurrently, at most `ssh.fanout` at a time."""
+
+    name = "ssh"
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        hosts = list(spec.hosts[: spec.nodes])
+        self._transports = {h: make_transport(h, spec) for h in hosts}
+        self._probes: dict[str, dict[str, Any]] = {}
+        self._addresses: dict[str, str] = {}
+
+    def transport(self, node: str) -> Transport:
+        return self._transports[node]
+
+    def node_log_path(self, command: NodeCommand) -> str:
+        return posixpath.join(
+            REMOTE_RUNS, self.run.run_id, node_log_name(command.index, command.node)
+        )
+
+    async def allocate(self) -> list[NodeTarget]:
+        hosts = list(self._transports)
+        if len(hosts) < self.spec.nodes:
+            raise BackendError(f"{self.spec.nodes} nodes asked for, {len(hosts)} host(s) given")
+        self.emit(AllocationChanged("connecting", None, tuple(hosts)))
+        await self._connect_all(hosts)
+        self.emit(AllocationChanged("granted", None, tuple(hosts), "all hosts reachable"))
+        return [NodeTarget(h, self._addresses[h]) for h in hosts]
+
+    async def _connect_all(self, hosts: Sequence[str]) -> None:
+        gate = asyncio.Semaphore(self.spec.ssh.fanout)
+
+        async def one(host: str) -> str | None:
+            async with gate:
+                self.emit(NodeChanged(host, NodeState.CONNECTING))
+                try:
+                    await self._connect(host)
+                except TransportError as exc:
+                    self.emit(NodeChanged(host, NodeState.FAILED, None, str(exc)))
+                    return str(exc)
+                self.emit(
+                    NodeChanged(
+                        host,
+                        NodeState.AUTHENTICATED,
+                        None,
+                        f"{self._probes[host].get('hostname')} at {self._addresses[host]}",
+                    )
+                )
+                return None
+
+        errors = [e for e in await asyncio.gather(*(one(h) for h in hosts)) if e]
+        if errors:
+            await self.release()
+            raise BackendError(
+                f"{len(errors)} of {len(hosts)} host(s) unusable: " + "; ".join(errors)
+            )
+
+    async def _connect(self, host: str) -> None:
+        transport = self._transports[host]
+        await transport.connect()
+        address = getattr(transport, "peer_address", None) or host
+        check: tuple[str, ...] = ()
+        if host == next(iter(self._transports)):  # the first host serves the rendezvous
+            check = (address, str(self._port()))
+        result = await transport.run(
+            self._argv("probe", *check), stdin=self._helper_source, timeout=30
+        )
+        if result.exit_code != 0:
+            detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
+            raise TransportError(f"{host}: cannot run {self.spec.python} there: {detail[0]}")
+        self._probes[host] = json.loads(result.stdout.strip().splitlines()[-1])
+        self._addresses[host] = address
+
+    def _port(self) -> int:
+        return self.spec.rdzv_port or DEFAULT_RDZV_PORT
+
+    async def rdzv_port(self, head: NodeTarget) -> int:
+        port = self._port()
+        report = self._probes.get(head.name, {}).get("port")
+        if not report or (report["port"], report["addr"]) != (port, head.address):
+            result = await self.transport(head.name).run(
+                self._argv("port", head.address, str(port)), stdin=self._helper_source, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        if not report["free"]:
+            raise BackendError(
+                f"rendezvous port {port} on {head.name} is not available "
+                f"({report['error']}): choose another with --rdzv-port"
+            )
+        return port
+
+    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
+        ifnames = {}
+        for node in nodes:
+            name = self._probes.get(node.name, {}).get("ifaces", {}).get(node.address)
+            if name:
+                ifnames[node.name] = name
+        return build_plan(self.spec, nodes, self.run.run_id, port, socket_ifnames=ifnames)
+
+    async def release(self) -> None:
+        await asyncio.gather(*(t.close() for t in self._transports.values()))
+
+    def state(self) -> dict[str, Any]:
+        return {"backend": self.name, "hosts": list(self._transports)}
+
+    async def restore(self, state: dict[str, Any]) -> None:
+        await self._connect_all(list(self._transports))

@@ -1,0 +1,60 @@
+"""Provides host lists: comma lists, Slurm hostlist expressions (node[01-04]) and hostfiles."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+
+from ddptui.core.job.spec import SpecError
+
+_SLOTS = re.compile(r"^slots=(\d+)$")
+
+
+@dataclass(frozen=True)
+class HostEntry:
+    name: str
+    slots: int | None = None
+
+
+def expand_hosts(expression: str) -> list[str]:
+    """Expand `a,b`, `node[1-3]` or `gpu[01-02,05]` into names; a malformed one is a SpecError."""
+    expression = expression.strip()
+    if not expression:
+        raise SpecError("empty host list")
+    try:
+        names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
+    except hostlist.BadHostlist as exc:
+        raise SpecError(f"bad host list {expression!r}: {exc}") from None
+    if any(not n.strip() for n in names):
+        raise SpecError(f"bad host list {expression!r}: empty host name")
+    if len(set(names)) != len(names):
+        raise SpecError(f"bad host list {expression!r}: a host appears twice")
+    return names
+
+
+def read_hostfile(path: str | Path) -> list[HostEntry]:
+    """Read one host per line, `#` comments, DeepSpeed-style `host slots=N`."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read hostfile {p}: {exc.strerror}") from None
+    entries: list[HostEntry] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *rest = line.split()
+        slots = None
+        for token in rest:
+            match = _SLOTS.match(token)
+            if not match:
+                raise SpecError(f"{p}:{number}: unexpected {token!r} (expected slots=N)")
+            slots = int(match.group(1))
+        entries.extend(HostEntry(n, slots) for n in expand_hosts(name))
+    if not entries:
+        raise SpecError(f"hostfile {p} lists no hosts")
+    return entries

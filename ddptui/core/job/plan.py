@@ -1,0 +1,208 @@
+"""Provides LaunchPlan: the exact per-node commands and environment, as pure functions."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddptui.core.job.spec import JobSpec
+
+# torchrun prefixes every worker line with this (see --tee), so any script's output can be
+# attributed to its global and local rank without the script's help.
+LINE_PREFIX_TEMPLATE = "[ddptui:${rank}:${local_rank}]:"
+TAG_VAR = "DDPTUI_TAG"
+DEFAULT_RDZV_PORT = 29400
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """A node the job runs on: the name the operator knows and the address the others reach."""
+
+    name: str
+    address: str
+
+
+@dataclass(frozen=True)
+class NodeCommand:
+    """What runs on one node: the command a person would type there, its environment and cwd."""
+
+    node: str
+    address: str
+    index: int
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: str | None
+    prelude: str | None = None
+    tag: str = ""
+
+    def shell_line(self) -> str:
+        """The command as one shell line, quoted so nothing in it is interpreted twice."""
+        parts: list[str] = []
+        if self.cwd:
+            parts.append(f"cd {shlex.quote(self.cwd)}")
+        if self.prelude:
+            parts.append(self.prelude)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        command = shlex.join(self.argv)
+        parts.append(f"{env} {command}" if env else command)
+        return " && ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "address": self.address,
+            "index": self.index,
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            "prelude": self.prelude,
+            "tag": self.tag,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NodeCommand:
+        return cls(
+            node=data["node"],
+            address=data["address"],
+            index=data["index"],
+            argv=tuple(data["argv"]),
+            env=dict(data["env"]),
+            cwd=data["cwd"],
+            prelude=data.get("prelude"),
+            tag=data.get("tag", ""),
+        )
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    run_id: str
+    rdzv_endpoint: str
+    nproc_per_node: int
+    commands: tuple[NodeCommand, ...] = field(default_factory=tuple)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * len(self.commands)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(c.node for c in self.commands)
+
+    def command_for(self, node: str) -> NodeCommand:
+        for command in self.commands:
+            if command.node == node:
+                return command
+        raise KeyError(node)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "rdzv_endpoint": self.rdzv_endpoint,
+            "nproc_per_node": self.nproc_per_node,
+            "commands": [c.to_dict() for c in self.commands],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LaunchPlan:
+        return cls(
+            run_id=data["run_id"],
+            rdzv_endpoint=data["rdzv_endpoint"],
+            nproc_per_node=data["nproc_per_node"],
+            commands=tuple(NodeCommand.from_dict(c) for c in data["commands"]),
+        )
+
+
+def torchrun_argv(
+    spec: JobSpec, nnodes: int, rdzv_id: str, endpoint: str, local_addr: str | None
+) -> list[str]:
+    """The torchrun line of the manual procedure, plus --tee so worker lines carry their rank."""
+    argv = [
+        *shlex.split(spec.launcher),
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={spec.nproc_per_node}",
+        f"--rdzv_id={rdzv_id}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint}",
+    ]
+    if local_addr:
+        argv.append(f"--local-addr={local_addr}")
+    if spec.max_restarts:
+        argv.append(f"--max-restarts={spec.max_restarts}")
+    argv += ["--tee=3", spec.script, *spec.script_args]
+    return argv
+
+
+def node_environment(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]:
+    """What every node needs beyond the operator's --env: unbuffered output, rank prefixes,
+    the agent's rendezvous log lines, and the interface gloo/NCCL should use."""
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        "LOGLEVEL": "INFO",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LINE_PREFIX_TEMPLATE,
+    }
+    ifname = spec.socket_ifname or socket_ifname
+    if ifname:
+        env["GLOO_SOCKET_IFNAME"] = ifname
+        env["NCCL_SOCKET_IFNAME"] = ifname
+    env.update(spec.env)
+    return env
+
+
+def container_argv(
+    spec: JobSpec, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, tag: str
+) -> list[str]:
+    """Wrap argv in `podman|docker run --network=host --ipc=host ...` as the AMD procedure does."""
+    assert spec.container is not None
+    c = spec.container
+    wrapped = [c.engine, "run", "--rm", "--network=host", "--ipc=host"]
+    for mount in c.mounts:
+        wrapped += ["-v", mount]
+    if cwd:
+        wrapped += ["-v", f"{cwd}:{cwd}", "-w", cwd]
+    for name in sorted({**env, TAG_VAR: tag}):
+        wrapped += ["-e", name]
+    wrapped += [*c.extra_args, c.image, *argv]
+    return wrapped
+
+
+def build_plan(
+    spec: JobSpec,
+    nodes: Sequence[NodeTarget],
+    run_id: str,
+    rdzv_port: int,
+    *,
+    local_addrs: bool = True,
+    socket_ifnames: Mapping[str, str] | None = None,
+) -> LaunchPlan:
+    """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
+
+    `local_addrs` passes each node's own address as --local-addr so MASTER_ADDR is an IP and
+    never depends on DNS (a node that cannot resolve rank 0's hostname retries forever).
+    """
+    head = nodes[0].address
+    endpoint = f"{head}:{rdzv_port}"
+    commands = []
+    for index, node in enumerate(nodes):
+        tag = f"{run_id}.{index}"
+        ifname = (socket_ifnames or {}).get(node.name)
+        env = node_environment(spec, ifname)
+        argv = torchrun_argv(
+            spec, len(nodes), run_id, endpoint, node.address if local_addrs else None
+        )
+        if spec.container and spec.container.engine != "pyxis":
+            argv = container_argv(spec, argv, env, spec.workdir, tag)
+        commands.append(
+            NodeCommand(
+                node=node.name,
+                address=node.address,
+                index=index,
+                argv=tuple(argv),
+                env=env,
+                cwd=spec.workdir,
+                prelude=spec.activate,
+                tag=tag,
+            )
+        )
+    return LaunchPlan(run_id, endpoint, spec.nproc_per_node, tuple(commands))

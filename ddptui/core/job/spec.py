@@ -1,0 +1,139 @@
+"""Provides JobSpec, the validated description of one job, and the errors bad input raises."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ddptui.core.monitor.diagnosis import DEFAULT_PROGRESS_PATTERN
+
+Backend = Literal["local", "ssh", "slurm"]
+BACKENDS: tuple[str, ...] = ("local", "ssh", "slurm")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class SpecError(ValueError):
+    """Bad input from the operator; the message is one line that says what to fix."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ContainerSpec(_Model):
+    """Run torchrun inside a container on every node (podman/docker) or through pyxis (Slurm)."""
+
+    image: str
+    engine: Literal["podman", "docker", "pyxis"] = "podman"
+    mounts: tuple[str, ...] = ()
+    extra_args: tuple[str, ...] = ()
+
+
+class SshSpec(_Model):
+    engine: Literal["asyncssh", "paramiko"] = "asyncssh"
+    config_file: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_keys: bool = False
+    fanout: int = Field(32, ge=1)
+    connect_timeout: float = Field(10.0, gt=0)
+    user: str | None = None
+
+
+class SlurmSpec(_Model):
+    mode: Literal["auto", "salloc", "existing", "sbatch"] = "auto"
+    launch: Literal["torchrun", "srun"] = "torchrun"
+    partition: str | None = None
+    time: str | None = None
+    gres: str | None = None
+    exclusive: bool = False
+    account: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+class JobSpec(_Model):
+    """Everything needed to launch one job; CLI flags and profiles both end up here."""
+
+    profile: str = "local"
+    backend: Backend = "local"
+    nodes: int = Field(2, ge=1)
+    nproc_per_node: int = Field(2, ge=1)
+    script: str
+    script_args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    hosts: tuple[str, ...] = ()
+    rdzv_port: int | None = Field(None, ge=1, le=65535)
+    launcher: str = "torchrun"
+    python: str = "python3"
+    activate: str | None = None
+    container: ContainerSpec | None = None
+    socket_ifname: str | None = None
+    max_restarts: int = Field(0, ge=0)
+    hang_timeout: float = Field(120.0, gt=0)
+    # What a rank's progress lines look like (first number = step), for straggler detection.
+    progress_pattern: str = DEFAULT_PROGRESS_PATTERN
+    ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+
+    @field_validator("progress_pattern")
+    @classmethod
+    def _progress_regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return pattern
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"invalid environment variable name {name!r}")
+        return env
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.nproc_per_node
+
+
+def make_spec(**fields: object) -> JobSpec:
+    """Build a JobSpec, turning pydantic's multi-line report into one SpecError line."""
+    try:
+        return JobSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "job"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
+    """Turn `K=V` strings into a dict; a pair without `=` or with a bad name is an error."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise SpecError(f"malformed --env {pair!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def check_local_script(spec: JobSpec, base: Path | None = None) -> Path:
+    """The script must exist where the console can see it (local backend, or a shared workdir)."""
+    workdir = Path(spec.workdir) if spec.workdir else (base or Path.cwd())
+    path = Path(spec.script)
+    if not path.is_absolute():
+        path = workdir / path
+    if not path.is_file():
+        raise SpecError(f"script not found: {spec.script} (looked in {workdir})")
+    return path

@@ -1,0 +1,1 @@
+"""Provides the reading of node output: framing, rank attribution, rank state, diagnosis."""

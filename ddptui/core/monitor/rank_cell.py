@@ -1,0 +1,111 @@
+"""Provides RankCell: one rank's state, diagnoses, traceback and progress, as monitored."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
+from ddptui.core.monitor.diagnosis import HUNG, TRACEBACK, StepRate
+
+TRACEBACK_START = "Traceback (most recent call last):"
+_TRACE_START = re.compile(re.escape(TRACEBACK_START))
+_TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
+MAX_TRACEBACK = 60
+MAX_DIAGNOSES = 8
+
+
+@dataclass
+class RankCell:
+    """One (node, local rank) position of the grid."""
+
+    node: str
+    local_rank: int
+    rank: int | None = None
+    state: RankState = RankState.PENDING
+    exit_code: int | None = None
+    error: str = ""
+    traceback: list[str] = field(default_factory=list)
+    last_output: float = 0.0
+    lines: int = 0
+    restarts: int = 0
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    straggler: bool = False
+    progress: StepRate = field(default_factory=StepRate)
+    _collecting: bool = False
+    _trace_seq: int | None = None
+
+    def summary(self) -> RankSummary:
+        return RankSummary(
+            self.rank,
+            self.node,
+            self.local_rank,
+            self.state,
+            self.exit_code,
+            self.error,
+            tuple(self.traceback),
+            tuple(self.diagnoses),
+            self.restarts,
+        )
+
+    def changed(self, detail: str = "") -> RankChanged:
+        """The event that tells the UI and the headless stream where this rank is now."""
+        return RankChanged(
+            self.rank,
+            self.node,
+            self.local_rank,
+            self.state,
+            self.exit_code,
+            detail or self.error,
+            tuple(self.diagnoses),
+            self.restarts,
+            self.straggler,
+        )
+
+    def add_diagnosis(self, diagnosis: Diagnosis) -> bool:
+        """Keep what this rank's output says went wrong: the first report of each kind.
+
+        Later ones of a kind (the same timeout on every retry, each lost peer) add nothing an
+        operator needs first; the full log has them.
+        """
+        if len(self.diagnoses) >= MAX_DIAGNOSES or any(
+            d.kind == diagnosis.kind for d in self.diagnoses
+        ):
+            return False
+        self.diagnoses.append(diagnosis)
+        return True
+
+    @property
+    def first_error_seq(self) -> int | None:
+        """The node line where this rank's trouble shows first (for the console's jump)."""
+        seqs = [d.seq for d in self.diagnoses if d.seq is not None and d.kind != HUNG]
+        return min(seqs) if seqs else None
+
+    @property
+    def collecting(self) -> bool:
+        """A traceback has begun and its exception line is still to come."""
+        return self._collecting
+
+    def note_line(self, text: str, seq: int | None = None) -> Diagnosis | None:
+        """Keep the first Python traceback this rank prints, and its exception line.
+
+        Returns the traceback's diagnosis once its exception line has been read.
+        """
+        body = _TORCH_RANK_TAG.sub("", text, count=1)
+        start = _TRACE_START.search(body)
+        if start:
+            if not self.traceback:
+                self._collecting = True
+                self._trace_seq = seq
+                self.traceback.append(body[start.start() :].strip())
+            return None
+        if self._collecting:
+            if body[:1] not in (" ", "\t") and not _EXCEPTION_LINE.match(body):
+                return None  # a stdout line read between the traceback's stderr lines
+            self.traceback.append(body.rstrip())
+            if body[:1] not in (" ", "\t") or len(self.traceback) >= MAX_TRACEBACK:
+                self._collecting = False
+                self.error = body.strip()
+                return Diagnosis(TRACEBACK, self.error[:300], self.traceback[0], self._trace_seq)
+        return None

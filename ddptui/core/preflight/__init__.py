@@ -1,0 +1,1 @@
+"""Provides preflight: checks on every node before launch, and the rules that judge them."""

@@ -1,0 +1,244 @@
+"""Provides the preflight rules: what the nodes reported, turned into ok/warn/fail with a fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ddptui.core.preflight.model import (
+    CHECKS,
+    FAIL,
+    LOW_FREE,
+    MIN_FREE,
+    OK,
+    SKIP,
+    WARN,
+    Finding,
+    Observations,
+    human,
+    on_nodes,
+    reference,
+    skip_dead,
+    worst,
+)
+from ddptui.core.preflight.network import check_clock, check_hostname, check_rdzv_port
+
+Rule = Callable[[Observations], list[Finding]]
+
+# -- the rules, one per check -------------------------------------------------------------------
+
+
+def check_reachable(obs: Observations) -> list[Finding]:
+    fixes = {
+        "ssh": "check the host is up and `ssh HOST true` works without a prompt (keys; "
+        "known_hosts or --accept-new-host-keys; --ssh-config); python3 must be on its PATH "
+        "(or --python)",
+        "slurm": "check the node in `sinfo -N` (down, drained?) and that "
+        "`srun -w NODE python3 -V` works",
+        "local": "python could not start on this machine",
+    }
+    out = []
+    for node in obs.nodes:
+        if node.name in obs.unreachable:
+            fix = fixes.get(obs.backend, "")
+            out.append(Finding(node.name, "reachable", FAIL, obs.unreachable[node.name], fix))
+        elif node.name in obs.facts:
+            host = obs.facts[node.name].get("hostname", "?")
+            out.append(Finding(node.name, "reachable", OK, f"{host} at {node.address}"))
+    return out
+
+
+def check_python(obs: Observations) -> list[Finding]:
+    out = skip_dead(obs, "python")
+    versions = {}
+    for node in obs.live:
+        probe = obs.probe(node.name)
+        if "python" not in probe:
+            why = probe.get("error", "no report")
+            fix = "install Python 3 there, or fix --python / --activate"
+            out.append(
+                Finding(node.name, "python", FAIL, f"the job's python does not run: {why}", fix)
+            )
+        else:
+            versions[node.name] = probe["python"]
+    if versions:
+        ref, have = reference(versions, [n.name for n in obs.nodes])
+        for name, version in versions.items():
+            exe = obs.probe(name).get("executable", "")
+            if version == ref:
+                out.append(Finding(name, "python", OK, f"{version} ({exe})"))
+            else:
+                fix = "use one Python everywhere: the same conda env, venv or container image"
+                detail = f"Python {version} ({exe}); {ref} on {on_nodes(have)}"
+                out.append(Finding(name, "python", FAIL, detail, fix))
+    return out
+
+
+def check_torch(obs: Observations) -> list[Finding]:
+    out = skip_dead(obs, "torch")
+    versions = {}
+    for node in obs.live:
+        probe = obs.probe(node.name)
+        if obs.container:
+            out.append(Finding(node.name, "torch", SKIP, f"in the image {obs.container}"))
+        elif "python" not in probe:
+            out.append(Finding(node.name, "torch", SKIP, "the job's python does not run"))
+        elif "torch" in probe:
+            versions[node.name] = probe["torch"]
+    ref, have = reference(versions, [n.name for n in obs.nodes]) if versions else ("", [])
+    want = f"torch=={ref.split('+')[0]}" if ref else "torch"
+    for node in obs.live:
+        probe = obs.probe(node.name)
+        if obs.container or "python" not in probe:
+            continue
+        exe = probe.get("executable", "python3")
+        if "torch" not in probe:
+            why = probe.get("torch_error", "not importable")
+            fix = f"pip install {want} in the job's environment (or fix --activate)"
+            out.append(Finding(node.name, "torch", FAIL, f"{exe} cannot import torch: {why}", fix))
+            continue
+        version = probe["torch"]
+        if version != ref:
+            fix = f"install {want} there: every node must run the same torch"
+            detail = f"torch {version} ({probe.get('torch_path', '')}); {ref} on {on_nodes(have)}"
+            out.append(Finding(node.name, "torch", FAIL, detail, fix))
+        elif obs.launcher and not probe.get("launcher"):
+            fix = "install torch (it provides torchrun) in the job's environment, or --launcher"
+            detail = f"torch {version}, but `{obs.launcher}` is not on the job's PATH"
+            out.append(Finding(node.name, "torch", FAIL, detail, fix))
+        else:
+            where = f", {probe['launcher']}" if probe.get("launcher") else ""
+            out.append(Finding(node.name, "torch", OK, f"{version}{where}"))
+    return out
+
+
+def _gpus(obs: Observations, node: str) -> list[list[str]]:
+    return list(obs.facts[node].get("gpu", {}).get("gpus") or [])
+
+
+def check_gpu(obs: Observations) -> list[Finding]:
+    out = skip_dead(obs, "gpu")
+    live = [n.name for n in obs.live]
+    broken = {n for n in live if obs.facts[n].get("gpu", {}).get("error")}
+    with_gpus = [n for n in live if _gpus(obs, n)]
+    drivers = {n: _gpus(obs, n)[0][1] for n in with_gpus if len(_gpus(obs, n)[0]) > 1}
+    ref_driver, have = reference(drivers, live) if drivers else ("", [])
+    for name in live:
+        gpu, probe, gpus = obs.facts[name].get("gpu", {}), obs.probe(name), _gpus(obs, name)
+        if name in broken:
+            fix = (
+                "the NVIDIA driver is not working here: check `nvidia-smi`; reinstall or reload "
+                "the driver (reboot after a driver upgrade)"
+            )
+            out.append(Finding(name, "gpu", FAIL, f"nvidia-smi failed: {gpu['error']}", fix))
+        elif not gpus:
+            if with_gpus:
+                fix = "give the job nodes of one kind (Slurm: --gres=gpu:N, a GPU partition)"
+                detail = f"no GPU here, but {on_nodes(with_gpus)} has GPUs"
+                out.append(Finding(name, "gpu", FAIL, detail, fix))
+            else:
+                out.append(Finding(name, "gpu", OK, "no GPU (CPU job: gloo)"))
+        else:
+            out += _gpu_node(obs, name, gpus, probe, (ref_driver, have))
+    return out
+
+
+def _gpu_node(
+    obs: Observations,
+    name: str,
+    gpus: list[list[str]],
+    probe: dict[str, Any],
+    driver_ref: tuple[str, list[str]],
+) -> list[Finding]:
+    count, model = len(gpus), gpus[0][0]
+    driver = gpus[0][1] if len(gpus[0]) > 1 else "?"
+    cuda = probe.get("cuda_build")
+    detail = f"{count} x {model}, driver {driver}" + (f", torch CUDA {cuda}" if cuda else "")
+    findings = []
+    if "torch" in probe and not probe.get("cuda_available"):
+        build = f"CUDA {cuda}" if cuda else "a CPU-only build"
+        fix = "install a CUDA build of torch that this driver supports"
+        why = f"{count} GPU(s), but torch {probe['torch']} ({build}) cannot use them"
+        findings.append(Finding(name, "gpu", FAIL, why, fix))
+    if obs.nproc_per_node > count:
+        fix = f"--nproc-per-node {count} (NCCL needs a GPU per rank)"
+        why = f"{obs.nproc_per_node} processes per node, {count} GPU(s)"
+        findings.append(Finding(name, "gpu", WARN, why, fix))
+    ref, have = driver_ref
+    if ref and driver != ref:
+        fix = "install the same NVIDIA driver on every node"
+        findings.append(
+            Finding(name, "gpu", WARN, f"driver {driver}; {ref} on {on_nodes(have)}", fix)
+        )
+    return findings or [Finding(name, "gpu", OK, detail)]
+
+
+def check_disk(obs: Observations) -> list[Finding]:
+    out = skip_dead(obs, "disk")
+    for node in obs.live:
+        disk = obs.facts[node.name].get("disk") or {}
+        where = disk.get("existing", "?")
+        free = int(disk.get("free", 0))
+        if not disk.get("writable", False):
+            fix = "make it writable for this user, or run from another --workdir"
+            out.append(Finding(node.name, "disk", FAIL, f"cannot write in {where}", fix))
+        elif free < MIN_FREE:
+            fix = f"free space in {where} (old ddptui run dirs, checkpoints), at least 1 GiB"
+            out.append(Finding(node.name, "disk", FAIL, f"{human(free)} free in {where}", fix))
+        elif free < LOW_FREE:
+            fix = f"free space in {where}: checkpoints and logs may fill it"
+            out.append(Finding(node.name, "disk", WARN, f"{human(free)} free in {where}", fix))
+        else:
+            out.append(Finding(node.name, "disk", OK, f"{human(free)} free in {where}"))
+    return out
+
+
+def check_script(obs: Observations) -> list[Finding]:
+    out = skip_dead(obs, "script")
+    for node in obs.live:
+        found = obs.facts[node.name].get("script")
+        if obs.container:
+            out.append(Finding(node.name, "script", SKIP, f"in the image {obs.container}"))
+        elif not obs.script or found is None:
+            out.append(Finding(node.name, "script", SKIP, "no script given"))
+        elif found.get("exists"):
+            out.append(Finding(node.name, "script", OK, str(found["path"])))
+        else:
+            fix = "copy it to every node at the same path, use a shared filesystem, or --workdir"
+            out.append(Finding(node.name, "script", FAIL, f"{found['path']} not found", fix))
+    return out
+
+
+RULES: dict[str, Rule] = {
+    "reachable": check_reachable,
+    "python": check_python,
+    "torch": check_torch,
+    "gpu": check_gpu,
+    "rdzv-port": check_rdzv_port,
+    "hostname": check_hostname,
+    "clock": check_clock,
+    "disk": check_disk,
+    "script": check_script,
+}
+
+
+def evaluate(
+    obs: Observations, only: Sequence[str] | None = None, checks: Sequence[str] = CHECKS
+) -> list[Finding]:
+    """One finding per (node, check): the worst of what the rules found, details joined."""
+    found: dict[tuple[str, str], list[Finding]] = {}
+    for check in checks:
+        for finding in RULES[check](obs):
+            if only is None or finding.node in only:
+                found.setdefault((finding.node, finding.check), []).append(finding)
+    order = {n.name: i for i, n in enumerate(obs.nodes)}
+    merged = []
+    for (node, check), items in found.items():
+        status = worst(f.status for f in items)
+        chosen = [f for f in items if f.status == status] if status in (OK, SKIP) else items
+        chosen = [f for f in chosen if f.status != OK] or chosen
+        detail = "; ".join(dict.fromkeys(f.detail for f in chosen))
+        fix = " ".join(dict.fromkeys(f.fix for f in chosen if f.fix))
+        merged.append(Finding(node, check, status, detail, fix))
+    merged.sort(key=lambda f: (order.get(f.node, -1), CHECKS.index(f.check)))
+    return merged

@@ -1,0 +1,383 @@
+"""Provides run history: every run in a SQLite database in the state dir, written as it goes.
+
+A run is recorded as `running` when it starts, with the console's PID, and gets its outcome
+when it ends. A console killed with SIGKILL never writes that end: whoever opens the history
+next sees a `running` run whose console is gone and marks it `interrupted` (its events and
+node logs are in its run directory, written as the run went).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.core.events import (
+    AllocationChanged,
+    Event,
+    NodeChanged,
+    NodeState,
+    PlanReady,
+    RankChanged,
+    RankState,
+    RunSummary,
+)
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir, state_dir
+
+DB_NAME = "history.sqlite3"
+SCHEMA_VERSION = 1
+RUNNING, INTERRUPTED = "running", "interrupted"
+OUTCOMES = ("ok", "failed", "torn down", "detached", "error", RUNNING, INTERRUPTED)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    hosts TEXT NOT NULL DEFAULT '[]',
+    slurm_job TEXT,
+    nodes INTEGER NOT NULL,
+    nproc_per_node INTEGER NOT NULL,
+    script TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    ranks TEXT NOT NULL DEFAULT '[]',
+    run_dir TEXT NOT NULL,
+    console_pid INTEGER,
+    console_start TEXT,
+    console_host TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+"""
+
+
+def history_path() -> Path:
+    return state_dir() / DB_NAME
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    rank: int | None
+    node: str
+    local_rank: int
+    state: str
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the history."""
+
+    id: str
+    profile: str
+    backend: str
+    hosts: tuple[str, ...]
+    slurm_job: str | None
+    nodes: int
+    nproc_per_node: int
+    script: str
+    started: float
+    ended: float | None
+    status: str
+    detail: str
+    ranks: tuple[RankOutcome, ...]
+    run_dir: str
+    console_pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        """The Slurm job, or the hosts, the run used."""
+        names = ",".join(self.hosts)
+        if self.slurm_job:
+            return f"job {self.slurm_job}" + (f" ({names})" if names else "")
+        return names or "-"
+
+    @property
+    def duration(self) -> float | None:
+        if self.ended is not None:
+            return self.ended - self.started
+        return time.time() - self.started if self.status == RUNNING else None
+
+    def ranks_text(self) -> str:
+        """`4/4 done`, or the first failed rank and how many are done."""
+        if not self.ranks:
+            return "-"
+        done = sum(r.state == "done" for r in self.ranks)
+        failed = [r for r in self.ranks if r.state == "failed"]
+        text = f"{done}/{len(self.ranks)} done"
+        if failed:
+            first = failed[0]
+            name = (
+                f"r{first.rank}" if first.rank is not None else f"{first.node}:L{first.local_rank}"
+            )
+            code = f" (exit {first.exit_code})" if first.exit_code is not None else ""
+            text += f", {name} failed{code}" + (f" +{len(failed) - 1}" if len(failed) > 1 else "")
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        data["hosts"] = list(self.hosts)
+        data["ranks"] = [r.__dict__ for r in self.ranks]
+        return data
+
+    def run(self) -> RunDir:
+        return RunDir(Path(self.run_dir))
+
+    def spec(self) -> JobSpec:
+        """The job as it ran, for a relaunch (FileNotFoundError if its directory is gone)."""
+        return self.run().read_spec()
+
+
+def _proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: a PID reused later differs."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def console_alive(pid: int | None, start: str | None, host: str | None) -> bool:
+    """Whether the console that recorded a run still runs (only knowable on its own host)."""
+    if host and host != socket.gethostname():
+        return True
+    if pid is None:
+        return False
+    now = _proc_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+def ranks_from_events(run_dir: Path) -> list[RankOutcome]:
+    """Each rank's last recorded state, from the run's event log (for runs cut short)."""
+    last: dict[tuple[str, int], RankOutcome] = {}
+    try:
+        lines = (run_dir / "events.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            e = json.loads(line)
+            if e.get("event") != "rank":
+                continue
+            key = (e["node"], e["local_rank"])
+            known = last.get(key)
+            rank = e["rank"] if e["rank"] is not None else (known.rank if known else None)
+            last[key] = RankOutcome(rank, key[0], key[1], e["state"], e["exit_code"])
+    return sorted(last.values(), key=lambda r: (r.node, r.local_rank))
+
+
+def recorded_events(run_dir: Path) -> list[RankChanged | NodeChanged]:
+    """The rank and node changes a run recorded, as events again (to redraw its grid)."""
+    out: list[RankChanged | NodeChanged] = []
+    try:
+        lines = (run_dir / "events.jsonl").read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            e = json.loads(line)
+            if e.get("event") == "rank":
+                state = RankState(e["state"])
+                out.append(
+                    RankChanged(
+                        e["rank"],
+                        e["node"],
+                        e["local_rank"],
+                        state,
+                        e["exit_code"],
+                        e["detail"],
+                        ts=e["ts"],
+                    )
+                )
+            elif e.get("event") == "node":
+                state_n = NodeState(e["state"])
+                out.append(NodeChanged(e["node"], state_n, e["exit_code"], e["detail"], ts=e["ts"]))
+    return out
+
+
+def outcome_of(summary: RunSummary) -> str:
+    if summary.detached:
+        return "detached"
+    if summary.ok:
+        return "ok"
+    return {"operator": "torn down", "error": "error"}.get(summary.stopped_by, "failed")
+
+
+class RunHistory:
+    """The history database; every call opens, does its work and closes (several consoles
+    may share one state dir)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or history_path()
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, timeout=15)
+        try:
+            db.row_factory = sqlite3.Row
+            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                db.executescript(_SCHEMA)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def started(self, run: RunDir, spec: JobSpec, started: float | None = None) -> None:
+        """The run begins (or is attached again): it is `running`, owned by this process."""
+        pid = os.getpid()
+        row = {
+            "id": run.run_id,
+            "profile": spec.profile,
+            "backend": spec.backend,
+            "hosts": json.dumps(list(spec.hosts[: spec.nodes])),
+            "nodes": spec.nodes,
+            "nproc_per_node": spec.nproc_per_node,
+            "script": spec.script,
+            "started": started if started is not None else time.time(),
+            "status": RUNNING,
+            "run_dir": str(run.path.resolve()),
+            "console_pid": pid,
+            "console_start": _proc_start(pid),
+            "console_host": socket.gethostname(),
+        }
+        with self._db() as db:
+            if db.execute("SELECT 1 FROM runs WHERE id = ?", (run.run_id,)).fetchone():
+                db.execute(
+                    "UPDATE runs SET status = ?, ended = NULL, console_pid = ?, "
+                    "console_start = ?, console_host = ? WHERE id = ?",
+                    (RUNNING, pid, row["console_start"], row["console_host"], run.run_id),
+                )
+                return
+            columns = ", ".join(row)
+            marks = ", ".join("?" for _ in row)
+            db.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    def update(self, run_id: str, **values: Any) -> None:
+        if not values:
+            return
+        sets = ", ".join(f"{name} = ?" for name in values)
+        with self._db() as db:
+            db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*values.values(), run_id))
+
+    def finished(self, summary: RunSummary, ended: float | None = None) -> None:
+        ranks = [
+            RankOutcome(r.rank, r.node, r.local_rank, r.state.value, r.exit_code).__dict__
+            for r in summary.ranks
+        ]
+        self.update(
+            summary.run_id,
+            status=outcome_of(summary),
+            ended=None if summary.detached else (ended or time.time()),
+            detail=summary.detail,
+            ranks=json.dumps(ranks),
+            console_pid=None,
+        )
+
+    def runs(self, limit: int | None = None) -> list[RunRecord]:
+        """Newest first; runs whose console died mid-run are marked `interrupted` first."""
+        self.mark_interrupted()
+        query = "SELECT * FROM runs ORDER BY started DESC, id DESC"
+        with self._db() as db:
+            rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+            return [_record(row) for row in rows.fetchall()]
+
+    def get(self, run_id: str) -> RunRecord | None:
+        self.mark_interrupted()
+        with self._db() as db:
+            row = db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _record(row) if row else None
+
+    def mark_interrupted(self) -> list[str]:
+        """`running` runs whose console is gone: their last rank states come from their events."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT id, run_dir, console_pid, console_start, console_host FROM runs "
+                "WHERE status = ? AND ended IS NULL",
+                (RUNNING,),
+            ).fetchall()
+            gone = [
+                r
+                for r in rows
+                if not console_alive(r["console_pid"], r["console_start"], r["console_host"])
+            ]
+            for r in gone:
+                ranks = [x.__dict__ for x in ranks_from_events(Path(r["run_dir"]))]
+                db.execute(
+                    "UPDATE runs SET status = ?, detail = ?, ranks = ? WHERE id = ?",
+                    (
+                        INTERRUPTED,
+                        f"the console (PID {r['console_pid']}) ended without recording an "
+                        "outcome; the run directory has what it saw",
+                        json.dumps(ranks),
+                        r["id"],
+                    ),
+                )
+        return [r["id"] for r in gone]
+
+
+def _record(row: sqlite3.Row) -> RunRecord:
+    ranks = tuple(RankOutcome(**r) for r in json.loads(row["ranks"] or "[]"))
+    return RunRecord(
+        id=row["id"],
+        profile=row["profile"],
+        backend=row["backend"],
+        hosts=tuple(json.loads(row["hosts"] or "[]")),
+        slurm_job=row["slurm_job"],
+        nodes=row["nodes"],
+        nproc_per_node=row["nproc_per_node"],
+        script=row["script"],
+        started=row["started"],
+        ended=row["ended"],
+        status=row["status"],
+        detail=row["detail"],
+        ranks=ranks,
+        run_dir=row["run_dir"],
+        console_pid=row["console_pid"],
+    )
+
+
+class RunRecorder:
+    """The Session's hook: records the run as it goes. The history is a convenience; a
+    database that cannot be written never stops a run (the run directory has everything)."""
+
+    def __init__(self, run: RunDir, spec: JobSpec, history: RunHistory | None = None) -> None:
+        self.run = run
+        self.spec = spec
+        self.history = history or RunHistory()
+        self.problem = ""
+        self._job: str | None = None
+
+    def _try(self, call: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        if self.problem:
+            return
+        try:
+            call(*args, **kwargs)
+        except (sqlite3.Error, OSError) as exc:
+            self.problem = f"run history not written ({self.history.path}): {exc}"
+
+    def begin(self) -> None:
+        self._try(self.history.started, self.run, self.spec)
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, AllocationChanged) and event.job_id and event.job_id != self._job:
+            self._job = event.job_id
+            self._try(self.history.update, self.run.run_id, slurm_job=event.job_id)
+        elif isinstance(event, PlanReady):
+            hosts = json.dumps([node for node, _line in event.commands])
+            self._try(self.history.update, self.run.run_id, hosts=hosts)
+        elif isinstance(event, RunSummary):
+            self._try(self.history.finished, event)

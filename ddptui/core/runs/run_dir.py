@@ -1,0 +1,96 @@
+"""Provides run directories: every node's full log, the exact commands, events and outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import platformdirs
+
+from ddptui.core.events import Event
+from ddptui.core.job.plan import LaunchPlan
+from ddptui.core.job.spec import JobSpec
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def state_dir() -> Path:
+    """`$DDPTUI_STATE_DIR`, else the XDG state dir (~/.local/state/ddptui)."""
+    override = os.environ.get("DDPTUI_STATE_DIR")
+    return Path(override) if override else Path(platformdirs.user_state_dir("ddptui"))
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def node_log_name(index: int, node: str) -> str:
+    """A file name for a node's log that no host name (spaces, quotes, `;`) can break."""
+    return f"{index:03d}-{_UNSAFE.sub('_', node)[:60]}.log"
+
+
+class RunDir:
+    """One run's directory; written as the run goes, so nothing is lost if the console dies."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.nodes_dir = path / "nodes"
+        self._events: IO[str] | None = None
+
+    @classmethod
+    def create(cls, run_id: str, root: Path | None = None) -> RunDir:
+        path = (root or state_dir() / "runs") / run_id
+        (path / "nodes").mkdir(parents=True, exist_ok=False)
+        return cls(path)
+
+    @classmethod
+    def open(cls, run_id_or_path: str, root: Path | None = None) -> RunDir:
+        candidate = Path(run_id_or_path)
+        path = candidate if candidate.is_dir() else (root or state_dir() / "runs") / run_id_or_path
+        if not (path / "plan.json").is_file():
+            raise FileNotFoundError(f"no run {run_id_or_path!r} in {path.parent}")
+        return cls(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def node_log(self, index: int, node: str) -> Path:
+        return self.nodes_dir / node_log_name(index, node)
+
+    def write_spec(self, spec: JobSpec) -> None:
+        (self.path / "spec.json").write_text(spec.model_dump_json(indent=2))
+
+    def write_plan(self, plan: LaunchPlan, backend_state: dict[str, Any]) -> None:
+        (self.path / "plan.json").write_text(
+            json.dumps({**plan.to_dict(), "backend": backend_state}, indent=2)
+        )
+        script = ["#!/bin/sh", "# The command each node runs (as typed on that node).", ""]
+        for command in plan.commands:
+            script += [f"# node {command.index}: {command.node}", command.shell_line(), ""]
+        (self.path / "commands.sh").write_text("\n".join(script))
+
+    def read_plan(self) -> tuple[LaunchPlan, dict[str, Any]]:
+        data = json.loads((self.path / "plan.json").read_text())
+        return LaunchPlan.from_dict(data), data.get("backend", {})
+
+    def read_spec(self) -> JobSpec:
+        return JobSpec.model_validate_json((self.path / "spec.json").read_text())
+
+    def record(self, event: Event) -> None:
+        if self._events is None:
+            self._events = (self.path / "events.jsonl").open("a", buffering=1)
+        self._events.write(event.to_json() + "\n")
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    def close(self) -> None:
+        if self._events is not None:
+            self._events.close()
+            self._events = None

@@ -1,0 +1,1 @@
+"""Provides the log views: rows, the scrolling view, the per-node deck and run logs."""
