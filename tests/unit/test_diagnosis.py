@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.monitor import diagnosis as dx
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState, RunSummary
 from ddptui.core.job.spec import SpecError, make_spec
+from ddptui.core.monitor import diagnosis as dx
 from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
 
