@@ -42,6 +42,11 @@ def _headless(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, li
         ("envcheck.py", [], "allreduce=ok"),
         ("cpu_ddp.py", ["3", "2", "--checkpoint_path", "snap.pt"], "Epoch 2 | Batchsize: 32"),
         ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
+        (
+            "cifar10_vgg.py",
+            ["--epochs", "1", "--samples", "96", "--batch-size", "12"],
+            "epoch=1/1 loss=",
+        ),
     ],
 )
 def test_trainer_script_runs_green_then_done(

@@ -63,6 +63,8 @@ def test_presets_cover_the_manual_procedures() -> None:
     assert all(p.source == BUILTIN and p.description for p in presets.values())
     cifar = load_profiles().resolve("cifar10-vgg").fields
     assert cifar["backend"] == "slurm" and cifar["slurm"]["launch"] == "srun"
+    assert cifar["script"] == str(TRAINER / "cifar10_vgg.py")
+    assert cifar["script_args"][:2] == ["--launch", "srun"]
     conda = load_profiles().resolve("cpu-ddp-conda").fields
     assert conda["script"] == str(TRAINER / "cpu_ddp.py")
     assert conda["activate"].startswith("conda activate")

@@ -82,11 +82,12 @@ script = "{trainer}/elastic_ddp.py"
 script_args = ["--steps", "10"]
 
 [profiles.cifar10-vgg]
-description = "srun without torchrun: one task per GPU, ranks from SLURM_PROCID (your script)"
+description = "VGG-11 on CIFAR-10, srun without torchrun: one task per GPU, ranks from SLURM_PROCID"
 backend = "slurm"
 nodes = 2
 nproc_per_node = 4
-script = "cifar10_vgg.py"
+script = "{trainer}/cifar10_vgg.py"
+script_args = ["--launch", "srun", "--epochs", "10", "--data", "cifar-10-batches-py"]
 slurm = { launch = "srun", gres = "gpu:4", exclusive = true }
 """
 
