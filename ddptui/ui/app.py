@@ -32,7 +32,7 @@ from ddptui.ui.screens.job import JobScreen
 from ddptui.ui.screens.launch_form import LaunchFormScreen
 from ddptui.ui.screens.past_run import PastRunScreen
 from ddptui.ui.screens.preflight import PreflightScreen
-from ddptui.ui.widgets.log_view import LogView
+from ddptui.ui.widgets.logs.log_view import LogView
 from ddptui.ui.widgets.prompt import PromptInput
 
 

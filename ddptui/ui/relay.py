@@ -8,8 +8,8 @@ from collections.abc import Callable
 from textual.message import Message
 
 from ddptui.core.events import Event, NodeLines, RankChanged
-from ddptui.ui.logmodel import LogEntry
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
+from ddptui.ui.widgets.logs.log_store import LogEntry
 
 DEFAULT_BUFFER_LINES = 5000
 

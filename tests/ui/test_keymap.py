@@ -17,7 +17,7 @@ from ddptui.ui.keymap import (
     read_keymap_file,
 )
 from ddptui.ui.screens.help import HelpScreen
-from ddptui.ui.widgets.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 
 from .conftest import SIZE, job_screen, local_spec
 

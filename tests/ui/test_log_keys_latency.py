@@ -11,11 +11,12 @@ from textual import events
 from textual.widgets._footer import FooterKey
 
 from ddptui.ui.app import DdpApp
-from ddptui.ui.logmodel import LogEntry
-from ddptui.ui.widgets.log_deck import NodeLogDeck
-from ddptui.ui.widgets.log_view import LogView
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_view import LogView
 
 from .conftest import SIZE, local_spec
+from .widget_host import WidgetHost
 
 
 def lines(node: str, count: int, start: int = 0) -> list[LogEntry]:
@@ -60,9 +61,8 @@ def end_shows(view: LogView) -> bool:
 
 
 async def test_a_node_s_lines_reach_only_its_own_view_and_the_merged_view() -> None:
-    app = DdpApp(local_spec(nodes=3))
-    async with app.run_test(size=SIZE) as pilot:
-        deck = app.job_screen.logs
+    deck = NodeLogDeck(["local0", "local1", "local2"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
         handed: dict[str | None, list[LogEntry]] = {view.node: [] for view in deck.views}
         for view in deck.views:
             view.append = recording(view, handed[view.node])  # type: ignore[method-assign,assignment]

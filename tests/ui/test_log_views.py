@@ -9,9 +9,11 @@ import pytest
 
 from ddptui.ui.app import DdpApp
 from ddptui.ui.commands import CommandError, parse_command
-from ddptui.ui.logmodel import FilterError, LogEntry, LogFilter, format_entry, wrap_rows
 from ddptui.ui.relay import SessionRelay
-from ddptui.ui.widgets.log_view import LogView
+from ddptui.ui.widgets.logs.log_filter import FilterError, LogFilter
+from ddptui.ui.widgets.logs.log_rows import format_entry, wrap_rows
+from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_view import LogView
 
 from .conftest import SIZE, local_spec
 from .replay import RUN_ID, crash_events, feed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ddptui.core.events import RankState
 from ddptui.ui.app import DdpApp
 from ddptui.ui.widgets.job_panel import describe_commands, describe_job
-from ddptui.ui.widgets.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 
 from .conftest import SIZE, job_screen, local_spec, wait_for
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from ddptui.core.events import NodeLines, RankChanged, RankState
-from ddptui.ui.app import DdpApp
-from ddptui.ui.logmodel import LogEntry
 from ddptui.ui.messages import RankUpdates
 from ddptui.ui.relay import SessionRelay
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_store import LogEntry
 
-from .conftest import SIZE, local_spec
+from .conftest import SIZE
+from .widget_host import WidgetHost
 
 
 def entries(node: str, texts: list[str], rank: int | None = 0) -> list[LogEntry]:
@@ -16,9 +17,8 @@ def entries(node: str, texts: list[str], rank: int | None = 0) -> list[LogEntry]
 
 
 async def test_log_view_follows_until_scrolled_up() -> None:
-    app = DdpApp(local_spec())
-    async with app.run_test(size=SIZE) as pilot:
-        deck = app.job_screen.logs
+    deck = NodeLogDeck(["local0", "local1"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
         pane = deck.pane("local0")
         assert pane is not None
         for batch in range(10):  # long lines: the horizontal scrollbar appears late
@@ -48,9 +48,8 @@ async def test_log_view_follows_until_scrolled_up() -> None:
 
 
 async def test_each_node_pane_shows_its_node_and_the_merged_view_all() -> None:
-    app = DdpApp(local_spec())
-    async with app.run_test(size=SIZE) as pilot:
-        deck = app.job_screen.logs
+    deck = NodeLogDeck(["local0", "local1"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
         deck.append(
             [
                 LogEntry("local0", "agent says hi"),
@@ -71,9 +70,8 @@ async def test_each_node_pane_shows_its_node_and_the_merged_view_all() -> None:
 
 
 async def test_views_are_bounded_and_say_what_was_skipped() -> None:
-    app = DdpApp(local_spec())
-    async with app.run_test(size=SIZE) as pilot:
-        deck = app.job_screen.logs
+    deck = NodeLogDeck(["local0", "local1"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
         pane = deck.pane("local1")
         assert pane is not None
         limit = pane.max_lines

@@ -1,21 +1,31 @@
 """RankGrid: each rank state has its own look, the global rank replaces the local label,
-a click selects a rank."""
+a click on a cell says which rank."""
 
 from __future__ import annotations
 
 from rich.style import Style
 
 from ddptui.core.events import NodeState, RankChanged, RankState
-from ddptui.ui.app import DdpApp
-from ddptui.ui.widgets.rank_grid import ROW_PITCH, RankGrid
+from ddptui.ui.widgets.rank_grid import ROW_PITCH, RankGrid, RankSelected
 
-from .conftest import SIZE, local_spec
+from .conftest import SIZE
+from .widget_host import WidgetHost
+
+NODES = ["local0", "local1"]
+
+
+class GridHost(WidgetHost):
+    def __init__(self) -> None:
+        super().__init__(RankGrid(NODES, 2))
+        self.chosen: list[tuple[str, int]] = []
+
+    def on_rank_selected(self, message: RankSelected) -> None:
+        self.chosen.append((message.node, message.local_rank))
 
 
 async def test_cells_show_every_state() -> None:
-    app = DdpApp(local_spec())
-    async with app.run_test(size=SIZE) as pilot:
-        grid = app.job_screen.grid
+    grid = RankGrid(NODES, 2)
+    async with WidgetHost(grid).run_test(size=SIZE) as pilot:
         cell = grid.cell("local1", 1)
         assert cell is not None
         assert cell.render() == "L1 ·"
@@ -53,20 +63,22 @@ async def test_cells_show_every_state() -> None:
         assert drawn_row(grid, 1).startswith("local1        failed 1")
 
 
-async def test_a_click_on_a_cell_selects_its_rank() -> None:
-    app = DdpApp(local_spec())
+async def test_a_click_on_a_cell_says_which_rank_and_select_marks_it() -> None:
+    app = GridHost()
     async with app.run_test(size=SIZE) as pilot:
-        screen = app.job_screen
-        grid = screen.grid
+        grid = app.widget
+        assert isinstance(grid, RankGrid)
         await pilot.click(grid, offset=grid.cell_offset("local1", 1))
         await pilot.pause()
-        assert screen.selected == ("local1", 1)
+        assert app.chosen == [("local1", 1)]
+        grid.select("local1", 1)  # what the screen does with it
+        await pilot.pause()
         cell = grid.cell("local1", 1)
         assert cell is not None and cell.selected
         assert drawn_style(grid, 1, "L1 ·").reverse
         await pilot.click(grid, offset=grid.cell_offset("local1", 1) + (0, 1))
         await pilot.pause()
-        assert screen.selected == ("local1", 1)  # the blank line between rows chooses nothing
+        assert app.chosen == [("local1", 1)]  # the blank line between rows chooses nothing
 
 
 def drawn_row(grid: RankGrid, index: int) -> str:

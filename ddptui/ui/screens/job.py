@@ -33,7 +33,7 @@ from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.footer import SteadyFooter
 from ddptui.ui.widgets.job_panel import JobPanel
-from ddptui.ui.widgets.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel

@@ -11,8 +11,8 @@ from textual.screen import Screen
 
 from ddptui.ui.commands import CommandError, parse_command
 from ddptui.ui.keymap import declared_bindings
-from ddptui.ui.logmodel import FilterError
-from ddptui.ui.widgets.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_filter import FilterError
 from ddptui.ui.widgets.prompt import PromptBar, PromptMode
 
 

@@ -17,8 +17,8 @@ from ddptui.core.events import NodeChanged
 from ddptui.core.runs.history import RunRecord, recorded_events
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.ui.job_form import JobRequest
+from ddptui.ui.widgets.logs.run_log_tabs import RunLogTabs
 from ddptui.ui.widgets.rank_grid import RankGrid
-from ddptui.ui.widgets.run_logs import RunLogTabs
 
 OUTCOME_STYLE = {
     "ok": "bold green",

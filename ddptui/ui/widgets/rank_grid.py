@@ -45,8 +45,10 @@ class RankSelected(Message):
         self.local_rank = local_rank
 
 
-class RankCell:
-    """One (node, local rank); labelled `L<local>` until the rendezvous gives its global rank.
+class RankGridCell:
+    """How the grid draws one (node, local rank), from the rank events the screen feeds it
+    (the monitor's own record of a rank is `core.monitor.rank_cell.RankCell`); labelled
+    `L<local>` until the rendezvous gives its global rank.
 
     A failed rank shows its exit code, or the signal that killed it (`SIGKILL` for -9/137);
     a hung one is amber, a straggler orange.
@@ -116,7 +118,7 @@ class NodeRow:
 
     def __init__(self, node: str, nproc_per_node: int) -> None:
         self.node = node
-        self.cells = [RankCell(node, lr) for lr in range(nproc_per_node)]
+        self.cells = [RankGridCell(node, lr) for lr in range(nproc_per_node)]
         self.state: NodeState | None = None
         self.state_text = "—"
         self.restarts = 0
@@ -175,7 +177,7 @@ class RankGrid(Widget):
         self._rows = {n: NodeRow(n, nproc_per_node) for n in self.nodes}
         self._index = {n: i for i, n in enumerate(self.nodes)}
         self._strips: dict[int, Strip] = {}
-        self._hovered: RankCell | None = None
+        self._hovered: RankGridCell | None = None
 
     # -- feeding it ---------------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class RankGrid(Widget):
 
     # -- reading it ---------------------------------------------------------------------
 
-    def cell(self, node: str, local_rank: int) -> RankCell | None:
+    def cell(self, node: str, local_rank: int) -> RankGridCell | None:
         row = self._rows.get(node)
         if row is None or not 0 <= local_rank < len(row.cells):
             return None
@@ -235,7 +237,7 @@ class RankGrid(Widget):
     def states(self) -> dict[tuple[str, int], RankState]:
         return {(c.node, c.local_rank): c.state for row in self._rows.values() for c in row.cells}
 
-    def cell_at(self, x: int, y: int) -> RankCell | None:
+    def cell_at(self, x: int, y: int) -> RankGridCell | None:
         """The cell drawn at content offset (x, y), if any."""
         if y % ROW_PITCH or not 0 <= y // ROW_PITCH < len(self.nodes) or x < CELLS_START:
             return None
@@ -252,7 +254,7 @@ class RankGrid(Widget):
 
     # -- drawing ------------------------------------------------------------------------
 
-    def _changed(self, node: str, cell: RankCell | None = None) -> None:
+    def _changed(self, node: str, cell: RankGridCell | None = None) -> None:
         index = self._index[node]
         self._strips.pop(index, None)
         self.refresh()

@@ -13,14 +13,9 @@ from textual.containers import Vertical
 from textual.widgets import Static, TabbedContent, TabPane
 
 from ddptui.core.events import NodeState
-from ddptui.ui.logmodel import (
-    LogEntry,
-    LogFilter,
-    LogStore,
-    compile_pattern,
-    skipped_note,
-)
-from ddptui.ui.widgets.log_view import DEFAULT_MAX_LINES, LogView
+from ddptui.ui.widgets.logs.log_filter import LogFilter, compile_pattern
+from ddptui.ui.widgets.logs.log_store import LogEntry, LogStore, skipped_note
+from ddptui.ui.widgets.logs.log_view import DEFAULT_MAX_LINES, LogView
 
 MERGED_TAB = "all-nodes"
 MERGED_LABEL = "all nodes"

@@ -10,31 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Log, TabbedContent, TabPane
 
-from ddptui.core.monitor.framing import LineFramer, RankAttributor
-
-MAX_LINES = 20_000
-TAIL_BYTES = 8 << 20
-
-
-def node_log_lines(path: Path, limit: int = MAX_LINES) -> list[str]:
-    """The node's log as the console showed it live: `[r3] text` for a rank's lines."""
-    try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - TAIL_BYTES))
-            data = f.read()
-    except OSError as exc:
-        return [f"(no log: {exc.strerror})"]
-    framer, ranks = LineFramer(), RankAttributor()
-    lines: list[str] = []
-    for line in [*framer.feed(data), *framer.flush()]:
-        lines += [
-            f"[r{a.rank}] {a.text}" if a.rank is not None else a.text for a in ranks.feed(line)
-        ]
-    lines += [f"[r{a.rank}] {a.text}" for a in ranks.flush()]
-    if size > TAIL_BYTES and lines:
-        lines[0] = f"… (first {size - TAIL_BYTES} bytes not shown: see {path})"
-    return lines[-limit:]
+from ddptui.core.runs.node_log import MAX_LINES, read_node_log
 
 
 class RunLogTabs(Vertical):
@@ -70,7 +46,7 @@ class RunLogTabs(Vertical):
     def _load(self) -> None:
         """Files can be large: read them off the event loop, then hand each to its view."""
         for node, path in self.logs:
-            lines = node_log_lines(path)
+            lines = read_node_log(path)
             self.app.call_from_thread(self._show, node, lines)
         self.loaded = True
 

@@ -1,0 +1,72 @@
+"""Provides LogStore: the console's bounded window on every node's output, and its entries."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddptui.ui.widgets.logs.log_filter import LogFilter
+
+DEFAULT_STORE_LINES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One logical line of a node's output: who wrote it, when the console saw it, its number."""
+
+    node: str
+    text: str
+    rank: int | None = None
+    ts: float = 0.0
+    seq: int = 0  # NodeLine.seq: the line's number in its node's output
+    note: bool = False  # the console's own remark ("… 12 lines skipped"), not node output
+
+
+@dataclass
+class LogStore:
+    """The console's window on every node's output: the newest `limit` entries, in order.
+
+    The full logs are on disk in the run directory; this only bounds what the views can show.
+    """
+
+    limit: int = DEFAULT_STORE_LINES
+    _entries: deque[LogEntry] = field(init=False)
+    dropped: int = 0
+
+    def __post_init__(self) -> None:
+        self._entries = deque(maxlen=self.limit)
+
+    def extend(self, entries: Iterable[LogEntry]) -> None:
+        for entry in entries:
+            if len(self._entries) == self.limit:
+                self.dropped += 1
+            self._entries.append(entry)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self.dropped = 0
+
+    def __iter__(self) -> Iterator[LogEntry]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def last(self, count: int, log_filter: LogFilter) -> list[LogEntry]:
+        """The newest `count` entries the filter accepts, oldest first."""
+        out: list[LogEntry] = []
+        for entry in reversed(self._entries):
+            if log_filter.accepts(entry):
+                out.append(entry)
+                if len(out) >= count:
+                    break
+        out.reverse()
+        return out
+
+
+def skipped_note(node: str, count: int) -> LogEntry:
+    text = f"… {count} line(s) of {node} skipped here (the run directory has them all)"
+    return LogEntry(node, text, note=True)
