@@ -81,7 +81,9 @@ class FailureRecord:
     error_file: str = ""
     traceback: tuple[str, ...] = ()
     error: str = ""
-    root_cause: bool = False  # torchrun's "first observed failure" of its node
+    root_cause: bool = False  # the job's culprit: exactly one record of a run has it
+    first_on_node: bool = False  # torchrun's "first observed failure" of its node
+    cause: str = ""  # failures.cause_of: exception, stopped_by_launcher, peer_closed, ...
 
 
 @dataclass(frozen=True)
@@ -213,11 +215,19 @@ class Notice(Event):
 
 @dataclass(frozen=True)
 class FailureReport(Event):
-    """torchrun's failure summary named a failed worker (with host, time, error file...)."""
+    """torchrun's failure summary named a failed worker (with host, time, error file...).
+
+    `ordered` is every failure so far as the monitor tells the story (the culprit first);
+    the console draws it as it is. It stays out of the JSON line: the summary carries it.
+    """
 
     failure: FailureRecord
+    ordered: tuple[FailureRecord, ...] = ()
 
     kind = "failure"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": self.kind, "ts": self.ts, "failure": plain(self.failure)}
 
 
 @dataclass(frozen=True)
@@ -231,6 +241,8 @@ class RankSummary:
     traceback: tuple[str, ...] = ()
     diagnoses: tuple[Diagnosis, ...] = ()
     restarts: int = 0
+    cause: str = ""  # why it ended, if it failed (failures.cause_of); "" when it did not
+    culprit: bool = False  # the rank the run's failure story starts with
 
 
 @dataclass(frozen=True)
@@ -262,6 +274,8 @@ class RunSummary(Event):
                 "traceback": list(r.traceback),
                 "diagnoses": plain(r.diagnoses),
                 "restarts": r.restarts,
+                "cause": r.cause,
+                "culprit": r.culprit,
             }
             for r in self.ranks
         ]

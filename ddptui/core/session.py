@@ -151,7 +151,7 @@ class Session:
             if not self.backend.logs_written_locally:
                 path = self.run.node_log(command.index, command.node)
                 self._logs[command.node] = path.open("wb" if self.attaching else "ab")
-        for event in self.monitor.board.initial_events():
+        for event in self.monitor.initial_events():
             self.emit(event)
 
     async def _start_node(self, command: NodeCommand) -> None:
@@ -191,10 +191,7 @@ class Session:
         while True:
             await asyncio.sleep(1.0)
             if self.monitor:
-                now, board = time.time(), self.monitor.board
-                for event in board.check_hangs(now, self.spec.hang_timeout):
-                    self.emit(event)
-                for event in board.check_stragglers(now):
+                for event in self.monitor.tick(time.time(), self.spec.hang_timeout):
                     self.emit(event)
 
     async def _follow(self, command: NodeCommand) -> None:
@@ -235,7 +232,7 @@ class Session:
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         self.emit(NodeChanged(node, state, code))
         stopped = self._stop_reason == "operator"
-        for event in self.monitor.board.node_exited(node, code, stopped):
+        for event in self.monitor.node_exited(node, code, stopped):
             self.emit(event)
         if code != 0:
             self._node_failed(node)
@@ -281,7 +278,8 @@ class Session:
         self._logs.clear()
 
     def _finish(self, detail: str) -> RunSummary:
-        ranks = tuple(self.monitor.board.summaries()) if self.monitor else ()
+        told = self.monitor.summary() if self.monitor else None
+        ranks = told.ranks if told else ()
         clean = all(r.clean for r in self.teardown_reports.values())
         ok = (
             not detail
@@ -296,9 +294,8 @@ class Session:
         elif stopped_by == "operator" and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
-        elif not detail and self.monitor and self.monitor.board.root_cause():
-            cell = self.monitor.board.root_cause()
-            assert cell is not None
+        elif not detail and told and told.culprit:
+            cell = told.culprit
             if cell.rank is None and self._last_error:
                 detail = self._last_error  # the backend's own words (srun refused, ...)
             else:
@@ -315,7 +312,7 @@ class Session:
             detail,
             detached=self._detach,
             stopped_by=stopped_by,
-            failures=tuple(self.monitor.board.ordered_failures()) if self.monitor else (),
+            failures=told.failures if told else (),
         )
         self.emit(summary)
         self.run.write_summary(summary.to_dict())

@@ -82,6 +82,9 @@ def test_crashing_rank_is_reported_and_others_stopped(tmp_path: Path) -> None:
     assert ranks[3]["state"] == "failed" and ranks[3]["exit_code"] == 1
     assert ranks[3]["traceback"] and ranks[3]["traceback"][0].startswith("Traceback")
     assert "rank 3" in summary["detail"]
+    assert [r["rank"] for r in summary["ranks"] if r["culprit"]] == [3]
+    assert ranks[3]["cause"] == "exception"
+    assert sum(f["root_cause"] for f in summary["failures"]) == 1
     assert all(t["clean"] for t in events if t["event"] == "teardown")
     assert not pids_with_tag(summary["run_id"])
 

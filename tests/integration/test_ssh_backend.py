@@ -269,6 +269,12 @@ def test_rank_crash_shows_exit_code_and_traceback(testbed: Testbed, tmp_path: Pa
     assert ranks[2]["state"] == "failed" and ranks[2]["exit_code"] == 1
     assert ranks[2]["traceback"][0].startswith("Traceback") and ranks[2]["error"]
     assert "rank 2" in run.summary["detail"]
+    # exactly one root cause, the crash; no failure event tells a victim as the culprit
+    roots = [f for f in run.summary["failures"] if f["root_cause"]]
+    assert [(f["rank"], f["cause"]) for f in roots] == [(2, "exception")]
+    told = [e["failure"] for e in run.of("failure") if e["failure"]["root_cause"]]
+    assert {f["rank"] for f in told} <= {2}
+    assert [r["rank"] for r in run.summary["ranks"] if r["culprit"]] == [2]
     assert all(t["clean"] for t in run.of("teardown"))
     assert not _wait_clean(testbed, ["node1", "node2"])
 

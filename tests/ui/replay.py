@@ -28,7 +28,7 @@ def replay_events(logs: dict[str, str], exits: dict[str, int], nproc: int = 2) -
     """What the monitor makes of each node's captured log, node after node, then the exits."""
     nodes = list(logs)
     monitor = Monitor(nodes, nproc)
-    events: list[Event] = [*monitor.board.initial_events()]
+    events: list[Event] = [*monitor.initial_events()]
     for i, node in enumerate(nodes):
         events.append(NodeChanged(node, NodeState.RUNNING, ts=T0))
         events += monitor.feed(node, (DATA / logs[node]).read_bytes(), now=T0 + i)
@@ -36,8 +36,9 @@ def replay_events(logs: dict[str, str], exits: dict[str, int], nproc: int = 2) -
     for node, code in exits.items():
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         events.append(NodeChanged(node, state, code, ts=T0 + 20))
-        events += monitor.board.node_exited(node, code)
-    ranks = tuple(monitor.board.summaries())
+        events += monitor.node_exited(node, code)
+    told = monitor.summary()
+    ranks = told.ranks
     ok = all(r.state == RankState.DONE for r in ranks)
     events.append(
         RunSummary(
@@ -48,7 +49,7 @@ def replay_events(logs: dict[str, str], exits: dict[str, int], nproc: int = 2) -
             RUN_ID,
             "" if ok else "rank 1 on local0 failed first (exit 1)",
             stopped_by="finished" if ok else "failure",
-            failures=tuple(monitor.board.ordered_failures()),
+            failures=told.failures,
             ts=T0 + 21,
         )
     )

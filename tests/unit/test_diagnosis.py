@@ -14,6 +14,7 @@ import pytest
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState, RunSummary
 from ddptui.core.job.spec import SpecError, make_spec
 from ddptui.core.monitor import diagnosis as dx
+from ddptui.core.monitor import failures
 from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
 
@@ -186,8 +187,11 @@ def test_crash_root_cause_is_the_first_observed_failure_across_nodes() -> None:
     assert (first.node, first.rank, first.exit_code) == ("n0", 1, 1)
     assert first.error == "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)"
     assert first.root_cause and first.error_file
-    # the other node's own root cause (a lost peer, a second later) comes next
-    assert (rest[0].node, rest[0].rank, rest[0].root_cause) == ("n1", 2, True)
+    # exactly one root cause; the other node's first failure (a lost peer, a second later)
+    # is the first victim
+    assert [r.root_cause for r in rest] == [False, False, False]
+    assert (rest[0].node, rest[0].rank, rest[0].first_on_node) == ("n1", 2, True)
+    assert {r.cause for r in rest} == {failures.PEER}
     assert kinds(monitor, "n0", 1) == [dx.TRACEBACK, dx.EXITED]
     assert dx.PEER_LOST in kinds(monitor, "n0", 0)
 
@@ -201,7 +205,8 @@ def test_sigkill_shows_the_signal_and_where_the_agent_saw_it() -> None:
     assert first.error == "Signal 9 (SIGKILL) received by PID 909"
     exited = [d for d in cell.diagnoses if d.kind == dx.EXITED]
     assert exited and exited[0].summary == "the worker ended: SIGKILL"
-    assert cell.first_error_seq == exited[0].seq
+    first_line = failures.first_error(cell.diagnoses)
+    assert first_line is not None and first_line.seq == exited[0].seq
     # n1's agent then loses the store n0 hosted: after its rendezvous, that is no news
     for local_rank in (0, 1):
         assert kinds(monitor, "n1", local_rank) == []

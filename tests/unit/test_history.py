@@ -83,6 +83,22 @@ def test_outcomes(kw: dict, status: str) -> None:
     assert (record.ended is None) == (status == "detached")
 
 
+def test_history_names_the_summarys_culprit(state: Path) -> None:
+    """Rank 3 crashed, ranks 0-2 were stopped because of it: the row names rank 3."""
+    run = RunDir.create("20250101-000009-dddddd")
+    recorder = RunRecorder(run, make_spec(script="t.py"))
+    recorder.begin()
+    ranks = tuple(
+        RankSummary(
+            r, f"node{r // 2 + 1}", r % 2, RankState.FAILED, 1 if r == 3 else -15, culprit=r == 3
+        )
+        for r in range(4)
+    )
+    recorder.observe(summary(run.run_id, run.path, ok=False, ranks=ranks, stopped_by="failure"))
+    record = RunHistory().get(run.run_id)
+    assert record is not None and record.ranks_text() == "0/4 done, r3 failed (exit 1) +3"
+
+
 def test_a_run_whose_console_is_gone_is_interrupted(state: Path) -> None:
     run = RunDir.create("20250101-000002-bbbbbb")
     RunRecorder(run, make_spec(script="t.py")).begin()

@@ -70,7 +70,7 @@ def test_crash_marks_failed_ranks_with_exit_codes_and_traceback() -> None:
     assert cells[2].state == RankState.FAILED and cells[2].exit_code == -15
     assert cells[3].error == "RuntimeError: boom"
     assert cells[3].traceback[0].startswith("Traceback")
-    assert m.board.first_failure is cells[3]
+    assert m.board.culprit() is cells[3]
 
 
 def test_node_exit_zero_finishes_ranks_that_never_printed() -> None:

@@ -165,8 +165,10 @@ def test_demux_sends_each_rank_to_its_node_in_the_prefix_format() -> None:
     )
     assert out[1] == (
         b"[ddptui:2:0]:partial line\n"
-        b"[ddptui:2:0]:srun: error: node2: task 2: Terminated\n"
-        b"[ddptui:3:1]:srun: error: node2: task 3: Terminated\n"
+        b"[ddptui:2:0]:ddptui: worker ended: exit -15, stopped by the launcher"
+        b" | srun: error: node2: task 2: Terminated\n"
+        b"[ddptui:3:1]:ddptui: worker ended: exit -15, stopped by the launcher"
+        b" | srun: error: node2: task 3: Terminated\n"
     )
     assert out[0] == b"srun: Force Terminated StepId=6.0\n"
     assert demux.feed(b"1: no newline yet") == {}
@@ -221,7 +223,7 @@ def test_monitor_learns_exit_codes_from_srun_direct_lines() -> None:
     assert cells[3].traceback[0].startswith("Traceback") and len(cells[3].traceback) == 3
     assert (cells[0].state, cells[0].exit_code) == (RankState.FAILED, -15)
     assert (cells[2].node, cells[2].exit_code) == ("node2", -15)
-    assert m.board.first_failure is cells[3]
+    assert m.board.culprit() is cells[3]
 
 
 # -- following a log the job writes ---------------------------------------------------------------

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import signal
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddptui.core.events import Diagnosis, FailureRecord
+from ddptui.core.events import Diagnosis
 
 # Kinds, most specific first; `peer_lost` is usually a consequence of another rank's death.
 COLLECTIVE_TIMEOUT = "collective_timeout"
@@ -264,19 +264,3 @@ def stragglers(rates: dict[int, float], ratio: float = STRAGGLER_RATIO) -> dict[
         if median > 0 and rate < ratio * median:
             slow[key] = median
     return slow
-
-
-def order_failures(records: Sequence[FailureRecord]) -> list[FailureRecord]:
-    """The first observed failure first: torchrun's root causes before the rest, by time.
-
-    Each node's agent names its own first failure; across nodes the earliest time wins. A
-    worker torchrun stopped itself (SIGTERM) or one that only lost a peer is a consequence,
-    so it goes after any failure of the same second that is not. Ties keep arrival order.
-    """
-
-    def key(item: tuple[int, FailureRecord]) -> tuple[bool, str, bool, int]:
-        index, record = item
-        consequence = record.exit_code == -15 or "by peer" in record.error
-        return (not record.root_cause, record.time, consequence, index)
-
-    return [record for _, record in sorted(enumerate(records), key=key)]

@@ -13,6 +13,10 @@ import re
 from typing import NamedTuple
 
 PREFIX = re.compile(r"\[ddptui:(\d+):(\d+)\]:")
+# A launcher that reports a worker's end itself (srun direct: `srun: error: n2: task 3:
+# Terminated`) has its demuxer write this rank-prefixed line, the launcher's words after it.
+WORKER_ENDED = "ddptui: worker ended: "
+_WORKER_ENDED = re.compile(r"^ddptui: worker ended: exit (-?\d+)(, stopped by the launcher)?")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _TRAILING_CR = re.compile(r"\r+$", re.MULTILINE)
 MAX_LINE = 64 * 1024
@@ -20,6 +24,21 @@ MAX_LINE = 64 * 1024
 
 def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def worker_ended_line(exit_code: int, stopped: bool, said: str) -> str:
+    """The line (without its rank prefix) that tells the monitor how a worker ended.
+
+    `stopped`: the launcher stopped it (because another task failed, or at teardown).
+    """
+    how = ", stopped by the launcher" if stopped else ""
+    return f"{WORKER_ENDED}exit {exit_code}{how} | {said}"
+
+
+def worker_ended(text: str) -> tuple[int, bool] | None:
+    """(exit code, stopped by the launcher) of a `worker_ended_line`, else None."""
+    match = _WORKER_ENDED.match(text)
+    return (int(match.group(1)), match.group(2) is not None) if match else None
 
 
 class LineFramer:

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
-from ddptui.core.monitor.diagnosis import HUNG, TRACEBACK, StepRate
+from ddptui.core.monitor.diagnosis import TRACEBACK, StepRate
+from ddptui.core.monitor.failures import FailedRank, cause_of
 
 TRACEBACK_START = "Traceback (most recent call last):"
 _TRACE_START = re.compile(re.escape(TRACEBACK_START))
@@ -33,10 +34,31 @@ class RankCell:
     diagnoses: list[Diagnosis] = field(default_factory=list)
     straggler: bool = False
     progress: StepRate = field(default_factory=StepRate)
+    failed_order: int | None = None  # the board's count of failures when this one failed
+    known_cause: str = ""  # set when the cause is known outright (teardown, launcher's stop)
     _collecting: bool = False
     _trace_seq: int | None = None
 
-    def summary(self) -> RankSummary:
+    @property
+    def cause(self) -> str:
+        """Why this rank ended, if it failed (failures.cause_of), else ""."""
+        if self.state != RankState.FAILED:
+            return ""
+        kinds = [d.kind for d in self.diagnoses]
+        return self.known_cause or cause_of(self.exit_code, self.error, kinds)
+
+    def failed(self) -> FailedRank:
+        return FailedRank(
+            self.node,
+            self.local_rank,
+            self.rank,
+            self.exit_code,
+            self.error,
+            self.cause,
+            self.failed_order or 0,
+        )
+
+    def summary(self, culprit: bool = False) -> RankSummary:
         return RankSummary(
             self.rank,
             self.node,
@@ -47,6 +69,8 @@ class RankCell:
             tuple(self.traceback),
             tuple(self.diagnoses),
             self.restarts,
+            self.cause,
+            culprit,
         )
 
     def changed(self, detail: str = "") -> RankChanged:
@@ -75,12 +99,6 @@ class RankCell:
             return False
         self.diagnoses.append(diagnosis)
         return True
-
-    @property
-    def first_error_seq(self) -> int | None:
-        """The node line where this rank's trouble shows first (for the console's jump)."""
-        seqs = [d.seq for d in self.diagnoses if d.seq is not None and d.kind != HUNG]
-        return min(seqs) if seqs else None
 
     @property
     def collecting(self) -> bool:

@@ -72,6 +72,7 @@ class RankOutcome:
     local_rank: int
     state: str
     exit_code: int | None = None
+    culprit: bool = False  # the rank the run's summary names as its failure's culprit
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,14 @@ class RunRecord:
         return time.time() - self.started if self.status == RUNNING else None
 
     def ranks_text(self) -> str:
-        """`4/4 done`, or the first failed rank and how many are done."""
+        """`4/4 done`, or the culprit (else the first failed rank) and how many are done."""
         if not self.ranks:
             return "-"
         done = sum(r.state == "done" for r in self.ranks)
         failed = [r for r in self.ranks if r.state == "failed"]
         text = f"{done}/{len(self.ranks)} done"
         if failed:
-            first = failed[0]
+            first = next((r for r in failed if r.culprit), failed[0])
             name = (
                 f"r{first.rank}" if first.rank is not None else f"{first.node}:L{first.local_rank}"
             )
@@ -275,7 +276,9 @@ class RunHistory:
 
     def finished(self, summary: RunSummary, ended: float | None = None) -> None:
         ranks = [
-            RankOutcome(r.rank, r.node, r.local_rank, r.state.value, r.exit_code).__dict__
+            RankOutcome(
+                r.rank, r.node, r.local_rank, r.state.value, r.exit_code, r.culprit
+            ).__dict__
             for r in summary.ranks
         ]
         self.update(

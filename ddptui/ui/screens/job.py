@@ -15,9 +15,9 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.failures import jump_targets
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.core.session import Session
-from ddptui.ui.errors import jump_targets
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
@@ -292,7 +292,7 @@ class JobScreen(LogScreen):
         self.grid.show_ranks(changes)
 
     def on_failure_update(self, message: FailureUpdate) -> None:
-        self.root_cause.add_failure(message.event.failure)
+        self.root_cause.show_failures(message.event.ordered)
 
     def on_rank_selected(self, message: RankSelected) -> None:
         """A click chooses the rank `jump to error` goes to; a second click unchooses it."""

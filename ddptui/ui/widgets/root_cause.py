@@ -1,8 +1,9 @@
-"""Provides RootCausePanel: torchrun's failure summary (first observed failure first), diagnoses."""
+"""Provides RootCausePanel: the failure story as the monitor tells it (culprit first), diagnoses."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -10,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit, order_failures
+from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
@@ -49,8 +50,9 @@ class RootCausePanel(VerticalScroll):
     def compose(self) -> ComposeResult:
         yield self._body
 
-    def add_failure(self, record: FailureRecord) -> None:
-        self.failures.append(record)
+    def show_failures(self, ordered: Sequence[FailureRecord]) -> None:
+        """The monitor's failures so far, in its order (the culprit first)."""
+        self.failures = list(ordered)
         self._redraw()
 
     def show_rank(self, event: RankChanged) -> None:
@@ -66,8 +68,7 @@ class RootCausePanel(VerticalScroll):
 
     @property
     def first(self) -> FailureRecord | None:
-        ordered = order_failures(self.failures)
-        return ordered[0] if ordered else None
+        return self.failures[0] if self.failures else None
 
     def _redraw(self) -> None:
         text = self.describe()
@@ -76,10 +77,14 @@ class RootCausePanel(VerticalScroll):
 
     def describe(self) -> Text:
         text = Text()
-        ordered = order_failures(self.failures)
+        ordered = self.failures
         if ordered:
-            text.append("Root cause", style="bold red")
-            text.append(" · first observed failure\n", style="dim")
+            if ordered[0].root_cause:
+                text.append("Root cause", style="bold red")
+                text.append(" · first observed failure\n", style="dim")
+            else:
+                text.append("Failures", style="bold red")
+                text.append(" · each stopped because of another; the first is still to come\n")
             text.append_text(_describe_root(ordered[0]))
             others = ordered[1:]
             if others:

@@ -5,14 +5,16 @@ rank) before each line (`  3: text`). With `--ntasks-per-node=G --distribution=b
 runs on node R // G as local rank R % G. Each node's lines are rewritten in the prefix format
 torchrun writes for us (`[ddptui:R:L]:text`), so the Monitor reads them as it reads torchrun.
 srun's own line about tasks (`srun: error: node2: tasks 2-3: Terminated`) becomes one
-line per task, attributed to that rank, so the Monitor learns each rank's exit code from it;
-srun's other lines go to the first node.
+monitor's `worker_ended_line` per task, attributed to that rank, so the Monitor learns each
+rank's exit code from it without knowing srun; srun's other lines go to the first node.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from ddptui.core.monitor.framing import worker_ended_line
 
 LABEL = re.compile(rb"^\s*(\d+): ?")
 SRUN_TASKS_LINE = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
@@ -41,10 +43,10 @@ def expand_tasks(text: str) -> list[int]:
 
 
 def task_exit(text: str) -> tuple[int, bool] | None:
-    """A rank's own `srun: error: NODE: task R: ...` line -> (exit code, is it a root cause).
+    """A rank's own `srun: error: NODE: task R: ...` line -> (exit code, did it end itself).
 
-    A task that exited by itself with a code is a root cause; one srun terminated or killed
-    (because another task failed, or at teardown) is not.
+    A task that exited by itself with a code (or crashed) ended itself; one srun terminated
+    or killed (because another task failed, or at teardown) did not.
     """
     match = SRUN_TASKS_LINE.match(text)
     if not match:
@@ -86,6 +88,9 @@ class SrunDemux:
             for rank in expand_tasks(about.group(2)):
                 index, prefix = self._place(rank)
                 text = f"srun: error: {node}: task {rank}: {what}"
+                ended = task_exit(text)
+                if ended is not None:
+                    text = worker_ended_line(ended[0], not ended[1], text)
                 routed.append((index, prefix + text.encode()))
             return routed
         return [(0, line)]

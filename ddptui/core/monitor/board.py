@@ -1,0 +1,226 @@
+"""Provides RankBoard: every rank of the job and the moves between their states."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ddptui.core.events import (
+    Diagnosis,
+    Event,
+    FailureRecord,
+    FailureReport,
+    RankChanged,
+    RankState,
+    RankSummary,
+)
+from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
+from ddptui.core.monitor.diagnosis import HUNG, RENDEZVOUS_KINDS, signal_name, stragglers
+from ddptui.core.monitor.failures import (
+    STOPPED,
+    TEARDOWN,
+    culprit,
+    order_failures,
+)
+from ddptui.core.monitor.rank_cell import RankCell
+
+MAX_FAILURES = 512
+_NO_TRACEBACK = ("To enable traceback", "Signal ")
+
+
+class RankBoard:
+    """Every rank of the job, keyed by node and local rank until the rendezvous names them."""
+
+    def __init__(self, nodes: Sequence[str], nproc_per_node: int) -> None:
+        self.nodes = list(nodes)
+        self.nproc_per_node = nproc_per_node
+        self.cells = {n: [RankCell(n, lr) for lr in range(nproc_per_node)] for n in nodes}
+        self.failures: list[FailureRecord] = []
+        self._failed = 0
+
+    def all_cells(self) -> list[RankCell]:
+        return [cell for node in self.nodes for cell in self.cells[node]]
+
+    def _move(
+        self, cell: RankCell, state: RankState, exit_code: int | None = None, detail: str = ""
+    ) -> list[Event]:
+        if cell.state == state and exit_code is None:
+            return []
+        cell.state = state
+        if exit_code is not None:
+            cell.exit_code = exit_code
+        if state == RankState.FAILED and cell.failed_order is None:
+            self._failed += 1
+            cell.failed_order = self._failed
+        if state != RankState.RUNNING:
+            cell.straggler = False
+        return [cell.changed(detail)]
+
+    def diagnose(self, cell: RankCell, diagnosis: Diagnosis) -> list[Event]:
+        return [cell.changed()] if cell.add_diagnosis(diagnosis) else []
+
+    def node_trouble(self, node: str, diagnosis: Diagnosis) -> list[Event]:
+        """The agent reports a problem: before the rendezvous, it is every waiting rank's."""
+        if diagnosis.kind not in RENDEZVOUS_KINDS:
+            return []
+        events: list[Event] = []
+        for cell in self.cells.get(node, []):
+            if cell.state == RankState.PENDING:
+                events += self.diagnose(cell, diagnosis)
+        return events
+
+    def record_failure(self, node: str, fact: WorkerFailed) -> list[Event]:
+        """One entry of torchrun's failure summary, with what the rank itself printed."""
+        cell = self.cell(node, fact.local_rank)
+        summary_error = next(
+            (
+                line.strip()
+                for line in reversed(fact.traceback)
+                if line.strip() and not line.startswith(" ")
+            ),
+            "",
+        )
+        if summary_error.startswith(_NO_TRACEBACK) or summary_error.startswith("Traceback"):
+            summary_error = ""
+        record = FailureRecord(
+            node=node,
+            rank=fact.rank,
+            local_rank=fact.local_rank,
+            exit_code=fact.exit_code,
+            signal=signal_name(fact.exit_code),
+            host=fact.host,
+            time=fact.time,
+            pid=fact.pid,
+            error_file=fact.error_file,
+            traceback=fact.traceback,
+            error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+            first_on_node=fact.root_cause,
+        )
+        if len(self.failures) >= MAX_FAILURES:
+            return []
+        self.failures.append(record)
+        ordered = order_failures(self.failures, final=False)
+        told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
+        return [FailureReport(told, tuple(ordered))]
+
+    def ordered_failures(self) -> list[FailureRecord]:
+        """torchrun's failure records as the story tells them at the end: the culprit first."""
+        return order_failures(self.failures)
+
+    def culprit(self) -> RankCell | None:
+        """The rank the failure story starts with (the summary and the history name it)."""
+        failed = [c.failed() for c in self.all_cells() if c.state == RankState.FAILED]
+        first = culprit(failed, self.ordered_failures())
+        return self.cell(first.node, first.local_rank) if first else None
+
+    def initial_events(self) -> list[Event]:
+        return [RankChanged(None, c.node, c.local_rank, c.state) for c in self.all_cells()]
+
+    def cell(self, node: str, local_rank: int) -> RankCell | None:
+        cells = self.cells.get(node, [])
+        return cells[local_rank] if 0 <= local_rank < len(cells) else None
+
+    def assign(self, node: str, fact: Assigned) -> list[Event]:
+        events: list[Event] = []
+        for local_rank, rank in zip(fact.local_ranks, fact.global_ranks, strict=False):
+            cell = self.cell(node, local_rank)
+            if cell is None:
+                continue
+            restarted = fact.restart_count > cell.restarts
+            cell.rank, cell.restarts = rank, fact.restart_count
+            if cell.state == RankState.PENDING or restarted:
+                cell.exit_code = None
+                cell.straggler = False
+                cell.failed_order = None
+                cell.known_cause = ""
+                events += self._move(
+                    cell,
+                    RankState.ASSIGNED,
+                    detail=f"restart {fact.restart_count}" if restarted else "",
+                )
+        return events
+
+    def saw_output(self, node: str, rank: int, local_rank: int, now: float) -> list[Event]:
+        cell = self.cell(node, local_rank)
+        if cell is None:
+            return []
+        cell.last_output = now
+        cell.lines += 1
+        if cell.rank is None:
+            cell.rank = rank
+        if cell.state in (RankState.PENDING, RankState.ASSIGNED, RankState.HUNG):
+            return self._move(cell, RankState.RUNNING)
+        return []
+
+    def worker_failed(self, node: str, fact: WorkerFailed, stopped: bool = False) -> list[Event]:
+        """A worker ended with a failure; `stopped`: its launcher stopped it (srun's SIGTERM)."""
+        cell = self.cell(node, fact.local_rank)
+        if cell is None:
+            return []
+        if fact.rank is not None:
+            cell.rank = fact.rank
+        if cell.state == RankState.FAILED and cell.exit_code == fact.exit_code:
+            return []
+        if stopped and not cell.known_cause:
+            cell.known_cause = STOPPED
+        return self._move(cell, RankState.FAILED, fact.exit_code)
+
+    def node_succeeded(self, node: str) -> list[Event]:
+        events: list[Event] = []
+        for cell in self.cells.get(node, []):
+            if not cell.state.final:
+                events += self._move(cell, RankState.DONE, 0)
+        return events
+
+    def node_exited(
+        self, node: str, exit_code: int | None, by_teardown: bool = False
+    ) -> list[Event]:
+        """The agent is gone: ranks not yet final are done (exit 0) or failed (stopped)."""
+        events: list[Event] = []
+        for cell in self.cells.get(node, []):
+            if cell.state.final:
+                continue
+            if exit_code == 0:
+                events += self._move(cell, RankState.DONE, 0)
+            else:
+                why = "stopped by teardown" if by_teardown else f"node agent exited ({exit_code})"
+                if by_teardown:
+                    cell.known_cause = TEARDOWN
+                events += self._move(cell, RankState.FAILED, None, why)
+        return events
+
+    def check_hangs(self, now: float, timeout: float) -> list[Event]:
+        """A running rank silent for `timeout` while another rank printed since is hung."""
+        running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
+        if not running:
+            return []
+        newest = max(c.last_output for c in running)
+        events: list[Event] = []
+        for cell in running:
+            if now - cell.last_output > timeout and newest - cell.last_output > timeout / 2:
+                silent = f"silent for {now - cell.last_output:.0f} s while others print"
+                cell.add_diagnosis(Diagnosis(HUNG, f"hung: {silent}"))
+                events += self._move(cell, RankState.HUNG, detail=silent)
+        return events
+
+    def check_stragglers(self, now: float) -> list[Event]:
+        """A running rank whose step rate falls well behind the others' is a straggler."""
+        running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
+        rates = {i: r for i, c in enumerate(running) if (r := c.progress.rate(now)) is not None}
+        slow = stragglers(rates)
+        events: list[Event] = []
+        for index, cell in enumerate(running):
+            flagged = index in slow
+            if flagged == cell.straggler:
+                continue
+            cell.straggler = flagged
+            detail = (
+                f"straggler: {rates[index]:.2f} steps/s, the others {slow[index]:.2f}"
+                if flagged
+                else "keeps pace again"
+            )
+            events.append(cell.changed(detail))
+        return events
+
+    def summaries(self) -> list[RankSummary]:
+        first = self.culprit()
+        return [c.summary(culprit=c is first) for c in self.all_cells()]
