@@ -1,6 +1,7 @@
 """Fan-out: one short command on 8, 16 and 32 hosts, ddptui's SSH layer vs pdsh and clush.
 
-ddptui's side is its own transports (AsyncsshTransport, ParamikoTransport): connect to every
+ddptui's side is its own transports (AsyncsshTransport, ParamikoTransport) in a fresh process
+(bench/_fanout_worker.py): early sockets for the first wave (asyncssh), then connect to every
 host and run the command concurrently, at most `ssh.fanout` (32) at a time, as SshBackend does
 when it connects and probes. Every tool runs as a fresh process in the testbed's head
 namespace with the testbed's ssh_config, and its output is checked (each host must answer
@@ -11,8 +12,6 @@ console pays its start-up once, not per fan-out.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import subprocess
@@ -37,46 +36,6 @@ from bench._common import (
 COMMAND = "hostname"
 TARGET = 1.0
 TOOLS = ("ddptui asyncssh", "ddptui paramiko", "pdsh -R ssh", "clush")
-
-
-# -- the worker: ddptui's SSH layer in a process of its own --------------------------------
-
-
-async def _fan_out(engine: str, config: str, hosts: Sequence[str], fanout: int) -> dict[str, Any]:
-    from ddptui.core.backends.ssh.backend import make_transport
-    from ddptui.core.job.spec import make_spec
-
-    spec = make_spec(
-        backend="ssh",
-        hosts=tuple(hosts),
-        nodes=len(hosts),
-        script="x",
-        ssh={"engine": engine, "config_file": config, "fanout": fanout},
-    )
-    gate = asyncio.Semaphore(spec.ssh.fanout)
-    transports = [make_transport(h, spec) for h in hosts]
-    started = time.monotonic()
-
-    async def one(transport: Any) -> tuple[float, str]:
-        async with gate:
-            await transport.connect()
-            connected = time.monotonic()
-            result = await transport.run([COMMAND], timeout=60)
-            return connected, result.stdout.strip()
-
-    answers = await asyncio.gather(*(one(t) for t in transports))
-    done = time.monotonic()
-    await asyncio.gather(*(t.close() for t in transports))
-    return {
-        "in_process_s": done - started,
-        "connected_s": max(a[0] for a in answers) - started,
-        "answers": {h: a[1] for h, a in zip(hosts, answers, strict=True)},
-    }
-
-
-def worker(engine: str, config: str, hosts: str, fanout: int) -> None:
-    out = asyncio.run(_fan_out(engine, config, hosts.split(","), fanout))
-    print(json.dumps(out))
 
 
 # -- the driver ---------------------------------------------------------------------------
@@ -117,13 +76,11 @@ def runners(tb: Any, hosts: list[str]) -> dict[str, Callable[[int], dict[str, fl
                     [
                         sys.executable,
                         "-m",
-                        "bench.fanout",
-                        "--worker",
+                        "bench._fanout_worker",
                         engine,
-                        "--config",
                         cfg,
-                        "--hosts",
                         ",".join(hosts),
+                        COMMAND,
                     ],
                 ),
                 env,
@@ -178,14 +135,7 @@ def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--sizes", default="8,16,32")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--config", help=argparse.SUPPRESS)
-    parser.add_argument("--hosts", help=argparse.SUPPRESS)
-    parser.add_argument("--fanout", type=int, default=32, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.config, args.hosts, args.fanout)
-        return
     from bench._hosts import open_testbed
 
     sizes = [int(s) for s in args.sizes.split(",")]

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from ddptui.core.backends.base import BackendError
-from ddptui.core.job.spec import SpecError, check_local_script
-from ddptui.core.runs.run_dir import RunDir
-from ddptui.jobargs import add_job_flags, spec_from_args
+from ddptui.gc_policy import begin_startup, end_startup
+
+if TYPE_CHECKING:
+    from ddptui.core.runs.run_dir import RunDir
+
+# The core is imported inside the functions, after `begin_startup`: its imports (pydantic,
+# then the SSH engine) are most of start-up, and need no collections while they run.
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ddptui.jobargs import add_job_flags
+
     parser = argparse.ArgumentParser(
         prog="ddptui",
         description="Operator console for multi-node PyTorch training. With no command, "
@@ -51,6 +57,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    begin_startup()
+    try:
+        return _main(argv)
+    finally:
+        end_startup()
+
+
+def _main(argv: list[str] | None) -> int:
+    from ddptui.core.backends.base import BackendError
+    from ddptui.core.job.spec import SpecError, check_local_script
+    from ddptui.jobargs import spec_from_args
+
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -91,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _open_run(run_id: str) -> RunDir:
     """A run id, a run directory, or the id of the Slurm job a run used."""
+    from ddptui.core.runs.run_dir import RunDir
+
     try:
         return RunDir.open(run_id)
     except FileNotFoundError:
@@ -110,6 +130,7 @@ def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> 
     from ddptui.ui.app import DdpApp
 
     app = DdpApp(spec, keymap_path=keymap, attach=attach)  # type: ignore[arg-type]
+    end_startup()
     return app.run() or 0
 
 

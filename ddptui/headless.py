@@ -11,6 +11,7 @@ from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
+from ddptui.gc_policy import end_startup
 
 
 def run_headless(
@@ -38,6 +39,7 @@ def run_headless(
 
     async def main() -> int:
         session = Session(spec, emit, run=attach, detach_after_launch=detach)
+        end_startup()  # the backend and its engine are imported by now
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, session.request_teardown)

@@ -11,6 +11,7 @@ from typing import Any
 
 import asyncssh
 
+from ddptui.core.backends.ssh.early_connect import EarlySockets
 from ddptui.core.backends.transport import ChunkSink, CommandResult, Transport, TransportError
 from ddptui.core.job.spec import SshSpec
 
@@ -36,6 +37,11 @@ class AsyncsshTransport(Transport):
         self.options = options
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
+        self._early: EarlySockets | None = None
+
+    def offer_early(self, early: EarlySockets) -> None:
+        """Use the socket `early` opened to this host, if the config leads to the same place."""
+        self._early = early
 
     def _connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -68,7 +74,8 @@ class AsyncsshTransport(Transport):
     async def _open(self) -> asyncssh.SSHClientConnection:
         kwargs = self._connect_kwargs()
         try:
-            return await asyncssh.connect(self.host, **kwargs)
+            sock = await self._early_socket(kwargs)
+            return await asyncssh.connect(self.host, sock=sock, **kwargs)
         except asyncssh.HostKeyNotVerifiable:
             if not self.options.accept_new_host_keys or self._key_was_changed(kwargs):
                 raise TransportError(self._host_key_message(kwargs)) from None
@@ -77,6 +84,19 @@ class AsyncsshTransport(Transport):
             raise TransportError(f"{self.host}: permission denied (no usable key)") from None
         except (TimeoutError, OSError, asyncssh.Error) as exc:
             raise TransportError(f"{self.host}: cannot connect: {_reason(exc)}") from None
+
+    async def _early_socket(self, kwargs: dict[str, Any]) -> Any:
+        """The early socket, only where asyncssh's own reading of the config agrees with it."""
+        early, self._early = self._early, None
+        if early is None or self.host not in early.hosts():
+            return None
+        options = self._options(kwargs)
+        if options.tunnel or options.proxy_command or options.local_addr:
+            await early.claim(self.host, "", -1)  # closes it
+            return None
+        return await early.claim(
+            self.host, str(options.host), int(options.port), self.options.connect_timeout
+        )
 
     def _options(self, kwargs: dict[str, Any]) -> asyncssh.SSHClientConnectionOptions:
         return asyncssh.SSHClientConnectionOptions(host=self.host, **_without(kwargs))

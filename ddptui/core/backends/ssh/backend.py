@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.ssh.early_connect import EarlySockets, environment_disables
 from ddptui.core.backends.transport import Transport, TransportError
 from ddptui.core.events import AllocationChanged, NodeChanged, NodeState
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget, build_plan
@@ -37,7 +38,15 @@ class SshBackend(HelperBackend):
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         hosts = list(spec.hosts[: spec.nodes])
+        # The first wave's TCP connects go out before the SSH engine is imported (0.1-0.2 s).
+        self._early = EarlySockets()
+        if spec.ssh.engine == "asyncssh" and not environment_disables():
+            self._early = EarlySockets.open(hosts[: spec.ssh.fanout], spec.ssh.config_file)
         self._transports = {h: make_transport(h, spec) for h in hosts}
+        for transport in self._transports.values():
+            offer = getattr(transport, "offer_early", None)
+            if offer is not None:
+                offer(self._early)
         self._probes: dict[str, dict[str, Any]] = {}
         self._addresses: dict[str, str] = {}
 
@@ -129,6 +138,7 @@ class SshBackend(HelperBackend):
         return build_plan(self.spec, nodes, self.run.run_id, port, socket_ifnames=ifnames)
 
     async def release(self) -> None:
+        self._early.close()
         await asyncio.gather(*(t.close() for t in self._transports.values()))
 
     def state(self) -> dict[str, Any]:
