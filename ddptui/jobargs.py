@@ -47,6 +47,14 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         metavar="K=V",
         help="environment for every rank (repeatable)",
     )
+    job.add_argument(
+        "--secret-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="treat this --env variable's value as secret (shown as ***) even if its name "
+        "does not say so (names with TOKEN, SECRET, PASSWORD, PASSWD, KEY, CREDENTIAL are)",
+    )
     job.add_argument("--workdir", help="working directory on the nodes")
     job.add_argument("--rdzv-port", type=int, help="rendezvous port (default: free port / 29400)")
     job.add_argument("--launcher", help="torchrun command on the nodes (default torchrun)")
@@ -112,6 +120,7 @@ def cli_fields(
             "nodes": args.nodes,
             "nproc_per_node": args.nproc_per_node or slots,
             "env": parse_env_pairs(args.env),
+            "secret_env": tuple(args.secret_env),
             "workdir": args.workdir,
             "hosts": tuple(hosts),
             "rdzv_port": args.rdzv_port,
@@ -176,6 +185,8 @@ def spec_from_args(
         else:
             resolved.require_script()
     fields = compose(base, cli)
+    if base.get("secret_env") and cli.get("secret_env"):  # both lists count
+        fields["secret_env"] = tuple(dict.fromkeys([*base["secret_env"], *cli["secret_env"]]))
     hosts = list(fields.get("hosts", ()))
     backend = fields.get("backend") or ("ssh" if hosts else "local")
     if "backend" not in cli and "hosts" in cli:

@@ -22,10 +22,11 @@ from ddptui.core.events import (
     TeardownReport,
 )
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
+from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
-from ddptui.core.runs.run_dir import RunDir, new_run_id
+from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
@@ -150,7 +151,7 @@ class Session:
             self.emit(NodeChanged(command.node, NodeState.WAITING))
             if not self.backend.logs_written_locally:
                 path = self.run.node_log(command.index, command.node)
-                self._logs[command.node] = path.open("wb" if self.attaching else "ab")
+                self._logs[command.node] = open_private(path, "wb" if self.attaching else "ab")
         for event in self.monitor.initial_events():
             self.emit(event)
 
@@ -197,10 +198,16 @@ class Session:
     async def _follow(self, command: NodeCommand) -> None:
         node = command.node
         offset, tries = 0, 0
+        scrubber = StreamScrubber(self.spec.secret_values)
 
-        def on_chunk(chunk: bytes) -> None:
+        def on_chunk(raw: bytes) -> None:
             nonlocal offset
-            offset += len(chunk)
+            offset += len(raw)  # where to resume on the node: its bytes, not ours
+            shown(scrubber.feed(raw))
+
+        def shown(chunk: bytes) -> None:
+            if not chunk:
+                return
             log = self._logs.get(node)
             if log is not None:
                 log.write(chunk)
@@ -222,6 +229,7 @@ class Session:
                 return
             self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
             await asyncio.sleep(min(2.0, 0.5 * tries))
+        shown(scrubber.flush())
         self._node_ended(node, code)
 
     def _node_ended(self, node: str, code: int | None) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ddptui.core.job.hosts import expand_hosts
+from ddptui.core.job.secret_env import unmask_env
 from ddptui.core.job.spec import (
     JobSpec,
     SlurmSpec,
@@ -81,7 +82,7 @@ def values_from_spec(spec: JobSpec) -> dict[str, str]:
         "script": spec.script,
         "script_args": _words(spec.script_args),
         "workdir": spec.workdir or "",
-        "env": " ".join(shlex.quote(f"{k}={v}") for k, v in spec.env.items()),
+        "env": " ".join(shlex.quote(f"{k}={v}") for k, v in spec.masked().env.items()),
         "activate": spec.activate or "",
         "rdzv_port": str(spec.rdzv_port or ""),
         "container_image": c.image if c else "",
@@ -145,6 +146,7 @@ def check_form(values: Mapping[str, str], base: JobSpec, cwd: Path | None = None
     for name, path in SPEC_PATH.items():
         if len(path) == 1:
             data[path[0]] = parsed[name]
+    data["env"] = unmask_env(data["env"], base.env)
     data["hosts"] = parsed["hosts"][: parsed["nodes"]]
     data["container"] = (
         {

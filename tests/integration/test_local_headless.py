@@ -139,7 +139,7 @@ def test_teardown_kills_agents_and_workers(tmp_path: Path) -> None:
         (["missing.py"], "script not found: missing.py"),
         (["--nodes", "0", "x.py"], "nodes:"),
         (["--backend", "nope", "x.py"], "unknown backend 'nope'"),
-        (["--env", "NOEQ", "x.py"], "malformed --env 'NOEQ'"),
+        (["--env", "NO-EQ", "x.py"], "malformed --env 'NO-EQ'"),
         (["--backend", "ssh", "--hosts", "node[1-", "x.py"], "bad host list"),
     ],
 )

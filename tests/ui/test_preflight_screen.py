@@ -58,7 +58,9 @@ class FakeAccess(NodeAccess):
     def argv(self, node: str, verb: str, *args: str) -> list[str]:
         return [verb, *args]
 
-    async def run(self, node: str, verb: str, *args: str, timeout: float = 60) -> dict[str, Any]:
+    async def run(
+        self, node: str, verb: str, *args: str, timeout: float = 60, job: Any = None
+    ) -> dict[str, Any]:
         i = int(node[-1])
         if verb == "facts":
             return node_facts(i, torch=i != 2, loopback=i == 3)

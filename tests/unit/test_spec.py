@@ -22,9 +22,16 @@ def test_unknown_field_is_rejected() -> None:
 
 def test_env_pairs() -> None:
     assert parse_env_pairs(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
-    for bad in ("NOEQUALS", "=v", "1A=2", "A B=1"):
+    for bad in ("=v", "1A=2", "A B=1", "A B"):
         with pytest.raises(SpecError, match="malformed --env"):
             parse_env_pairs([bad])
+
+
+def test_a_bare_env_name_takes_its_value_from_here() -> None:
+    """So a secret need not be typed on the console's own command line."""
+    assert parse_env_pairs(["HF_TOKEN"], {"HF_TOKEN": "v"}) == {"HF_TOKEN": "v"}
+    with pytest.raises(SpecError, match="HF_TOKEN is not set in this environment"):
+        parse_env_pairs(["HF_TOKEN"], {})
 
 
 def test_missing_script_names_the_place_looked(tmp_path: Path) -> None:

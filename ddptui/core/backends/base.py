@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -12,7 +11,7 @@ from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import job_helper_source
+from ddptui.core.node import job_helper_source, with_job
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -111,10 +110,9 @@ class HelperBackend(Backend):
             "tag": command.tag,
             "log": self.node_log_path(command),
         }
-        payload = base64.b64encode(json.dumps(job).encode()).decode()
         try:
             result = await self.transport(command.node).run(
-                self._argv("start", payload), stdin=self._helper_source, timeout=60
+                self._argv("start"), stdin=with_job(self._helper_source, job), timeout=60
             )
         except TransportError as exc:
             raise NodeStartError(command.node, str(exc)) from None

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.core.job.secret_env import mask_env
 from ddptui.core.job.spec import JobSpec
 
 # torchrun prefixes every worker line with this (see --tee), so any script's output can be
@@ -36,15 +37,23 @@ class NodeCommand:
     cwd: str | None
     prelude: str | None = None
     tag: str = ""
+    secret_env: tuple[str, ...] = ()  # names secret beyond those recognised by name
+
+    @property
+    def shown_env(self) -> dict[str, str]:
+        """The environment as it may be shown or saved (secret values masked)."""
+        return mask_env(self.env, self.secret_env)
 
     def shell_line(self) -> str:
-        """The command as one shell line, quoted so nothing in it is interpreted twice."""
+        """The command as one shell line, quoted so nothing in it is interpreted twice;
+        secret values are masked (the line is for showing and saving, never for running)."""
         parts: list[str] = []
         if self.cwd:
             parts.append(f"cd {shlex.quote(self.cwd)}")
         if self.prelude:
             parts.append(self.prelude)
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        shown = self.shown_env
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
         command = shlex.join(self.argv)
         parts.append(f"{env} {command}" if env else command)
         return " && ".join(parts)
@@ -55,10 +64,11 @@ class NodeCommand:
             "address": self.address,
             "index": self.index,
             "argv": list(self.argv),
-            "env": dict(self.env),
+            "env": self.shown_env,
             "cwd": self.cwd,
             "prelude": self.prelude,
             "tag": self.tag,
+            "secret_env": list(self.secret_env),
         }
 
     @classmethod
@@ -72,6 +82,7 @@ class NodeCommand:
             cwd=data["cwd"],
             prelude=data.get("prelude"),
             tag=data.get("tag", ""),
+            secret_env=tuple(data.get("secret_env", ())),
         )
 
 
@@ -203,6 +214,7 @@ def build_plan(
                 cwd=spec.workdir,
                 prelude=spec.activate,
                 tag=tag,
+                secret_env=spec.secret_env,
             )
         )
     return LaunchPlan(run_id, endpoint, spec.nproc_per_node, tuple(commands))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ddptui.core.job.secret_env import mask_env, secret_names, secret_values
 from ddptui.core.monitor.diagnosis import DEFAULT_PROGRESS_PATTERN
 
 Backend = Literal["local", "ssh", "slurm"]
@@ -64,6 +66,8 @@ class JobSpec(_Model):
     script: str
     script_args: tuple[str, ...] = ()
     env: dict[str, str] = Field(default_factory=dict)
+    # Names whose values are secret beyond those secret_env.is_secret recognises by name.
+    secret_env: tuple[str, ...] = ()
     workdir: str | None = None
     hosts: tuple[str, ...] = ()
     rdzv_port: int | None = Field(None, ge=1, le=65535)
@@ -96,9 +100,30 @@ class JobSpec(_Model):
                 raise ValueError(f"invalid environment variable name {name!r}")
         return env
 
+    @field_validator("secret_env")
+    @classmethod
+    def _secret_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"invalid environment variable name {name!r}")
+        return names
+
     @property
     def world_size(self) -> int:
         return self.nodes * self.nproc_per_node
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """The names in `env` whose values are secret."""
+        return secret_names(self.env, self.secret_env)
+
+    @property
+    def secret_values(self) -> tuple[str, ...]:
+        return secret_values(self.env, self.secret_env)
+
+    def masked(self) -> JobSpec:
+        """This job as it may be shown or saved: secret values replaced by `***`."""
+        return self.model_copy(update={"env": mask_env(self.env, self.secret_env)})
 
 
 def make_spec(**fields: object) -> JobSpec:
@@ -117,13 +142,24 @@ def describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_env_pairs(pairs: Iterable[str]) -> dict[str, str]:
-    """Turn `K=V` strings into a dict; a pair without `=` or with a bad name is an error."""
+def parse_env_pairs(
+    pairs: Iterable[str], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Turn `K=V` strings into a dict; a bare `K` takes its value from this environment (so a
+    secret need not be typed on a command line); a bad name or an unset `K` is an error."""
+    here = os.environ if environ is None else environ
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not sep or not _ENV_NAME.match(name):
-            raise SpecError(f"malformed --env {pair!r}: expected NAME=VALUE")
+        if not _ENV_NAME.match(name):
+            raise SpecError(f"malformed --env {pair!r}: expected NAME=VALUE or NAME")
+        if not sep:
+            if name not in here:
+                raise SpecError(
+                    f"--env {name}: {name} is not set in this environment "
+                    f"(export it, or give {name}=VALUE)"
+                )
+            value = here[name]
         env[name] = value
     return env
 

@@ -7,7 +7,16 @@ and the preflight probe (`probe.py`). The console never imports them; it reads t
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Mapping
 from importlib import resources
+from typing import Any
+
+# The line of each program that the console replaces with the job's description. The
+# description travels on stdin, inside the program: on the command line it would be readable
+# by every local user (/proc/PID/cmdline), secret values and all.
+JOB_LINE = b'JOB = ""  # the console puts the job here (base64 JSON), never on the command line\n'
 
 
 def job_helper_source() -> bytes:
@@ -18,3 +27,11 @@ def job_helper_source() -> bytes:
 def probe_source() -> bytes:
     """The preflight probe's source, run the same way as the job helper."""
     return resources.files(__name__).joinpath("probe.py").read_bytes()
+
+
+def with_job(source: bytes, job: Mapping[str, Any]) -> bytes:
+    """`source` with the job's description in place of its JOB line, to send on stdin."""
+    if source.count(JOB_LINE) != 1:
+        raise ValueError("the node program has no JOB line")
+    encoded = base64.b64encode(json.dumps(dict(job)).encode())
+    return source.replace(JOB_LINE, b'JOB = "' + encoded + b'"\n')

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+JOB = ""  # the console puts the job here (base64 JSON), never on the command line
+
 TAG_VAR = "DDPTUI_TAG"
 POLL_S = 0.05
 AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
@@ -32,12 +34,28 @@ def _paths(log_path: str) -> dict[str, str]:
     return {"log": log_path, "exit": log_path + ".exit", "pid": log_path + ".pid"}
 
 
-def start(payload_b64: str) -> int:
+def _private_dirs(path: str) -> None:
+    """The run's directory and its `nodes` parent: only the owner may enter (the log holds
+    whatever the job prints)."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    for level in (path, os.path.dirname(path)):
+        if os.path.basename(level) in ("runs", ""):
+            break
+        os.chmod(level, 0o700)
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def start() -> int:
     """Start the command detached from this session; print {"pid", "log"} and return at once."""
-    job = json.loads(base64.b64decode(payload_b64).decode())
+    job = json.loads(base64.b64decode(JOB).decode())
     log = os.path.expanduser(job["log"])
     paths = _paths(log)
-    os.makedirs(os.path.dirname(log), exist_ok=True)
+    _private_dirs(os.path.dirname(log))
     for stale in (paths["exit"], paths["pid"]):
         if os.path.exists(stale):
             os.unlink(stale)
@@ -68,7 +86,8 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
         shell = shutil.which("bash") or "sh"
         argv = [shell, "-c", job["prelude"] + ' && exec "$@"', "ddptui-node", *argv]
     cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else None
-    log_fd = os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(log_fd, 0o600)
     null_fd = os.open(os.devnull, os.O_RDONLY)
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -89,8 +108,7 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     os.close(err_w)
     failure = os.read(err_r, 4096).decode()
     os.close(err_r)
-    with open(paths["pid"], "w") as f:
-        f.write(f"{pid} {os.getpid()}\n")
+    _write_private(paths["pid"], f"{pid} {os.getpid()}\n")
     if failure:
         os.write(log_fd, f"ddptui: cannot start {failure}\n".encode())
         os.write(report_fd, f"cannot start {failure}".encode())
@@ -102,8 +120,7 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
     tmp = paths["exit"] + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{code}\n")
+    _write_private(tmp, f"{code}\n")
     os.replace(tmp, paths["exit"])
 
 

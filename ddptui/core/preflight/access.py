@@ -21,7 +21,7 @@ from ddptui.core.backends.base import BackendError, Emit
 from ddptui.core.backends.transport import CommandResult, LocalTransport, Transport, TransportError
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import probe_source
+from ddptui.core.node import probe_source, with_job
 from ddptui.core.runs.run_dir import state_dir
 
 LineSink = Callable[[str], None]
@@ -79,11 +79,20 @@ class NodeAccess(ABC):
     async def close(self) -> None:
         """Give the nodes back."""
 
-    async def run(self, node: str, verb: str, *args: str, timeout: float = 60) -> dict[str, Any]:
-        """Run a helper verb on the node; its JSON report, or NodeAccessError."""
+    async def run(
+        self,
+        node: str,
+        verb: str,
+        *args: str,
+        timeout: float = 60,
+        job: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run a helper verb on the node; its JSON report, or NodeAccessError. `job` goes
+        to the helper inside its program on stdin, never on its command line."""
+        stdin = self._source if job is None else with_job(self._source, job)
         try:
             result = await self.transport(node).run(
-                self.argv(node, verb, *args), stdin=self._source, timeout=timeout
+                self.argv(node, verb, *args), stdin=stdin, timeout=timeout
             )
         except TransportError as exc:
             raise NodeAccessError(str(exc)) from None

@@ -13,7 +13,6 @@ Every failure says how to fix it. The rules are pure functions of what the nodes
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import secrets
@@ -152,10 +151,9 @@ class Preflight:
             "script": None if obs.container else self.spec.script,
             "timeout": FACTS_TIMEOUT_S - 10,
         }
-        payload = base64.b64encode(json.dumps(job).encode()).decode()
         sent = time.time()
         try:
-            facts = await self.access.run(node.name, "facts", payload, timeout=FACTS_TIMEOUT_S)
+            facts = await self.access.run(node.name, "facts", timeout=FACTS_TIMEOUT_S, job=job)
         except NodeAccessError as exc:
             obs.unreachable[node.name] = f"cannot run {self.spec.python} there: {exc}"
             return

@@ -30,7 +30,7 @@ from ddptui.core.events import (
     RunSummary,
 )
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.runs.run_dir import RunDir, state_dir
+from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 1
@@ -225,7 +225,10 @@ class RunHistory:
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            private_dir(self.path.parent)
+            # SQLite gives its journal files the database's mode: private from the start.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
         db = sqlite3.connect(self.path, timeout=15)
         try:
             db.row_factory = sqlite3.Row

@@ -25,6 +25,34 @@ def state_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_state_dir("ddptui"))
 
 
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` (and missing parents) a directory only its owner can enter."""
+    path.mkdir(mode=PRIVATE_DIR, parents=True, exist_ok=True)
+    os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, PRIVATE_FILE)
+
+
+def open_private(path: Path, mode: str) -> IO[Any]:
+    """`open(path, mode)`, creating the file readable and writable by its owner only."""
+    f = open(path, mode, opener=_private_opener)  # noqa: SIM115 - the caller closes it
+    os.fchmod(f.fileno(), PRIVATE_FILE)
+    return f
+
+
+def write_private(path: Path, text: str) -> Path:
+    with open_private(path, "w") as f:
+        f.write(text)
+    return path
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
@@ -44,8 +72,11 @@ class RunDir:
 
     @classmethod
     def create(cls, run_id: str, root: Path | None = None) -> RunDir:
-        path = (root or state_dir() / "runs") / run_id
-        (path / "nodes").mkdir(parents=True, exist_ok=False)
+        runs = private_dir(root or state_dir() / "runs")
+        path = runs / run_id
+        path.mkdir(mode=PRIVATE_DIR)
+        private_dir(path / "nodes")
+        os.chmod(path, PRIVATE_DIR)
         return cls(path)
 
     @classmethod
@@ -63,17 +94,21 @@ class RunDir:
     def node_log(self, index: int, node: str) -> Path:
         return self.nodes_dir / node_log_name(index, node)
 
+    def write_private(self, name: str, text: str) -> Path:
+        """A file of this run, private to its owner (0600)."""
+        return write_private(self.path / name, text)
+
     def write_spec(self, spec: JobSpec) -> None:
-        (self.path / "spec.json").write_text(spec.model_dump_json(indent=2))
+        self.write_private("spec.json", spec.masked().model_dump_json(indent=2))
 
     def write_plan(self, plan: LaunchPlan, backend_state: dict[str, Any]) -> None:
-        (self.path / "plan.json").write_text(
-            json.dumps({**plan.to_dict(), "backend": backend_state}, indent=2)
+        self.write_private(
+            "plan.json", json.dumps({**plan.to_dict(), "backend": backend_state}, indent=2)
         )
         script = ["#!/bin/sh", "# The command each node runs (as typed on that node).", ""]
         for command in plan.commands:
             script += [f"# node {command.index}: {command.node}", command.shell_line(), ""]
-        (self.path / "commands.sh").write_text("\n".join(script))
+        self.write_private("commands.sh", "\n".join(script))
 
     def read_plan(self) -> tuple[LaunchPlan, dict[str, Any]]:
         data = json.loads((self.path / "plan.json").read_text())
@@ -84,11 +119,12 @@ class RunDir:
 
     def record(self, event: Event) -> None:
         if self._events is None:
-            self._events = (self.path / "events.jsonl").open("a", buffering=1)
+            self._events = open_private(self.path / "events.jsonl", "a")
         self._events.write(event.to_json() + "\n")
+        self._events.flush()
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        (self.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.write_private("summary.json", json.dumps(summary, indent=2))
 
     def close(self) -> None:
         if self._events is not None:

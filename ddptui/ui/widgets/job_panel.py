@@ -27,7 +27,8 @@ def describe_job(spec: JobSpec) -> Text:
         ("script", shlex.join([spec.script, *spec.script_args])),
     ]
     if spec.env:
-        rows.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(spec.env.items()))))
+        shown = spec.masked().env
+        rows.append(("env", " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))))
     if spec.container:
         rows.append(("container", f"{spec.container.engine} {spec.container.image}"))
     for i, (label, value) in enumerate(rows):

@@ -31,6 +31,7 @@ from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, HelperBa
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.cli import JobInfo, SlurmError, choose_query, ipv4_of
 from ddptui.core.backends.slurm.commands import (
+    SECRET_FILE,
     STEP_LOG,
     batch_script,
     direct_argv,
@@ -38,6 +39,7 @@ from ddptui.core.backends.slurm.commands import (
     job_name,
     resolve_mode,
     salloc_argv,
+    secret_file,
     step_name,
     torchrun_plan,
 )
@@ -152,8 +154,10 @@ class SlurmBackend(HelperBackend):
             str(self.run.path.resolve()),
             self.spec.rdzv_port or DEFAULT_RDZV_PORT,
         )
-        path = self.run.path / "job.sbatch"
-        path.write_text(script)
+        secrets = secret_file(self.spec)
+        if secrets is not None:
+            self.run.write_private(SECRET_FILE, secrets)
+        path = self.run.write_private("job.sbatch", script)
         self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
         self.job_id = await self.alloc.submit(str(path))
         return await self.alloc.wait_running(self.job_id)

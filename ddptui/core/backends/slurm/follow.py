@@ -17,7 +17,7 @@ from ddptui.core.backends.slurm.srun_output import SrunDemux
 from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import TeardownReport
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.runs.run_dir import RunDir, state_dir
+from ddptui.core.runs.run_dir import RunDir, open_private, state_dir
 
 HELPER_TIMEOUT_S = 90.0
 CHECK_JOB_WAIT_S = 30  # a check job of its own (no allocation left): how long it may wait
@@ -41,7 +41,7 @@ async def follow_direct(
     """
     demux = SrunDemux(nodes, nproc_per_node)
     skip = offset
-    with node_log.open("wb" if offset == 0 else "ab") as log:
+    with open_private(node_log, "wb" if offset == 0 else "ab") as log:
 
         def deliver(part: bytes) -> None:
             nonlocal skip
