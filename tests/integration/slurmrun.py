@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from tests.cases import ROOT
 from tests.integration.sshrun import HeadlessRun
 from tests.testbed import SlurmCluster, Testbed
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 NODES = ["node1", "node2"]
 
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.cases import ROOT
 from tests.testbed.netns import Testbed
 
-ROOT = Path(__file__).resolve().parents[2]
 TRAINER = ROOT / "trainer"
 
 

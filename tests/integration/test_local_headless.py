@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.cases import TRAINER, TRAINERS, trainer_args
 from tests.integration.sshrun import rank_steps
 from tests.procs import pids_with_tag
-
-ROOT = Path(__file__).resolve().parents[2]
-TRAINER = ROOT / "trainer"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -39,9 +37,7 @@ def _headless(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, li
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [
-        ("envcheck.py", [], "allreduce=ok"),
-        ("cpu_ddp.py", ["3", "2", "--checkpoint_path", "snap.pt"], "Epoch 2 | Batchsize: 32"),
-        ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
+        *TRAINERS,
         (
             "cifar10_vgg.py",
             ["--epochs", "1", "--samples", "96", "--batch-size", "12"],
@@ -52,7 +48,7 @@ def _headless(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[int, li
 def test_trainer_script_runs_green_then_done(
     tmp_path: Path, script: str, args: list[str], expect: str
 ) -> None:
-    code, events = _headless(tmp_path, str(TRAINER / script), *args)
+    code, events = _headless(tmp_path, str(TRAINER / script), *trainer_args(args, tmp_path))
     summary = events[-1]
     assert summary["event"] == "summary", events[-3:]
     assert code == 0, summary

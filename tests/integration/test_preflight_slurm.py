@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.cases import ROOT
 from tests.integration.sshrun import TRAINER
 from tests.integration.test_preflight_ssh import (
     CHECKS,
@@ -27,7 +28,6 @@ from tests.integration.test_preflight_ssh import (
 from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 NODES = ["node1", "node2", "node3"]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.cases import TRAINER_CASES, trainer_args
 from tests.integration.slurmrun import (
     NODES,
     assert_clean_teardown,
@@ -32,18 +33,11 @@ from tests.testbed import SlurmCluster
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize(
-    ("script", "args", "expect"),
-    [
-        ("envcheck.py", [], "allreduce=ok"),
-        ("cpu_ddp.py", ["3", "2", "--checkpoint_path", "{tmp}/snap.pt"], "Epoch 2 | Batchsize"),
-        ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
-    ],
-)
+@TRAINER_CASES
 def test_salloc_runs_each_trainer_green_then_releases(
     slurm_cluster: SlurmCluster, tmp_path: Path, script: str, args: list[str], expect: str
 ) -> None:
-    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    args = trainer_args(args, tmp_path)
     result = run(slurm_cluster, tmp_path, str(TRAINER / script), *args)
     summary = result.summary
     assert result.code == 0, (summary, result.stderr[-3000:])

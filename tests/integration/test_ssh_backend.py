@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cases import TRAINER_CASES, trainer_args
 from tests.integration.sshrun import (
     TRAINER,
     all_running,
@@ -45,18 +46,11 @@ def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(
-    ("script", "args", "expect"),
-    [
-        ("envcheck.py", [], "allreduce=ok"),
-        ("cpu_ddp.py", ["3", "2", "--checkpoint_path", "{tmp}/snap.pt"], "Epoch 2 | Batchsize"),
-        ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
-    ],
-)
+@TRAINER_CASES
 def test_two_hosts_each_trainer_green_then_done(
     testbed: Testbed, tmp_path: Path, engine: str, script: str, args: list[str], expect: str
 ) -> None:
-    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    args = trainer_args(args, tmp_path)
     run = run_headless(
         testbed,
         tmp_path / "state",

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.cases import TRAINER
 from tests.procs import pids_with_tag
 
 pytestmark = pytest.mark.integration
 
-TRAINER = Path(__file__).resolve().parents[2] / "trainer"
 TIMEOUT_S = 180.0
 
 IDENT_RE = re.compile(

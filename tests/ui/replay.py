@@ -6,8 +6,6 @@ relay; timestamps, run id and paths are fixed, so snapshots do not depend on thi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ddptui.core.events import (
     Event,
     NodeChanged,
@@ -17,8 +15,8 @@ from ddptui.core.events import (
 )
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.ui.screens.job import JobScreen
+from tests.cases import TORCHRUN_CAPTURES as DATA
 
-DATA = Path(__file__).resolve().parents[1] / "unit" / "data" / "torchrun"
 RUN_ID = "20261126-042126-f0093f"
 RUN_DIR = f"/srv/ddptui/runs/{RUN_ID}"
 T0 = 1_795_666_886.0  # 2026-11-26 04:21:26 UTC

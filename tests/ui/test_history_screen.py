@@ -26,11 +26,11 @@ from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.past_run import PastRunScreen
+from tests.cases import ROOT
 
 from .conftest import SIZE, job_screen, local_spec, tagged_pids, wait_for, wait_no_tagged_pids
 from .screen_host import ScreenHost
 
-ROOT = Path(__file__).resolve().parents[2]
 T0 = 1767225600.0  # 2026-01-01 00:00:00 UTC
 
 

@@ -18,10 +18,11 @@ from ddptui.ui.keymap import (
 )
 from ddptui.ui.screens.help import HelpScreen
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
+from tests.cases import ROOT
 
 from .conftest import SIZE, job_screen, local_spec
 
-REPO_KEYMAPS = Path(__file__).resolve().parents[2] / "keymaps"
+REPO_KEYMAPS = ROOT / "keymaps"
 
 
 def footer_keys(app: DdpApp) -> dict[str, str]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-TRAINER_DIR = Path(__file__).resolve().parents[2] / "trainer"
+from tests.cases import TRAINER as TRAINER_DIR
 
 
 def _load_dist() -> ModuleType:

@@ -36,6 +36,17 @@ def local_launcher(launcher: str) -> str:
     return shlex.join([sys.executable, "-m", "torch.distributed.run"])
 
 
+def local_plan(spec: JobSpec, nodes: Sequence[NodeTarget], run_id: str, port: int) -> LaunchPlan:
+    """This machine's plan: its own torchrun, an absolute working directory, gloo on `lo`."""
+    spec = spec.model_copy(
+        update={
+            "launcher": local_launcher(spec.launcher),
+            "workdir": str(Path(spec.workdir or Path.cwd()).resolve()),
+        }
+    )
+    return build_plan(spec, nodes, run_id, port, socket_ifnames={n.name: "lo" for n in nodes})
+
+
 class LocalBackend(HelperBackend):
     """Every pseudo-node is its own torchrun agent; they meet over c10d on 127.0.0.1."""
 
@@ -61,15 +72,7 @@ class LocalBackend(HelperBackend):
         return self.spec.rdzv_port or free_port()
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        spec = self.spec.model_copy(
-            update={
-                "launcher": local_launcher(self.spec.launcher),
-                "workdir": str(Path(self.spec.workdir or Path.cwd()).resolve()),
-            }
-        )
-        return build_plan(
-            spec, nodes, self.run.run_id, port, socket_ifnames={n.name: "lo" for n in nodes}
-        )
+        return local_plan(self.spec, nodes, self.run.run_id, port)
 
     def python(self) -> str:
         return sys.executable

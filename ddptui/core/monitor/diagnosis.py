@@ -42,10 +42,6 @@ KINDS = (
 # ranks only while they have not been assigned yet (later, it is a teardown's echo).
 RENDEZVOUS_KINDS = frozenset({RENDEZVOUS_CONNECT, RENDEZVOUS_TIMEOUT, PORT_IN_USE})
 
-# `Epoch 49`, `step=120`, `Steps: 8`, `iter 7`, `iteration 7`; the first number is the progress.
-# ASCII word boundaries and a look at the first letter before the case-blind alternation: the
-# same matches as `(?i)\b(?:epoch|steps?|iter(?:ation)?)\b...` on ASCII text, 3x faster.
-DEFAULT_PROGRESS_PATTERN = r"(?a)\b(?=[EeSsIi])(?i:epoch|steps?|iter(?:ation)?)\b\s*[:=]?\s*(\d+)"
 STRAGGLER_RATIO = 0.5  # a rank at under half the others' median rate is a straggler
 RATE_WINDOW_S = 60.0
 MIN_PROGRESS_SAMPLES = 3

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ddptui.core.events import Diagnosis, Event, FailureRecord, NodeLines, RankSummary
+from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
 from ddptui.core.monitor.agent_log import (
     AgentFact,
     AgentLogParser,
@@ -18,7 +19,6 @@ from ddptui.core.monitor.agent_log import (
 )
 from ddptui.core.monitor.board import RankBoard
 from ddptui.core.monitor.diagnosis import (
-    DEFAULT_PROGRESS_PATTERN,
     EXITED,
     describe_exit,
     may_report_failure,

@@ -29,7 +29,7 @@ from typing import Any
 
 from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, HelperBackend
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
-from ddptui.core.backends.slurm.cli import JobInfo, SlurmError, choose_query, ipv4_of
+from ddptui.core.backends.slurm.cli import SlurmError, choose_query, ipv4_of
 from ddptui.core.backends.slurm.commands import (
     SECRET_FILE,
     STEP_LOG,
@@ -51,6 +51,7 @@ from ddptui.core.backends.slurm.follow import (
     run_job_helper,
 )
 from ddptui.core.backends.slurm.log_follow import follow_log
+from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
 from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, Notice, TeardownReport

@@ -1,10 +1,10 @@
-"""Provides the Slurm CLI as async calls, parsers of what it prints, and SlurmQuery.
+"""Provides the Slurm CLI as async calls, parsers of what it prints, and CliQuery.
 
-SlurmQuery is the small read-only interface the Slurm backend asks about jobs, steps and
-nodes. CliQuery answers it with `squeue --json`, `squeue -s`, `scontrol`: the path this
-project tests against Slurm 22.05. `choose_query()` picks the pyslurm adapter instead only
-where `import pyslurm` works and pyslurm was built for the Slurm that `scontrol --version`
-reports (pyslurm binds exactly one Slurm release and fails on any other).
+CliQuery answers SlurmQuery (query.py), the read-only questions the backend asks, with
+`squeue --json`, `squeue -s`, `scontrol`: the path this project tests against Slurm 22.05.
+`choose_query()` picks the pyslurm adapter instead only where `import pyslurm` works and
+pyslurm was built for the Slurm that `scontrol --version` reports (pyslurm binds exactly one
+Slurm release and fails on any other).
 """
 
 from __future__ import annotations
@@ -19,25 +19,16 @@ import socket
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from ddptui.core.backends.slurm.query import (
+    JobInfo,
+    SlurmQuery,
+    StepInfo,
+    job_states,
+)
 from ddptui.core.backends.transport import CommandResult, LocalTransport, TransportError
 
-# Job states after which nothing of the job runs (COMPLETING is a flag: still cleaning up).
-FINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-        "REVOKED",
-    }
-)
 _SALLOC = re.compile(r"^salloc: (?:(error): )?(.*)$")
 _PENDING = re.compile(r"Pending job allocation (\d+)")
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -53,48 +44,6 @@ class SlurmError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class JobInfo:
-    """One job as squeue reports it; `states` holds the base state and any flags."""
-
-    job_id: str
-    name: str
-    states: tuple[str, ...]
-    reason: str = ""
-    nodes: str = ""
-    cpus: int = 0
-    node_count: int = 0
-    exit_code: int | None = None
-
-    @property
-    def state(self) -> str:
-        return "+".join(self.states)
-
-    @property
-    def pending(self) -> bool:
-        return "PENDING" in self.states
-
-    @property
-    def running(self) -> bool:
-        return "RUNNING" in self.states and "COMPLETING" not in self.states
-
-    @property
-    def ended(self) -> bool:
-        """Nothing of the job is left: a final state and no longer completing."""
-        return "COMPLETING" not in self.states and any(s in FINAL_STATES for s in self.states)
-
-    @property
-    def cpus_per_node(self) -> int:
-        return self.cpus // self.node_count if self.node_count else 0
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    step_id: str
-    name: str
-    nodes: str = ""
-
-
-@dataclass(frozen=True)
 class SallocLine:
     """What one line of salloc's stderr says: pending/queued/granted (with the job id),
     an error, or information for the operator."""
@@ -105,16 +54,6 @@ class SallocLine:
 
 
 # -- parsers (pure) -------------------------------------------------------------------------------
-
-
-def job_states(value: Any) -> tuple[str, ...]:
-    """`job_state` is a string in Slurm 22.05 (`"RUNNING"`) and a list in newer releases
-    (`["CANCELLED", "COMPLETING"]`)."""
-    if isinstance(value, str):
-        return tuple(s for s in value.replace("+", ",").split(",") if s)
-    if isinstance(value, (list, tuple)):
-        return tuple(str(s) for s in value)
-    return ()
 
 
 def _number(value: Any) -> int | None:
@@ -244,24 +183,6 @@ async def slurm(
     if check and result.exit_code != 0:
         raise SlurmError(f"{argv[0]}: {last_error(result.stderr) or f'exit {result.exit_code}'}")
     return result
-
-
-class SlurmQuery(Protocol):
-    """The state queries the backend needs; every answer is fresh from the controller."""
-
-    name: str
-
-    async def job(self, job_id: str) -> JobInfo | None:
-        """The job, or None once the controller has forgotten it."""
-
-    async def steps(self, job_id: str) -> list[StepInfo]:
-        """The job's running steps (none once the job is gone)."""
-
-    async def hostnames(self, nodelist: str) -> list[str]:
-        """A hostlist expression (`node[1-3]`) expanded, in Slurm's node order."""
-
-    async def node_addresses(self, nodes: Sequence[str]) -> dict[str, str]:
-        """Each node's NodeAddr: the address the other nodes reach it at."""
 
 
 class CliQuery:

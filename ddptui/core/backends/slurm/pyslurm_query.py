@@ -1,6 +1,6 @@
 """Provides PyslurmQuery: SlurmQuery answered through pyslurm's API instead of the CLI.
 
-Chosen by `slurmcli.choose_query()` only when pyslurm imports and was built for the running
+Chosen by `cli.choose_query()` only when pyslurm imports and was built for the running
 Slurm. PyPI's pyslurm binds exactly one Slurm release (25.11 today), so on Debian's 22.05 —
 the Slurm this project's tests run — it is never chosen and this module is not exercised by
 the suite. It covers the read-only queries only; jobs are still started and cancelled with
@@ -15,7 +15,7 @@ from typing import Any
 
 import hostlist
 
-from ddptui.core.backends.slurm.cli import JobInfo, StepInfo, job_states
+from ddptui.core.backends.slurm.query import JobInfo, StepInfo, job_states
 
 
 def pyslurm_version() -> tuple[int, int] | None:

@@ -16,19 +16,8 @@ from ddptui.core.backends.slurm.commands import (
     torchrun_plan,
 )
 from ddptui.core.job.plan import NodeTarget
-from ddptui.core.job.spec import SpecError, make_spec
-
-
-def _spec(**fields: object):  # type: ignore[no-untyped-def]
-    base: dict[str, object] = {
-        "backend": "slurm",
-        "nodes": 2,
-        "nproc_per_node": 2,
-        "script": "train.py",
-        "script_args": ("--lr", "0.1 x"),
-    }
-    return make_spec(**{**base, **fields})
-
+from ddptui.core.job.spec import SpecError
+from tests.cases import slurm_spec as _spec
 
 NODES = [NodeTarget("node1", "10.0.0.11"), NodeTarget("node2", "10.0.0.12")]
 

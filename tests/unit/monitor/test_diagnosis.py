@@ -1,24 +1,22 @@
 """Failure recognition against real torchrun output captured on this machine (and a GPU host).
 
-tests/unit/data/torchrun/README.md says how each file was made.
+tests/data/torchrun/README.md says how each file was made.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState, RunSummary
-from ddptui.core.job.spec import SpecError, make_spec
+from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN, SpecError, make_spec
 from ddptui.core.monitor import diagnosis as dx
 from ddptui.core.monitor import failures
 from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
-
-DATA = Path(__file__).parent / "data" / "torchrun"
+from tests.cases import TORCHRUN_CAPTURES as DATA
 
 
 def replay(*logs: str, nproc: int = 2) -> tuple[Monitor, list[object]]:
@@ -102,7 +100,7 @@ def test_the_cheap_first_look_lets_every_failure_through() -> None:
 
 def test_the_default_progress_pattern_matches_as_the_plain_one_does() -> None:
     plain = re.compile(r"(?i)\b(?:epoch|steps?|iter(?:ation)?)\b\s*[:=]?\s*(\d+)")
-    default = re.compile(dx.DEFAULT_PROGRESS_PATTERN)
+    default = re.compile(DEFAULT_PROGRESS_PATTERN)
     texts = [
         "Epoch 3",
         "EPOCH=4",
@@ -295,7 +293,7 @@ def test_progress_pattern_is_configurable() -> None:
 
 
 def test_default_progress_pattern_reads_the_usual_lines() -> None:
-    pattern = dx.compile_progress(dx.DEFAULT_PROGRESS_PATTERN)
+    pattern = dx.compile_progress(DEFAULT_PROGRESS_PATTERN)
     assert pattern is not None
     for text, value in [
         ("[RANK 3] Epoch 49 | Batchsize: 32 | Steps: 8", 49.0),

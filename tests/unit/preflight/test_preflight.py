@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from ddptui.core.preflight.preflight import CHECKS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.cases import ROOT
 
 
 def preflight(tmp_path: Path, *args: str) -> tuple[int, str, str]:

@@ -4,7 +4,7 @@
 set -u
 out=${1:-/tmp/captures}
 mkdir -p "$out"
-here=tests/unit/data/torchrun/scripts
+here=tests/data/torchrun/scripts
 export DDPTUI_STATE_DIR="$out/state"
 
 # Whole runs on two local pseudo-nodes: node logs land in $out/state/runs/<id>/nodes/.

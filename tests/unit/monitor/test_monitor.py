@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
-
-DATA = Path(__file__).parent / "data" / "torchrun"
+from tests.cases import TORCHRUN_CAPTURES as DATA
 
 
 def _feed(monitor: Monitor, node: str, name: str) -> list:

@@ -1,0 +1,39 @@
+"""Provides the cases more than one test file runs: the bundled trainers and a Slurm job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddptui.core.job.spec import JobSpec, make_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINER = ROOT / "trainer"
+DATA = Path(__file__).resolve().parent / "data"
+TORCHRUN_CAPTURES = DATA / "torchrun"
+
+# Each bundled trainer on 2 nodes x 2: its arguments (`{tmp}` is the test's own directory)
+# and a line every run of it prints.
+TRAINERS = [
+    ("envcheck.py", [], "allreduce=ok"),
+    ("cpu_ddp.py", ["3", "2", "--checkpoint_path", "{tmp}/snap.pt"], "Epoch 2 | Batchsize"),
+    ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
+]
+TRAINER_CASES = pytest.mark.parametrize(("script", "args", "expect"), TRAINERS)
+
+
+def trainer_args(args: list[str], tmp: Path) -> list[str]:
+    return [a.replace("{tmp}", str(tmp)) for a in args]
+
+
+def slurm_spec(**fields: object) -> JobSpec:
+    """A 2 x 2 Slurm job whose script arguments need quoting."""
+    base: dict[str, object] = {
+        "backend": "slurm",
+        "nodes": 2,
+        "nproc_per_node": 2,
+        "script": "train.py",
+        "script_args": ("--lr", "0.1 x"),
+    }
+    return make_spec(**{**base, **fields})
