@@ -39,6 +39,24 @@ def pids_in_netns(ns_path: str) -> list[int]:
     return sorted(out)
 
 
+def pids_by_netns(ns_paths: Sequence[str]) -> dict[str, list[int]]:
+    """pids_in_netns for many namespaces in one pass over /proc (a fleet has hundreds)."""
+    wanted: dict[tuple[int, int] | None, str] = {}
+    for path in ns_paths:
+        inode = _netns_inode(path)
+        if inode is not None:
+            wanted[inode] = path
+    out: dict[str, list[int]] = {path: [] for path in ns_paths}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        found = wanted.get(_netns_inode(f"/proc/{entry}/ns/net"))
+        if found is not None:
+            out[found].append(int(entry))
+    return {path: sorted(pids) for path, pids in out.items()}
+
+
 def cmdline(pid: int) -> str:
     """Best-effort command line of a PID (for diagnostics)."""
     try:

@@ -1,0 +1,272 @@
+"""Fleet: a stand-in agent started on, and torn down from, hundreds of hosts; ddptui vs pdsh, clush.
+
+The testbed is the project's own (tests/testbed): one network namespace and one real sshd per
+host on a /16, plain root logins (no .bashrc: see `Testbed(plain_login=True)`). On every host
+the same stand-in for torchrun (bench/fleet_standin.sh) reports its rank the way torchrun's
+`--tee` does with ddptui's prefix, then holds until killed.
+
+- ddptui: `ddptui run --headless --backend ssh --hosts node[1-N] --nproc-per-node 1
+  --launcher 'bash fleet_standin.sh'`; launched = every rank shown running (its `rank`
+  events); teardown = SIGTERM (what `q` does in the console) to the process's exit, its own
+  proof of every host included.
+- pdsh / clush: `pdsh -R ssh -f N -w node[1-N] 'bash fleet_standin.sh'` (clush alike), launched
+  = every host's ready line printed; teardown = `pdsh -f 32 ... pkill -f` of the stand-in until
+  both commands have returned.
+Every teardown is then checked from outside: no process other than sshd left in any host's
+namespace. Runs are interleaved (ddptui, pdsh, clush, ddptui, ...); ddptui's peak RSS is its
+process's VmHWM. A last ddptui run cuts the link of every tenth host once all ranks run, then
+tears down: the cut hosts must be reported, the others proven clean.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench._common import (
+    BENCH,
+    Report,
+    Table,
+    arg_parser,
+    command_line,
+    fmt_s,
+    interleaved,
+    median,
+    ratio,
+    verdict,
+)
+from bench._hosts import TimedStream, all_ranks_running, bench_env, ddptui_ssh_argv, job_leftovers
+from tests.testbed import Testbed, cleanup_stale
+
+STANDIN = str(BENCH / "fleet_standin.sh")
+MARK = "[d]dptui-fleet-standin"  # pkill -f pattern that does not match the shell running it
+Sample = dict[str, Any]
+
+
+class PeakRss:
+    """Samples a process's VmHWM (its own peak RSS) until it exits."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.mb = 0.0
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            try:
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.mb = max(self.mb, int(line.split()[1]) / 1024)
+            except OSError:
+                return
+
+    def stop(self) -> float:
+        self._stop.set()
+        return self.mb
+
+
+def _ready_hosts(n: int) -> Callable[[str], bool]:
+    seen: set[str] = set()
+
+    def check(line: str) -> bool:
+        if "fleet stand-in ready" in line:
+            seen.add(line.split("host=")[-1].strip())
+        return len(seen) == n
+
+    return check
+
+
+def _clean_after(tb: Testbed, hosts: list[str], timeout: float) -> tuple[float | None, int]:
+    """Seconds until no host has a job process (None if some still do), and how many don't."""
+    t0 = time.monotonic()
+    while True:
+        left = job_leftovers(tb, hosts)
+        if not left:
+            return time.monotonic() - t0, 0
+        if time.monotonic() - t0 > timeout:
+            return None, len(left)
+        time.sleep(0.1)
+
+
+def _phases(events: list[dict[str, Any]], wall0: float) -> dict[str, float]:
+    """When ddptui reached each step of the launch, in seconds since its process started."""
+
+    def last(kind: str, state: str) -> float:
+        stamps = [e["ts"] for e in events if e["event"] == kind and e.get("state") == state]
+        return max(stamps) - wall0 if stamps else float("nan")
+
+    def first(kind: str, state: str) -> float:
+        stamps = [e["ts"] for e in events if e["event"] == kind and e.get("state") == state]
+        return min(stamps) - wall0 if stamps else float("nan")
+
+    return {
+        "first event": min(e["ts"] for e in events) - wall0,
+        "first connect": first("node", "connecting"),
+        "all connected+probed": last("node", "authenticated"),
+        "all started": last("node", "launched"),
+    }
+
+
+def ddptui_run(tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None) -> Sample:
+    hosts = tb.hosts[:n]
+    argv = ddptui_ssh_argv(
+        tb,
+        *("--hosts", f"node[1-{n}]", "--nproc-per-node", "1", "--hang-timeout", "3600"),
+        *("--launcher", f"bash {STANDIN}", "fleet.py"),
+    )
+    stream = TimedStream(argv, env=bench_env(tmp / "state"), cwd=tmp)
+    rss = PeakRss(stream.proc.pid)
+    green = stream.until(all_ranks_running(n), timeout=600)
+    if green is None:
+        stream.proc.kill()
+        raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
+    for host in cut or ():
+        tb.cut_link(host)
+    t0 = time.monotonic()
+    stream.proc.send_signal(signal.SIGTERM)
+    stream.finish(timeout=600)
+    teardown = time.monotonic() - t0
+    events = stream.events()
+    reports = {e["node"]: e for e in events if e["event"] == "teardown"}
+    phases = _phases(events, stream.wall0)
+    healthy = [h for h in hosts if h not in (cut or ())]
+    clean_s, dirty = _clean_after(tb, healthy, 30)
+    sample: Sample = {
+        "launch": green,
+        "teardown": teardown,
+        "peak rss MB": rss.stop(),
+        "dirty hosts": dirty,
+        "reported not clean": sorted(h for h, e in reports.items() if not e.get("clean")),
+        **phases,
+    }
+    if cut is not None:
+        sample["cut"] = sorted(cut)
+    return sample
+
+
+def by_hand_run(tb: Testbed, n: int, tool: str) -> Sample:
+    assert tb.ssh is not None
+    cfg = str(tb.ssh.ssh_config)
+    hostlist = f"node[1-{n}]"
+    env = {**os.environ, "PDSH_SSH_ARGS_APPEND": f"-F {cfg}"}
+
+    def command(fanout: int, remote: str) -> list[str]:
+        if tool == "pdsh":
+            return ["pdsh", "-R", "ssh", "-f", str(fanout), "-w", hostlist, remote]
+        return ["clush", "-f", str(fanout), "-o", f"-F {cfg}", "-w", hostlist, remote]
+
+    start = TimedStream(
+        tb.ns_argv(tb.head, command(n, f"bash {STANDIN}")), env=env, merge_stderr=True
+    )
+    green = start.until(_ready_hosts(n), timeout=600)
+    if green is None:
+        start.proc.kill()
+        raise RuntimeError(f"{tool}: not all ready: {start.seen[-3:]}")
+    t0 = time.monotonic()
+    tb.run(tb.head, command(32, f"pkill -f '{MARK}'"), env=env, check=False, timeout=600)
+    start.finish(timeout=600)
+    teardown = time.monotonic() - t0
+    clean_s, dirty = _clean_after(tb, tb.hosts[:n], 30)
+    return {"launch": green, "teardown": teardown, "dirty hosts": dirty}
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--hosts", type=int, default=512)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--no-cut", action="store_true", help="skip the link-cut run")
+    args = parser.parse_args()
+    n = 16 if args.quick else args.hosts
+    reps = 1 if args.quick else args.reps
+    report = Report("fleet", f"Fleet: {n} hosts", command_line())
+    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    cleanup_stale()
+    t0 = time.monotonic()
+    tb = Testbed(n, sshd=True, plain_login=True).start()
+    built = time.monotonic() - t0
+    report.para(f"Testbed of {n} hosts on {tb.subnet} built in {built:.1f} s.")
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name:
+            tmp = Path(tmp_name)
+            tools: dict[str, Callable[[int], Sample]] = {
+                "ddptui": lambda _: ddptui_run(tb, n, tmp),
+                "pdsh": lambda _: by_hand_run(tb, n, "pdsh"),
+                "clush": lambda _: by_hand_run(tb, n, "clush"),
+            }
+            runs = interleaved(reps, tools)
+            cut_sample = None
+            if not args.no_cut:
+                cut = tb.hosts[:n][9::10]
+                cut_sample = ddptui_run(tb, n, tmp, cut=cut)
+                print(f"  cut run: {cut_sample}", flush=True)
+                tb.reset()
+        summarize(report, n, reps, runs, cut_sample)
+    finally:
+        tb.close()
+    report.para(f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+    report.write()
+
+
+def summarize(
+    report: Report, n: int, reps: int, runs: dict[str, list[Sample]], cut: Sample | None
+) -> None:
+    report.section(f"Launch and teardown, {n} hosts (N={reps} interleaved)")
+    table = Table(
+        ["tool", "launch median", "min", "max", "teardown median", "min", "max", "dirty hosts"]
+    )
+    for tool, samples in runs.items():
+        launch = [s["launch"] for s in samples]
+        down = [s["teardown"] for s in samples]
+        table.add(
+            tool,
+            fmt_s(median(launch)),
+            fmt_s(min(launch)),
+            fmt_s(max(launch)),
+            fmt_s(median(down)),
+            fmt_s(min(down)),
+            fmt_s(max(down)),
+            " ".join(str(s["dirty hosts"]) for s in samples),
+        )
+    report.table(table)
+    ours = runs["ddptui"]
+    steps = Table(["ddptui step (median, s since its start)", "seconds"])
+    for key in ("first event", "first connect", "all connected+probed", "all started", "launch"):
+        name = key if key != "launch" else "all ranks running"
+        steps.add(name, fmt_s(median([s[key] for s in ours])))
+    report.table(steps)
+    our_launch = median([s["launch"] for s in ours])
+    launch_r = our_launch / median([s["launch"] for s in runs["pdsh"]])
+    down_r = median([s["teardown"] for s in ours]) / median([s["teardown"] for s in runs["pdsh"]])
+    clush_launch = median([s["launch"] for s in runs["clush"]])
+    rss = max(s["peak rss MB"] for s in ours)
+    dirty = sum(s["dirty hosts"] for s in ours)
+    unclean = [s["reported not clean"] for s in ours]
+    report.para(
+        f"ddptui launch / pdsh = {launch_r:.2f}x (target <= 1.0x: "
+        f"{verdict(launch_r <= 1.0, f'{launch_r - 1:+.0%}')}); teardown / pdsh = {down_r:.2f}x "
+        f"(target <= 1.0x: {verdict(down_r <= 1.0, f'{down_r - 1:+.0%}')}); launch / clush = "
+        f"{ratio(our_launch, clush_launch)}; peak RSS {rss:.0f} MB (target < 500 MB: "
+        f"{verdict(rss < 500)}); hosts left dirty in {len(ours)} runs: {dirty} (target 0: "
+        f"{verdict(dirty == 0)}); hosts ddptui itself reported not clean: {unclean}."
+    )
+    if cut is not None:
+        reported = set(cut["reported not clean"])
+        expected = set(cut["cut"])
+        which = "exactly the cut ones" if reported == expected else sorted(reported ^ expected)
+        report.section(f"Link cut to {len(expected)} of {n} hosts once every rank runs")
+        report.para(
+            f"Teardown took {fmt_s(cut['teardown'])}; hosts reported not clean: "
+            f"{len(reported)} ({which}); healthy hosts left dirty: {cut['dirty hosts']} "
+            f"({verdict(reported == expected and cut['dirty hosts'] == 0)})."
+        )
+
+
+if __name__ == "__main__":
+    main()
