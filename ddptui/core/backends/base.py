@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -100,6 +101,26 @@ class HelperBackend(Backend):
 
     def _argv(self, verb: str, *args: str) -> list[str]:
         return [self.python(), "-", verb, *args]
+
+    # -- a look at the nodes before launch (preflight) ---------------------------------------------
+
+    async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
+        """The job's nodes, for a look before launch: nothing of the job is started and what
+        the job itself needs is not checked (preflight checks and reports that). Returns the
+        nodes and, for each node that cannot be reached, why; `release()` gives them back."""
+        return await self.allocate(), {}
+
+    def job_python(self) -> str:
+        """The python the job's own processes use on the nodes."""
+        return self.spec.python
+
+    def program_argv(self, node: str, *args: str) -> list[str]:
+        """How `node` runs a Python program read from stdin, with the job's python."""
+        return [*shlex.split(self.job_python()), "-", *args]
+
+    def runs_dir(self) -> str:
+        """Where the job's files go on a node."""
+        return str(self.run.path.parent)
 
     async def start(self, command: NodeCommand) -> None:
         job = {

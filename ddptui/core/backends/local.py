@@ -14,7 +14,7 @@ from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec, check_local_script
-from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.run_dir import RunDir, state_dir
 
 LOOPBACK = "127.0.0.1"
 
@@ -64,9 +64,24 @@ class LocalBackend(HelperBackend):
                 "torch is not installed here; the local backend runs torchrun on this machine "
                 "(pip install 'ddptui[node]')"
             )
-        nodes = [NodeTarget(f"local{i}", LOOPBACK) for i in range(self.spec.nodes)]
+        nodes = self._nodes()
         self.emit(AllocationChanged("granted", None, tuple(n.name for n in nodes), "this machine"))
         return nodes
+
+    async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
+        return self._nodes(), {}
+
+    def _nodes(self) -> list[NodeTarget]:
+        return [NodeTarget(f"local{i}", LOOPBACK) for i in range(self.spec.nodes)]
+
+    def job_python(self) -> str:
+        return sys.executable  # the local backend runs this interpreter's torchrun
+
+    def program_argv(self, node: str, *args: str) -> list[str]:
+        return [sys.executable, "-", *args]
+
+    def runs_dir(self) -> str:
+        return str(state_dir() / "runs")
 
     async def rdzv_port(self, head: NodeTarget) -> int:
         return self.spec.rdzv_port or free_port()

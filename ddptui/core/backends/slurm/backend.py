@@ -36,6 +36,7 @@ from ddptui.core.backends.slurm.commands import (
     batch_script,
     direct_argv,
     direct_plan,
+    helper_argv,
     job_name,
     resolve_mode,
     salloc_argv,
@@ -138,6 +139,34 @@ class SlurmBackend(HelperBackend):
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
         return self.nodes
+
+    async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
+        """The allocation this console runs in, or one made for the look (`salloc --no-shell`,
+        whatever the job's mode: a batch job would start the job itself)."""
+        existing = os.environ.get("SLURM_JOB_ID")
+        inside = existing and self.spec.slurm.mode in ("auto", "existing")
+        self.mode = "existing" if inside else "salloc"
+        try:
+            if existing and inside:
+                job = await self.alloc.existing(existing)
+            else:
+                job = await self.alloc.salloc(salloc_argv(self.spec, self.run.run_id))
+            self.job_id = job.job_id
+            names = await self._node_names(job)
+            addresses = await self.query.node_addresses(names)
+        except SlurmError as exc:
+            raise BackendError(str(exc)) from None
+        self.nodes = [
+            NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
+        ]
+        return self.nodes, {}
+
+    def program_argv(self, node: str, *args: str) -> list[str]:
+        name = f"{job_name(self.run.run_id)}-look"
+        return helper_argv(self.job_id, node, name, self.spec.python, *args)
+
+    def runs_dir(self) -> str:
+        return self.cwd  # srun's output lands here; logs stay on the console's host
 
     async def _node_names(self, job: JobInfo) -> list[str]:
         names = await self.query.hostnames(job.nodes)

@@ -67,6 +67,27 @@ class SshBackend(HelperBackend):
         self.emit(AllocationChanged("granted", None, tuple(hosts), "all hosts reachable"))
         return [NodeTarget(h, self._addresses[h]) for h in hosts]
 
+    async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
+        hosts = list(self._transports)
+        if len(hosts) < self.spec.nodes:
+            raise BackendError(f"{self.spec.nodes} nodes asked for, {len(hosts)} host(s) given")
+        gate = asyncio.Semaphore(self.spec.ssh.fanout)
+        unreachable: dict[str, str] = {}
+
+        async def one(host: str) -> NodeTarget:
+            transport = self._transports[host]
+            async with gate:
+                try:
+                    await transport.connect()
+                except TransportError as exc:
+                    unreachable[host] = str(exc)
+            return NodeTarget(host, getattr(transport, "peer_address", None) or host)
+
+        return list(await asyncio.gather(*(one(h) for h in hosts))), unreachable
+
+    def runs_dir(self) -> str:
+        return REMOTE_RUNS
+
     async def _connect_all(self, hosts: Sequence[str]) -> None:
         gate = asyncio.Semaphore(self.spec.ssh.fanout)
 
