@@ -65,7 +65,23 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST")
     job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
     job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
-    job.add_argument("--hang-timeout", type=float, help="seconds of silence before a rank is hung")
+    job.add_argument(
+        "--hang-timeout",
+        type=float,
+        help="seconds with no rank progressing before the job is stalled (default 120; 0: off)",
+    )
+    job.add_argument(
+        "--no-flight-recorder",
+        dest="flight_recorder",
+        action="store_const",
+        const=False,
+        help="run without torch's flight recorder (on by default for NCCL and gloo)",
+    )
+    job.add_argument(
+        "--stacks-method",
+        choices=["auto", "signal", "py-spy"],
+        help="how stacks are taken: py-spy where it may attach, else a signal (auto)",
+    )
     job.add_argument(
         "--progress-pattern",
         metavar="REGEX",
@@ -130,6 +146,8 @@ def cli_fields(
             "socket_ifname": args.socket_ifname,
             "max_restarts": args.max_restarts,
             "hang_timeout": args.hang_timeout,
+            "flight_recorder": args.flight_recorder,
+            "stacks_method": args.stacks_method,
             "progress_pattern": args.progress_pattern,
         }
     )

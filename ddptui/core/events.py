@@ -152,6 +152,7 @@ class RankChanged(Event):
     diagnoses: tuple[Diagnosis, ...] = ()
     restarts: int = 0
     straggler: bool = False
+    suspect: bool = False  # the stall's stacks single it out
 
     kind = "rank"
 
@@ -231,6 +232,56 @@ class FailureReport(Event):
 
 
 @dataclass(frozen=True)
+class StallReport(Event):
+    """No rank progressed for the hang timeout: the job is stalled. The headless contract:
+    `{"event": "stall", "since_s", "suspects", "groups": [{"ranks", "stack"}], "method"}`,
+    sent again whenever it changes (the stacks came, the suspects changed)."""
+
+    since_s: float
+    suspects: tuple[int, ...] = ()
+    groups: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()  # (ranks, stack)
+    method: str = ""
+
+    kind = "stall"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.kind,
+            "since_s": round(self.since_s, 1),
+            "suspects": list(self.suspects),
+            "groups": [{"ranks": list(r), "stack": list(s)} for r, s in self.groups],
+            "method": self.method,
+        }
+
+
+@dataclass(frozen=True)
+class StackView:
+    """One group of ranks standing in the same frames, as the console shows it."""
+
+    ranks: tuple[int, ...]
+    label: str  # "all_reduce <- main (hang.py:63)"
+    stack: tuple[str, ...]
+    suspect: bool = False
+
+
+@dataclass(frozen=True)
+class StacksReport(Event):
+    """Every rank's stacks, taken on a stall or on request, with the flight recorder's word.
+
+    `ranks` maps a rank to its whole dump (every thread) for the console's stack view;
+    `collectives` says which ranks never entered which collective.
+    """
+
+    method: str
+    groups: tuple[StackView, ...]
+    ranks: tuple[tuple[int, str, int, str], ...] = ()  # (rank, node, local rank, full text)
+    collectives: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # nodes whose stacks could not be taken, and why
+
+    kind = "stacks"
+
+
+@dataclass(frozen=True)
 class RankSummary:
     rank: int | None
     node: str
@@ -258,11 +309,13 @@ class RunSummary(Event):
     detached: bool = False
     stopped_by: str = "finished"  # finished | failure | operator | detached | error
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
+    stall: StallReport | None = None  # the last stall the run had
 
     kind = "summary"
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
+        data["stall"] = self.stall.to_dict() if self.stall else None
         data["ranks"] = [
             {
                 "rank": r.rank,

@@ -19,6 +19,7 @@ from ddptui.core.events import (
     PlanReady,
     RankState,
     RunSummary,
+    StallReport,
     TeardownReport,
 )
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
@@ -62,6 +63,7 @@ class Session:
         self._detach = False
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
+        self._stacks: asyncio.Future[None] | None = None
 
     @property
     def run_id(self) -> str:
@@ -100,9 +102,12 @@ class Session:
                     self.request_detach()
             await self._watch()
         except (SpecError, BackendError) as exc:
-            detail = str(exc)
-            self._stop_reason = "error"
-            self.emit(Notice("error", detail))
+            if self._stop_reason == "operator" and self.plan is None:
+                detail = ""  # stopped while the nodes were still pending: the operator's stop
+            else:
+                detail = str(exc)
+                self._stop_reason = "error"
+                self.emit(Notice("error", detail))
         finally:
             if self._detach:
                 await self._release_followers()
@@ -194,6 +199,27 @@ class Session:
             if self.monitor:
                 for event in self.monitor.tick(time.time(), self.spec.hang_timeout):
                     self.emit(event)
+                    if isinstance(event, StallReport) and not event.groups:
+                        self.request_stacks()
+
+    def request_stacks(self) -> None:
+        """Take every rank's stacks (and flight-recorder dumps) now, in the background."""
+        if self.plan is None or (self._stacks and not self._stacks.done()):
+            return
+        self._stacks = asyncio.ensure_future(self.take_stacks())
+
+    async def take_stacks(self) -> None:
+        """Every node's collector at once; the monitor makes groups and suspects of them."""
+        assert self.plan is not None and self.monitor is not None
+        commands = self.plan.commands
+        results = await asyncio.gather(
+            *(self.backend.stacks(c) for c in commands), return_exceptions=True
+        )
+        reports: dict[str, Any] = {}
+        for command, result in zip(commands, results, strict=True):
+            reports[command.node] = str(result) if isinstance(result, BaseException) else result
+        for event in self.monitor.stacks_taken(reports):
+            self.emit(event)
 
     async def _follow(self, command: NodeCommand) -> None:
         node = command.node
@@ -263,6 +289,11 @@ class Session:
         self._close_logs()
 
     async def _teardown(self) -> None:
+        if self.monitor is not None and self._stop_reason == "operator":
+            self.monitor.teardown_started()
+        if self._stacks is not None and not self._stacks.done():
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._stacks), DRAIN_S)
         if self.plan is not None:
             for c in self.plan.commands:
                 if self.node_exit.get(c.node) is None:
@@ -321,6 +352,7 @@ class Session:
             detached=self._detach,
             stopped_by=stopped_by,
             failures=told.failures if told else (),
+            stall=told.stall if told else None,
         )
         self.emit(summary)
         self.run.write_summary(summary.to_dict())

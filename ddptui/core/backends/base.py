@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -12,7 +13,7 @@ from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import job_helper_source, with_job
+from ddptui.core.node import job_helper_source, with_job, worker_hook_source
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -66,6 +67,10 @@ class Backend(ABC):
     async def reap(self, command: NodeCommand) -> TeardownReport:
         """Stop every process of the job on the node and list what is left (should be none)."""
 
+    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
+        """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect)."""
+        raise BackendError(f"{self.name} cannot take stacks")
+
     async def release(self) -> None:
         """Give the allocation back (Slurm) and close connections."""
 
@@ -87,6 +92,7 @@ class HelperBackend(Backend):
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         self._helper_source = job_helper_source()
+        self._hook_source = worker_hook_source()
 
     @abstractmethod
     def transport(self, node: str) -> Transport:
@@ -130,6 +136,8 @@ class HelperBackend(Backend):
             "prelude": command.prelude,
             "tag": command.tag,
             "log": self.node_log_path(command),
+            "hook": self._hook_source.decode(),
+            "flight_recorder": self.spec.flight_recorder,
         }
         try:
             result = await self.transport(command.node).run(
@@ -155,6 +163,21 @@ class HelperBackend(Backend):
             if line.startswith('{"exit"'):
                 return int(json.loads(line)["exit"])
         return None
+
+    def debug_dir(self, command: NodeCommand) -> str:
+        """The node's debug directory (stacks, flight-recorder dumps), beside its log."""
+        return os.path.splitext(self.node_log_path(command))[0] + ".debug"
+
+    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
+        argv = self._argv("collect", self.debug_dir(command), command.tag, self.spec.stacks_method)
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._hook_source, timeout=60
+            )
+            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError) as exc:
+            raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
+        return report
 
     async def reap_tag(self, transport: Transport, tag: str) -> dict[str, Any]:
         """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover"}.

@@ -82,7 +82,10 @@ class JobSpec(_Model):
     container: ContainerSpec | None = None
     socket_ifname: str | None = None
     max_restarts: int = Field(0, ge=0)
-    hang_timeout: float = Field(120.0, gt=0)
+    # No rank progressed for this long: the job is stalled (its stacks are taken); 0: off.
+    hang_timeout: float = Field(120.0, ge=0)
+    flight_recorder: bool = True  # torch's flight recorder on (NCCL, gloo), dumps gathered
+    stacks_method: Literal["auto", "signal", "py-spy"] = "auto"  # auto: py-spy where it may
     # What a rank's progress lines look like (first number = step), for straggler detection.
     progress_pattern: str = DEFAULT_PROGRESS_PATTERN
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from ddptui.core.events import (
@@ -14,7 +15,13 @@ from ddptui.core.events import (
     RankSummary,
 )
 from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
-from ddptui.core.monitor.diagnosis import HUNG, RENDEZVOUS_KINDS, signal_name, stragglers
+from ddptui.core.monitor.diagnosis import (
+    HUNG,
+    PEER_LOST,
+    RENDEZVOUS_KINDS,
+    signal_name,
+    stragglers,
+)
 from ddptui.core.monitor.failures import (
     STOPPED,
     TEARDOWN,
@@ -36,11 +43,13 @@ class RankBoard:
         self.cells = {n: [RankCell(n, lr) for lr in range(nproc_per_node)] for n in nodes}
         self.failures: list[FailureRecord] = []
         self._failed = 0
+        self.last_progress = 0.0  # when a rank last printed (or was assigned)
+        self.tearing_down = False  # the operator's teardown began: what follows is its echo
 
     def all_cells(self) -> list[RankCell]:
         return [cell for node in self.nodes for cell in self.cells[node]]
 
-    def _move(
+    def move(
         self, cell: RankCell, state: RankState, exit_code: int | None = None, detail: str = ""
     ) -> list[Event]:
         if cell.state == state and exit_code is None:
@@ -56,6 +65,8 @@ class RankBoard:
         return [cell.changed(detail)]
 
     def diagnose(self, cell: RankCell, diagnosis: Diagnosis) -> list[Event]:
+        if self.tearing_down and diagnosis.kind == PEER_LOST:
+            return []  # the teardown closed those connections, not a dead peer
         return [cell.changed()] if cell.add_diagnosis(diagnosis) else []
 
     def node_trouble(self, node: str, diagnosis: Diagnosis) -> list[Event]:
@@ -94,6 +105,7 @@ class RankBoard:
             traceback=fact.traceback,
             error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
             first_on_node=fact.root_cause,
+            cause=TEARDOWN if self.tearing_down else "",
         )
         if len(self.failures) >= MAX_FAILURES:
             return []
@@ -127,12 +139,13 @@ class RankBoard:
                 continue
             restarted = fact.restart_count > cell.restarts
             cell.rank, cell.restarts = rank, fact.restart_count
+            self.last_progress = max(self.last_progress, time.time())
             if cell.state == RankState.PENDING or restarted:
                 cell.exit_code = None
                 cell.straggler = False
                 cell.failed_order = None
                 cell.known_cause = ""
-                events += self._move(
+                events += self.move(
                     cell,
                     RankState.ASSIGNED,
                     detail=f"restart {fact.restart_count}" if restarted else "",
@@ -144,11 +157,12 @@ class RankBoard:
         if cell is None:
             return []
         cell.last_output = now
+        self.last_progress = max(self.last_progress, now)
         cell.lines += 1
         if cell.rank is None:
             cell.rank = rank
         if cell.state in (RankState.PENDING, RankState.ASSIGNED, RankState.HUNG):
-            return self._move(cell, RankState.RUNNING)
+            return self.move(cell, RankState.RUNNING)
         return []
 
     def worker_failed(self, node: str, fact: WorkerFailed, stopped: bool = False) -> list[Event]:
@@ -160,15 +174,15 @@ class RankBoard:
             cell.rank = fact.rank
         if cell.state == RankState.FAILED and cell.exit_code == fact.exit_code:
             return []
-        if stopped and not cell.known_cause:
-            cell.known_cause = STOPPED
-        return self._move(cell, RankState.FAILED, fact.exit_code)
+        if (stopped or self.tearing_down) and not cell.known_cause:
+            cell.known_cause = TEARDOWN if self.tearing_down else STOPPED
+        return self.move(cell, RankState.FAILED, fact.exit_code)
 
     def node_succeeded(self, node: str) -> list[Event]:
         events: list[Event] = []
         for cell in self.cells.get(node, []):
             if not cell.state.final:
-                events += self._move(cell, RankState.DONE, 0)
+                events += self.move(cell, RankState.DONE, 0)
         return events
 
     def node_exited(
@@ -180,12 +194,13 @@ class RankBoard:
             if cell.state.final:
                 continue
             if exit_code == 0:
-                events += self._move(cell, RankState.DONE, 0)
+                events += self.move(cell, RankState.DONE, 0)
             else:
+                by_teardown = by_teardown or self.tearing_down
                 why = "stopped by teardown" if by_teardown else f"node agent exited ({exit_code})"
                 if by_teardown:
                     cell.known_cause = TEARDOWN
-                events += self._move(cell, RankState.FAILED, None, why)
+                events += self.move(cell, RankState.FAILED, None, why)
         return events
 
     def check_hangs(self, now: float, timeout: float) -> list[Event]:
@@ -199,7 +214,7 @@ class RankBoard:
             if now - cell.last_output > timeout and newest - cell.last_output > timeout / 2:
                 silent = f"silent for {now - cell.last_output:.0f} s while others print"
                 cell.add_diagnosis(Diagnosis(HUNG, f"hung: {silent}"))
-                events += self._move(cell, RankState.HUNG, detail=silent)
+                events += self.move(cell, RankState.HUNG, detail=silent)
         return events
 
     def check_stragglers(self, now: float) -> list[Event]:

@@ -35,7 +35,9 @@ TEARDOWN = "stopped_by_teardown"  # the operator's teardown, not a failure of th
 KILLED = "signal"  # killed by a signal it did not ask for (SIGKILL: the OOM killer, ...)
 EXIT = "exit"  # exited with a code and said nothing more
 AGENT_GONE = "agent_exited"  # its node's agent ended before it reported
-VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG})
+SUSPECT = "stall_suspect"  # the stall's odd one out: its stack differs from the others'
+STALLED = "stalled"  # silent in a stall, neither the suspect nor in a collective
+VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG, STALLED})
 
 _PEER_WORDS = re.compile(
     r"Connection closed by peer|remote worker crash|Connection reset by peer|"
@@ -98,7 +100,8 @@ def order_failures(records: Sequence[FailureRecord], final: bool = True) -> list
 
     decided = [r if r.cause else replace(r, cause=record_cause(r)) for r in records]
     ordered = [record for _, record in sorted(enumerate(decided), key=key)]
-    named = final or bool(ordered) and not is_victim(ordered[0].cause)
+    named = bool(ordered) and ordered[0].cause != TEARDOWN
+    named = named and (final or not is_victim(ordered[0].cause))
     return [replace(r, root_cause=named and i == 0) for i, r in enumerate(ordered)]
 
 
@@ -124,7 +127,7 @@ def culprit(
         named = [r for r in ranks if (r.node, r.local_rank) == (first.node, first.local_rank)]
         if named:
             return named[0]
-    observed = sorted(ranks, key=lambda r: r.order)
+    observed = sorted((r for r in ranks if r.cause != TEARDOWN), key=lambda r: r.order)
     return next((r for r in observed if not is_victim(r.cause)), observed[0] if observed else None)
 
 

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
-from ddptui.core.events import Diagnosis, Event, FailureRecord, NodeLines, RankSummary
+from ddptui.core.events import (
+    Diagnosis,
+    Event,
+    FailureRecord,
+    NodeLines,
+    RankSummary,
+    StallReport,
+)
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
 from ddptui.core.monitor.agent_log import (
     AgentFact,
@@ -34,6 +42,7 @@ from ddptui.core.monitor.framing import (
 )
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
+from ddptui.core.monitor.stall import StallWatch
 
 
 class _NodeReader:
@@ -51,6 +60,7 @@ class MonitorSummary:
     ranks: tuple[RankSummary, ...]
     failures: tuple[FailureRecord, ...]
     culprit: RankSummary | None
+    stall: StallReport | None = None
 
 
 class Monitor:
@@ -63,6 +73,7 @@ class Monitor:
         progress_pattern: str | None = DEFAULT_PROGRESS_PATTERN,
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
+        self.stall = StallWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = re.compile(progress_pattern) if progress_pattern else None
 
@@ -73,8 +84,23 @@ class Monitor:
         return self.board.initial_events()
 
     def tick(self, now: float, hang_timeout: float) -> list[Event]:
-        """The checks that time alone triggers: hung ranks, stragglers."""
-        return self.board.check_hangs(now, hang_timeout) + self.board.check_stragglers(now)
+        """The checks that time alone triggers: hung ranks, a stalled job, stragglers.
+
+        A StallReport among the events (with no groups yet) asks the session for stacks.
+        """
+        events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
+        events += self.stall.check(now, hang_timeout)
+        return events + self.board.check_stragglers(now)
+
+    def stacks_taken(
+        self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
+    ) -> list[Event]:
+        """Every node's stacks report (or why there is none): groups, suspects, gaps."""
+        return self.stall.stacks_taken(reports, time.time() if now is None else now)
+
+    def teardown_started(self) -> None:
+        """The operator stops the job: the ranks' ends from now on are its echo, not failures."""
+        self.board.tearing_down = True
 
     def node_exited(
         self, node: str, exit_code: int | None, by_teardown: bool = False
@@ -89,6 +115,7 @@ class Monitor:
             tuple(self.board.summaries()),
             tuple(self.board.ordered_failures()),
             first.summary(culprit=True) if first else None,
+            self.stall.last,
         )
 
     # -- node output ----------------------------------------------------------------------

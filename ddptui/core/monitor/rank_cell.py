@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
 from ddptui.core.monitor.diagnosis import TRACEBACK, StepRate
-from ddptui.core.monitor.failures import FailedRank, cause_of
+from ddptui.core.monitor.failures import TEARDOWN, FailedRank, cause_of
 
 TRACEBACK_START = "Traceback (most recent call last):"
 _TRACE_START = re.compile(re.escape(TRACEBACK_START))
@@ -36,12 +36,18 @@ class RankCell:
     progress: StepRate = field(default_factory=StepRate)
     failed_order: int | None = None  # the board's count of failures when this one failed
     known_cause: str = ""  # set when the cause is known outright (teardown, launcher's stop)
+    stall_cause: str = ""  # what the stall's stacks said of it (suspect, in a collective)
+    suspect: bool = False
     _collecting: bool = False
     _trace_seq: int | None = None
 
     @property
     def cause(self) -> str:
         """Why this rank ended, if it failed (failures.cause_of), else ""."""
+        if self.state == RankState.DONE:
+            return "finished"
+        if self.stall_cause and self.known_cause in ("", TEARDOWN) and not self.error:
+            return self.stall_cause  # a stalled rank the teardown stopped: what the stall said
         if self.state != RankState.FAILED:
             return ""
         kinds = [d.kind for d in self.diagnoses]
@@ -85,6 +91,7 @@ class RankCell:
             tuple(self.diagnoses),
             self.restarts,
             self.straggler,
+            self.suspect,
         )
 
     def add_diagnosis(self, diagnosis: Diagnosis) -> bool:

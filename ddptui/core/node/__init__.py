@@ -1,8 +1,9 @@
 """Provides the sources of the programs that run on the nodes, sent there on stdin.
 
 Everything in this package runs on a node under the node's own `python3` and uses the
-standard library only: the job helper (`job_helper.py`: start, tail, reap, probe, port)
-and the preflight probe (`probe.py`). The console never imports them; it reads their text.
+standard library only: the job helper (`job_helper.py`: start, tail, reap, probe, port),
+the workers' debug hook (`worker_hook.py`: stacks and flight-recorder dumps) and the
+preflight probe (`probe.py`). The console never imports them; it reads their text.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ JOB_LINE = b'JOB = ""  # the console puts the job here (base64 JSON), never on t
 def job_helper_source() -> bytes:
     """The job helper's source: `python3 - VERB ...` with this on stdin."""
     return resources.files(__name__).joinpath("job_helper.py").read_bytes()
+
+
+def worker_hook_source() -> bytes:
+    """The workers' debug hook (their sitecustomize) and its collector, `python3 - collect`."""
+    return resources.files(__name__).joinpath("worker_hook.py").read_bytes()
 
 
 def probe_source() -> bytes:

@@ -75,11 +75,34 @@ def start() -> int:
     os._exit(0)
 
 
+def _debug_env(job: dict, log: str, env: dict[str, str]) -> None:
+    """The workers' debug hook first on PYTHONPATH, and the flight recorder on (see
+    worker_hook.py): both write into the node's debug directory, beside its log."""
+    base = os.path.splitext(log)[0] + ".debug"
+    hook = os.path.join(base, "hook")
+    os.makedirs(hook, exist_ok=True)
+    os.makedirs(os.path.join(base, "fr"), exist_ok=True)
+    with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
+        f.write(job["hook"])
+    env["DDPTUI_DEBUG_DIR"] = base
+    env["PYTHONPATH"] = hook + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if job.get("flight_recorder"):
+        for name, value in (
+            ("TORCH_FR_BUFFER_SIZE", "2000"),
+            ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(base, "fr", "nccl_rank_")),
+            ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(base, "fr", "pipe_rank_")),
+        ):
+            env.setdefault(name, value)
+
+
 def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     """Run the job with its output in the log file and record its exit code when it ends."""
     env = dict(os.environ)
     env.update(job["env"])
     env[TAG_VAR] = job["tag"]
+    if job.get("hook"):
+        _debug_env(job, paths["log"], env)
     argv = list(job["argv"])
     if job.get("prelude"):
         # bash where there is one: `source` and `conda activate` are what operators type.

@@ -104,11 +104,28 @@ class SlurmBackend(HelperBackend):
         return await asyncio.shield(self._once[key])
 
     async def _helper(
-        self, node: str, verb: str, *args: str, inside: bool = True
+        self, node: str, verb: str, *args: str, inside: bool = True, source: bytes | None = None
     ) -> dict[str, Any]:
         name = f"{job_name(self.run.run_id)}-{verb}"
         job_id = self.job_id if inside else None
-        return await run_job_helper(self.spec, self._helper_source, name, node, job_id, verb, *args)
+        shim = source or self._helper_source
+        return await run_job_helper(self.spec, shim, name, node, job_id, verb, *args)
+
+    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
+        """The worker hook's collector on the node, inside the allocation (`srun --overlap`)."""
+        if self.mode == "sbatch" or self.job_id is None:
+            raise BackendError("stacks are taken from steps this console starts, not sbatch's")
+        try:
+            return await self._helper(
+                command.node,
+                "collect",
+                self.debug_dir(command),
+                command.tag,
+                self.spec.stacks_method,
+                source=self._hook_source,
+            )
+        except SlurmError as exc:
+            raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
 
     # -- allocation -------------------------------------------------------------------------------
 

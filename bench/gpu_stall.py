@@ -1,0 +1,192 @@
+"""Provides the GPU stall capture and the flight recorder's cost, in one run.
+
+On a machine with 2+ GPUs (NCCL): `python bench/gpu_stall.py OUT_DIR`.
+
+1. `ddptui run --headless` of trainer/hang.py --skip-rank 1 (rank 1 skips the last
+   all_reduce): waits for the stall event with its stacks, takes the node collector's raw
+   report once more (for the CI tests' replay), then stops the job (SIGINT, the operator's
+   stop). Keeps the console's JSON lines, the node log, the raw report and the flight
+   recorder's dumps.
+2. all-reduce busbw at `--bytes` (1 GiB) with the flight recorder on (TORCH_FR_BUFFER_SIZE=2000)
+   and off (0), interleaved, `--rounds` each, through trainer/allreduce_bench.py under torchrun.
+
+Writes into OUT_DIR: gpu_stall_console.jsonl, gpu_stall_node.log, gpu_stall_collect.json,
+gpu_stall_fr.tar.gz, gpu_fr_busbw.json, and prints a summary. On a CPU-only machine it runs
+the same on gloo (`--nproc 2 --bytes 4194304`), which is how it is tested before a GPU run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 1 << 30
+
+
+def stall_capture(out: Path, nproc: int, hang_timeout: float, limit_s: float) -> dict:
+    """The headless run of the skipped all_reduce, until the stall's stacks are in."""
+    state = Path(tempfile.mkdtemp(prefix="ddptui-gpu-stall-"))
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    argv = [
+        sys.executable,
+        "-m",
+        "ddptui.cli",
+        "run",
+        "--headless",
+        "--nodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--hang-timeout",
+        str(hang_timeout),
+        str(ROOT / "trainer" / "hang.py"),
+        "--skip-rank",
+        "1",
+        "--steps",
+        "5",
+        "--numel",
+        str(1 << 20),
+    ]
+    started = time.time()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=state)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    stalled_at = None
+    run_dir = None
+    for line in proc.stdout:
+        lines.append(line)
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("event") == "plan":
+            run_dir = state / "runs" / event["run_id"]
+        if event.get("event") == "stall" and event.get("groups"):
+            stalled_at = time.time() - started
+            break
+        if time.time() - started > limit_s:
+            break
+    raw = collect_again(run_dir) if run_dir else {}
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    lines += rest.splitlines(keepends=True)
+    (out / "gpu_stall_console.jsonl").write_text("".join(lines))
+    (out / "gpu_stall_collect.json").write_text(json.dumps(raw, indent=1))
+    if run_dir:
+        logs = sorted((run_dir / "nodes").glob("*.log"))
+        if logs:
+            (out / "gpu_stall_node.log").write_bytes(logs[0].read_bytes())
+        with tarfile.open(out / "gpu_stall_fr.tar.gz", "w:gz") as tar:
+            for dump in sorted((run_dir / "nodes").glob("*.debug/fr/*")):
+                if not dump.name.endswith(".pipe"):
+                    tar.add(dump, arcname=dump.name)
+    return {"stalled_after_s": stalled_at, "exit": proc.returncode, "run_dir": str(run_dir)}
+
+
+def collect_again(run_dir: Path) -> dict:
+    """The node collector's raw report (worker_hook.py collect), as the session got it."""
+    plan = json.loads((run_dir / "plan.json").read_text())
+    command = plan["commands"][0]
+    debug = run_dir / "nodes" / f"{command['index']:03d}-{command['node']}.debug"
+    hook = (ROOT / "ddptui" / "core" / "node" / "worker_hook.py").read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-", "collect", str(debug), command["tag"], "auto"],
+        input=hook,
+        capture_output=True,
+        timeout=60,
+    )
+    text = done.stdout.decode().strip().splitlines()
+    return json.loads(text[-1]) if text else {"error": done.stderr.decode()[-2000:]}
+
+
+def busbw(nproc: int, size: int, recorder: bool) -> float:
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "2000" if recorder else "0"}
+    done = subprocess.run(
+        [
+            "torchrun",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            str(ROOT / "trainer" / "allreduce_bench.py"),
+            "--min-bytes",
+            str(size),
+            "--max-bytes",
+            str(size),
+            "--iters",
+            "20",
+            "--warmup",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("ALLREDUCE_RESULT "):
+            return float(json.loads(line.split(" ", 1)[1])["results"][-1]["busbw_gbps"])
+    raise RuntimeError(done.stdout[-2000:] + done.stderr[-2000:])
+
+
+def recorder_cost(out: Path, nproc: int, size: int, rounds: int) -> dict:
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(rounds):  # interleaved: on, off, on, off ...
+        on.append(busbw(nproc, size, True))
+        off.append(busbw(nproc, size, False))
+    result = {
+        "bytes": size,
+        "nproc": nproc,
+        "on_gbps": on,
+        "off_gbps": off,
+        "on_median": statistics.median(on),
+        "off_median": statistics.median(off),
+    }
+    result["on_vs_off"] = result["on_median"] / result["off_median"]
+    (out / "gpu_fr_busbw.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def environment() -> dict:
+    probe = (
+        "import json, torch; print(json.dumps({'torch': torch.__version__, "
+        "'cuda': torch.cuda.is_available(), 'gpus': torch.cuda.device_count(), "
+        "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() "
+        "else None, 'name': torch.cuda.get_device_name(0) if torch.cuda.is_available() "
+        "else None}))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    info = json.loads(done.stdout) if done.stdout.startswith("{") else {"error": done.stderr}
+    info.update(python=platform.python_version(), cpus=os.cpu_count())
+    return info
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--bytes", type=int, default=GiB)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--hang-timeout", type=float, default=10.0)
+    p.add_argument("--skip-bench", action="store_true")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"env": environment()}
+    print(json.dumps(report["env"]), flush=True)
+    report["stall"] = stall_capture(args.out, args.nproc, args.hang_timeout, 240)
+    print(json.dumps(report["stall"]), flush=True)
+    if not args.skip_bench:
+        report["busbw"] = recorder_cost(args.out, args.nproc, args.bytes, args.rounds)
+        print(json.dumps(report["busbw"]), flush=True)
+    (args.out / "gpu_stall_env.json").write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

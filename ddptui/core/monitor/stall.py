@@ -1,0 +1,135 @@
+"""Provides StallWatch: the job-wide stall (no rank progressed for the hang timeout) and its stacks.
+
+A rank silent while others print is *hung* (RankBoard.check_hangs). When every rank is
+silent, nothing compares: the job is *stalled*, every running rank turns amber, and the
+session takes every rank's stacks; what they and the flight recorder say comes back here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ddptui.core.events import Event, RankState, StacksReport, StackView, StallReport
+from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.failures import IN_COLLECTIVE, STALLED, SUSPECT
+from ddptui.core.monitor.flight_recorder import analyse
+from ddptui.core.monitor.stacks import RankStack, group_stacks, ranks_from_report, suspects
+
+ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
+
+
+class StallWatch:
+    """Whether the job is stalled, since when, and what the last stacks said."""
+
+    def __init__(self, board: RankBoard) -> None:
+        self.board = board
+        self.since: float | None = None  # the last progress, while stalled
+        self.last: StallReport | None = None
+        self._suspects: tuple[int, ...] = ()
+        self._groups: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()
+        self._method = ""
+
+    @property
+    def stalled(self) -> bool:
+        return self.since is not None
+
+    def check(self, now: float, timeout: float) -> list[Event]:
+        """Stalled when ranks run (one has printed: start-up is not a stall) and none
+        progressed for `timeout` (0: never)."""
+        active = [c for c in self.board.all_cells() if c.state in ACTIVE]
+        last = self.board.last_progress
+        printed = any(c.lines for c in active)
+        if timeout <= 0 or not printed or not last or now - last <= timeout:
+            return self._clear()
+        if self.since is not None:
+            return []
+        self.since = last
+        self._suspects, self._groups, self._method = (), (), ""
+        events: list[Event] = []
+        detail = f"stalled: no rank progressed for {now - last:.0f} s"
+        for cell in active:
+            if cell.state != RankState.HUNG:
+                events += self.board.move(cell, RankState.HUNG, detail=detail)
+        return [*events, self._report(now)]
+
+    def _clear(self) -> list[Event]:
+        """Progress again: the stall and what its stacks said of each rank are over."""
+        if self.since is None:
+            return []
+        self.since = None
+        events: list[Event] = []
+        for cell in self.board.all_cells():
+            cell.stall_cause = ""
+            if cell.suspect:
+                cell.suspect = False
+                events.append(cell.changed("progress again"))
+        return events
+
+    def _report(self, now: float) -> StallReport:
+        since = now - (self.since or now)
+        report = StallReport(since, self._suspects, self._groups, self._method, ts=now)
+        self.last = report
+        return report
+
+    def stacks_taken(
+        self, reports: Mapping[str, Mapping[str, Any] | str], now: float
+    ) -> list[Event]:
+        """What every node's collector sent (or why it could not): groups, suspects, gaps."""
+        ranks: list[RankStack] = []
+        methods: set[str] = set()
+        problems: list[str] = []
+        dumps: list[Mapping[str, Any]] = []
+        for node, report in reports.items():
+            if isinstance(report, str):
+                problems.append(f"{node}: {report}")
+                continue
+            ranks += ranks_from_report(node, report)
+            if report.get("ranks"):
+                methods.add(str(report.get("method", "")))
+            dumps += list(report.get("fr", []))
+        gaps = analyse(dumps)
+        # the flight recorder's word is the sharper one: who never entered the collective
+        groups = group_stacks(ranks, {r for gap in gaps for r in gap.missing})
+        method = "+".join(sorted(m for m in methods if m and m != "none")) or "none"
+        odd = set(suspects(groups))
+        events: list[Event] = []
+        waiting = {r for g in groups if g.in_collective for r in g.ranks}
+        for cell in self.board.all_cells():
+            if cell.rank is None:
+                continue
+            suspect = cell.rank in odd
+            if self.stalled:
+                cell.stall_cause = (
+                    SUSPECT if suspect else IN_COLLECTIVE if cell.rank in waiting else STALLED
+                )
+            if suspect != cell.suspect:
+                cell.suspect = suspect
+                events.append(cell.changed("suspect: its stack differs" if suspect else ""))
+        texts = tuple(
+            (r.rank, r.node, r.local_rank, _text(r.threads)) for r in sorted(ranks, key=_rank)
+        )
+        views = tuple(StackView(g.ranks, g.label, g.stack, g.suspect) for g in groups)
+        gap_lines = tuple(g.describe() for g in gaps)
+        events.append(StacksReport(method, views, texts, gap_lines, tuple(problems), ts=now))
+        self._method = method
+        self._suspects = tuple(sorted(odd))
+        self._groups = tuple((g.ranks, g.stack) for g in groups)
+        if self.stalled:
+            before = self.last
+            stall = self._report(now)
+            if before is None or (before.suspects, before.groups, before.method) != (
+                stall.suspects,
+                stall.groups,
+                stall.method,
+            ):
+                events.append(stall)
+        return events
+
+
+def _rank(stack: Any) -> int:
+    return int(stack.rank)
+
+
+def _text(threads: Any) -> str:
+    return "\n\n".join(f"{t.name}\n" + "\n".join(f"  {f}" for f in t.frames) for t in threads)

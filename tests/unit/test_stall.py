@@ -1,0 +1,155 @@
+"""Stalls: detection with no rank progressing, stacks folded into groups, the suspect named,
+the flight recorder's gaps, and the teardown of a stalled job told as what it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddptui.core.events import RankState, StacksReport, StallReport
+from ddptui.core.monitor import failures as fx
+from ddptui.core.monitor.agent_log import Assigned
+from ddptui.core.monitor.flight_recorder import analyse
+from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.stacks import group_stacks, parse_stacks, ranks_from_report, suspects
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "stall"
+# trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report
+GLOO_SKIP = json.loads((DATA / "gloo_skip_collect.json").read_text())
+
+FAULTHANDLER = """\
+Thread 0x00007fa33dbdc6c0 (most recent call first):
+  File "/x/sitecustomize.py", line 77 in _dump_on_request
+  File "/usr/lib/python3.11/threading.py", line 982 in run
+
+Thread 0x00007fa33dbdd000 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/data/loader.py", line 12 in fetch
+
+Current thread 0x00007fa33ea75b80 (most recent call first):
+  File "/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce
+  File "/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+  File "/job/train.py", line 88 in train_step
+  File "/job/train.py", line 99 in <module>
+"""
+
+PYSPY = """\
+Process 4242: python train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4242 (idle): "MainThread"
+    sleep_forever (hang.py:28)
+    main (hang.py:58)
+    <module> (hang.py:73)
+Thread 4250 (idle): "loader"
+    wait (threading.py:320)
+"""
+
+
+def test_faulthandler_dump_parses_every_thread_but_ddptuis_own() -> None:
+    threads = parse_stacks(FAULTHANDLER)
+    assert len(threads) == 2
+    main = threads[-1]
+    assert [f.function for f in main.frames] == ["all_reduce", "wrapper", "train_step", "<module>"]
+    assert str(main.frames[2]) == "/job/train.py:88 in train_step"
+
+
+def test_py_spy_dump_parses_too() -> None:
+    threads = parse_stacks(PYSPY)
+    assert [t.frames[0].function for t in threads] == ["sleep_forever", "wait"]
+    assert threads[0].frames[0].where == "hang.py:28"
+
+
+def test_the_odd_rank_out_is_the_suspect_with_its_sleep_shown() -> None:
+    ranks = ranks_from_report("local0", GLOO_SKIP)
+    groups = group_stacks(ranks)
+    assert [g.ranks for g in groups] == [(1,), (0,)]
+    assert suspects(groups) == [1]
+    assert groups[0].label.startswith("time.sleep(3600) <- sleep_forever (hang.py:")
+    assert groups[1].label.startswith("all_reduce <- main (hang.py:")
+    assert groups[1].in_collective and not groups[0].in_collective
+
+
+def test_most_ranks_in_one_place_the_few_elsewhere_are_suspects() -> None:
+    ranks = ranks_from_report("n", GLOO_SKIP)
+    waiting = next(r for r in ranks if r.rank == 0)
+    many = [
+        type(waiting)(rank, 0, "n", 100 + rank, waiting.threads, waiting.sources)
+        for rank in (0, 2, 3)
+    ]
+    odd = next(r for r in ranks if r.rank == 1)
+    groups = group_stacks([*many, odd])
+    assert [(g.ranks, g.suspect) for g in groups] == [((1,), True), ((0, 2, 3), False)]
+
+
+def test_flight_recorder_names_the_rank_that_never_entered_the_collective() -> None:
+    gaps = analyse(GLOO_SKIP["fr"])
+    assert len(gaps) == 1
+    gap = gaps[0]
+    assert (gap.missing, gap.entered, gap.op) == ((1,), (0,), "gloo:all_reduce")
+    assert gap.describe().startswith(f"rank 1 never entered collective {gap.seq} (gloo:all_reduce")
+
+
+def _running(m: Monitor, now: float) -> None:
+    m.board.assign("n0", Assigned(0, (0, 1), (0, 1), 0))
+    m.feed_lines("n0", ["[ddptui:0:0]:step=1", "[ddptui:1:1]:step=1"], now=now)
+
+
+def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> None:
+    m = Monitor(["n0"], 2)
+    _running(m, now=100.0)
+    m.board.last_progress = 100.0
+    assert not [e for e in m.tick(105.0, 6.0) if isinstance(e, StallReport)]
+    events = m.tick(107.0, 6.0)
+    stall = [e for e in events if isinstance(e, StallReport)]
+    assert len(stall) == 1 and stall[0].since_s == 7.0 and not stall[0].groups
+    assert {c.state for c in m.board.all_cells()} == {RankState.HUNG}
+    assert stall[0].to_dict() == {
+        "event": "stall",
+        "since_s": 7.0,
+        "suspects": [],
+        "groups": [],
+        "method": "",
+    }
+    assert not [e for e in m.tick(108.0, 6.0) if isinstance(e, StallReport)]  # said once
+    assert not Monitor(["n0"], 2).tick(1e9, 0)  # 0: off
+
+
+def test_stacks_name_the_suspect_and_the_stall_is_said_again() -> None:
+    m = Monitor(["local0"], 2)
+    m.board.assign("local0", Assigned(0, (0, 1), (0, 1), 0))
+    m.feed_lines("local0", ["[ddptui:0:0]:step=1", "[ddptui:1:1]:step=1"], now=100.0)
+    m.board.last_progress = 100.0
+    m.tick(110.0, 6.0)
+    events = m.stacks_taken({"local0": GLOO_SKIP}, now=111.0)
+    report = next(e for e in events if isinstance(e, StacksReport))
+    assert report.method == "faulthandler-signal" and report.collectives
+    stall = next(e for e in events if isinstance(e, StallReport))
+    data = stall.to_dict()
+    assert data["suspects"] == [1] and data["method"] == "faulthandler-signal"
+    assert [g["ranks"] for g in data["groups"]] == [[1], [0]]
+    assert data["groups"][0]["stack"][0].endswith(" in sleep_forever")
+    # the operator's teardown: its echo is no failure, the suspect stays named
+    m.teardown_started()
+    m.node_exited("local0", -15)
+    told = m.summary()
+    assert told.stall is not None and told.stall.suspects == (1,)
+    assert [(r.rank, r.cause) for r in told.ranks] == [(0, fx.IN_COLLECTIVE), (1, fx.SUSPECT)]
+    assert told.culprit is not None and told.culprit.rank == 1
+
+
+def test_progress_again_ends_the_stall() -> None:
+    m = Monitor(["n0"], 2)
+    _running(m, now=100.0)
+    m.board.last_progress = 100.0
+    m.tick(110.0, 6.0)
+    m.feed_lines("n0", ["[ddptui:0:0]:step=2"], now=111.0)
+    m.tick(112.0, 6.0)
+    assert not m.stall.stalled
+
+
+def test_a_node_that_gave_no_stacks_is_said() -> None:
+    m = Monitor(["a", "b"], 1)
+    events = m.stacks_taken({"a": {"method": "none", "ranks": []}, "b": "no route to host"})
+    report = next(e for e in events if isinstance(e, StacksReport))
+    assert report.problems == ("b: no route to host",)
