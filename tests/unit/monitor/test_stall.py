@@ -13,7 +13,7 @@ from ddptui.core.monitor.flight_recorder import analyse
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.monitor.stacks import group_stacks, parse_stacks, ranks_from_report, suspects
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "stall"
+DATA = Path(__file__).resolve().parents[2] / "data" / "stall"
 # trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report
 GLOO_SKIP = json.loads((DATA / "gloo_skip_collect.json").read_text())
 
