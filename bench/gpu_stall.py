@@ -91,6 +91,65 @@ def stall_capture(out: Path, nproc: int, hang_timeout: float, limit_s: float) ->
     return {"stalled_after_s": stalled_at, "exit": proc.returncode, "run_dir": str(run_dir)}
 
 
+def console_works() -> bool:
+    """Whether ddptui's console runs here (its dependencies installed)."""
+    probe = [sys.executable, "-c", "import ddptui.cli, ddptui.core.session"]
+    done = subprocess.run(probe, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.returncode == 0
+
+
+def bare_capture(out: Path, nproc: int, wait_s: float) -> dict:
+    """Without the console: torchrun with the hook and the recorder set up as the job helper
+    does, the node collector run by hand once rank 1 skipped. The CI tests replay the log
+    through the Monitor, which is what the console would have done."""
+    base = Path(tempfile.mkdtemp(prefix="ddptui-gpu-bare-")) / "node.debug"
+    (base / "hook").mkdir(parents=True)
+    (base / "fr").mkdir()
+    hook_source = (ROOT / "ddptui" / "core" / "node" / "worker_hook.py").read_bytes()
+    (base / "hook" / "sitecustomize.py").write_bytes(hook_source)
+    tag = "gpu-bare"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(base / "hook"),
+        "DDPTUI_DEBUG_DIR": str(base),
+        "DDPTUI_TAG": tag,
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(base / "fr" / "nccl_rank_"),
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(base / "fr" / "pipe_rank_"),
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[ddptui:${rank}:${local_rank}]:",
+        "PYTHONUNBUFFERED": "1",
+        "LOGLEVEL": "INFO",
+    }
+    log = out / "gpu_stall_node.log"
+    argv = ["torchrun", "--standalone", f"--nproc_per_node={nproc}", "--tee=3"]
+    argv += [str(ROOT / "trainer" / "hang.py"), "--skip-rank", "1", "--steps", "5"]
+    argv += ["--numel", str(1 << 20)]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+        started = time.time()
+        while b"skips all_reduce" not in log.read_bytes() and time.time() - started < 180:
+            time.sleep(0.5)
+        time.sleep(wait_s)
+        done = subprocess.run(
+            [sys.executable, "-", "collect", str(base), tag, "auto"],
+            input=hook_source,
+            capture_output=True,
+            timeout=60,
+        )
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    text = done.stdout.decode().strip().splitlines()
+    raw = json.loads(text[-1]) if text else {"error": done.stderr.decode()[-2000:]}
+    (out / "gpu_stall_collect.json").write_text(json.dumps(raw, indent=1))
+    with tarfile.open(out / "gpu_stall_fr.tar.gz", "w:gz") as tar:
+        for dump in sorted((base / "fr").iterdir()):
+            if not dump.name.endswith(".pipe"):
+                tar.add(dump, arcname=dump.name)
+    return {"bare": True, "exit": proc.returncode, "skipped_after_s": time.time() - started}
+
+
 def collect_again(run_dir: Path) -> dict:
     """The node collector's raw report (worker_hook.py collect), as the session got it."""
     plan = json.loads((run_dir / "plan.json").read_text())
@@ -176,11 +235,15 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--hang-timeout", type=float, default=10.0)
     p.add_argument("--skip-bench", action="store_true")
+    p.add_argument("--bare", action="store_true", help="without the console, even if it runs")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"env": environment()}
     print(json.dumps(report["env"]), flush=True)
-    report["stall"] = stall_capture(args.out, args.nproc, args.hang_timeout, 240)
+    if console_works() and not args.bare:
+        report["stall"] = stall_capture(args.out, args.nproc, args.hang_timeout, 240)
+    else:
+        report["stall"] = bare_capture(args.out, args.nproc, args.hang_timeout)
     print(json.dumps(report["stall"]), flush=True)
     if not args.skip_bench:
         report["busbw"] = recorder_cost(args.out, args.nproc, args.bytes, args.rounds)
