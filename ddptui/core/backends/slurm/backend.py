@@ -142,15 +142,10 @@ class SlurmBackend(HelperBackend):
         else:
             job = await self._submit()
             how = "sbatch"
-        self.job_id = job.job_id
         self.cpus_per_node = job.cpus_per_node
         try:
-            names = await self._node_names(job)
-            addresses = await self.query.node_addresses(names)
-            self.nodes = [
-                NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
-            ]
-            self.emit(AllocationChanged("granted", job.job_id, tuple(names), how))
+            names = tuple(n.name for n in await self._take(job))
+            self.emit(AllocationChanged("granted", job.job_id, names, how))
             if self.mode != "sbatch":
                 await self._probe()
         except SlurmError as exc:
@@ -168,15 +163,9 @@ class SlurmBackend(HelperBackend):
                 job = await self.alloc.existing(existing)
             else:
                 job = await self.alloc.salloc(salloc_argv(self.spec, self.run.run_id))
-            self.job_id = job.job_id
-            names = await self._node_names(job)
-            addresses = await self.query.node_addresses(names)
+            return await self._take(job), {}
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
-        self.nodes = [
-            NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
-        ]
-        return self.nodes, {}
 
     def program_argv(self, node: str, *args: str) -> list[str]:
         name = f"{job_name(self.run.run_id)}-look"
@@ -184,6 +173,16 @@ class SlurmBackend(HelperBackend):
 
     def runs_dir(self) -> str:
         return self.cwd  # srun's output lands here; logs stay on the console's host
+
+    async def _take(self, job: JobInfo) -> list[NodeTarget]:
+        """The job's nodes, each with the address the others reach it at."""
+        self.job_id = job.job_id
+        names = await self._node_names(job)
+        addresses = await self.query.node_addresses(names)
+        self.nodes = [
+            NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
+        ]
+        return self.nodes
 
     async def _node_names(self, job: JobInfo) -> list[str]:
         names = await self.query.hostnames(job.nodes)
