@@ -96,4 +96,3 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_in_the_package() -> None:
     assert find_cycle(import_graph()) is None
-

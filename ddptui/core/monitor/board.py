@@ -131,7 +131,7 @@ class RankBoard:
         cells = self.cells.get(node, [])
         return cells[local_rank] if 0 <= local_rank < len(cells) else None
 
-    def assign(self, node: str, fact: Assigned) -> list[Event]:
+    def assign(self, node: str, fact: Assigned, now: float | None = None) -> list[Event]:
         events: list[Event] = []
         for local_rank, rank in zip(fact.local_ranks, fact.global_ranks, strict=False):
             cell = self.cell(node, local_rank)
@@ -139,7 +139,7 @@ class RankBoard:
                 continue
             restarted = fact.restart_count > cell.restarts
             cell.rank, cell.restarts = rank, fact.restart_count
-            self.last_progress = max(self.last_progress, time.time())
+            self.last_progress = max(self.last_progress, time.time() if now is None else now)
             if cell.state == RankState.PENDING or restarted:
                 cell.exit_code = None
                 cell.straggler = False

@@ -208,7 +208,7 @@ class Monitor:
 
     def _agent_fact(self, node: str, fact: AgentFact, now: float) -> list[Event]:
         if isinstance(fact, Assigned):
-            return self.board.assign(node, fact)
+            return self.board.assign(node, fact, now)
         if isinstance(fact, WorkerFailed):
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:
