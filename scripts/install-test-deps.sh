@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs everything the test suite needs on Debian 12: the system packages behind the
-# real test hosts (network namespaces, OpenSSH, Slurm, munge, tmux) and the Python packages.
+# real test hosts (network namespaces, OpenSSH, Slurm, munge, tmux), podman with runc and
+# debootstrap (the suite builds its container image offline: scripts/build-test-image.sh),
+# and the Python packages.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
@@ -8,5 +10,6 @@ SUDO=""
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     iproute2 util-linux procps openssh-server openssh-client \
-    slurmctld slurmd slurm-client munge tmux pdsh clustershell >/dev/null
+    slurmctld slurmd slurm-client munge tmux pdsh clustershell \
+    podman runc debootstrap >/dev/null
 python3 -m pip install -q -e '.[test]'

@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from .containers import Podman, build_image, podman_store
 from .netns import Testbed, TestbedError, check_prerequisites
 from .slurm import SLURM_TOOLS, SlurmCluster
 from .sshd import SSH_TOOLS
 from .stale import cleanup_stale
 
-__all__ = ["testbed", "slurm_cluster", "clean_testbed", "make_testbed"]
+__all__ = ["testbed", "slurm_cluster", "clean_testbed", "make_testbed", "podman"]
 
 TESTBED_HOSTS = 3
 
@@ -73,3 +74,13 @@ def make_testbed() -> Iterator[Callable[..., Testbed]]:
     yield make
     for tb in reversed(made):
         tb.close()
+
+
+@pytest.fixture(scope="session")
+def podman() -> Podman:
+    """A private podman store holding the test image (Debian, python3, torch), built by
+    scripts/build-test-image.sh on first use and kept between runs while its inputs hold."""
+    try:
+        return build_image(podman_store())
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)

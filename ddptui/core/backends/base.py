@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
-from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.node import job_helper_source, with_job, worker_hook_source
 from ddptui.core.runs.run_dir import RunDir
@@ -180,12 +180,15 @@ class HelperBackend(Backend):
         return report
 
     async def reap_tag(self, transport: Transport, tag: str) -> dict[str, Any]:
-        """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover"}.
+        """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover",
+        "names", and "container" when the node's command runs in one}.
 
         Raises TransportError, or IndexError/ValueError when the shim printed no report.
         """
         result = await transport.run(
-            self._argv("reap", tag, str(REAP_GRACE_S)), stdin=self._helper_source, timeout=30
+            self._argv("reap", *reap_args(self.spec, tag)),
+            stdin=self._helper_source,
+            timeout=90,
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return report
@@ -199,4 +202,43 @@ class HelperBackend(Backend):
         detail = f"{report['found']} process(es) found"
         if report["killed"]:
             detail += f", {len(report['killed'])} needed SIGKILL"
-        return TeardownReport(command.node, not leftover, leftover, detail)
+        return TeardownReport(
+            command.node, reap_clean(report), leftover, detail + reap_detail(report)
+        )
+
+
+def reap_args(spec: JobSpec, tag: str) -> list[str]:
+    """The node shim's `reap` arguments: the tag, the grace, and the node's container."""
+    args = [tag, str(REAP_GRACE_S)]
+    container = node_container(spec, tag)
+    return [*args, *container] if container else args
+
+
+def reap_clean(report: dict[str, Any]) -> bool:
+    """No process left, and no container still listed (or not proven gone)."""
+    container = report.get("container")
+    return not report["leftover"] and not (container and container["listed"] is not False)
+
+
+def reap_detail(report: dict[str, Any]) -> str:
+    """What the shim saw, in words: the container's end, and every process by name."""
+    names = report.get("names", {})
+    parts = []
+    container = report.get("container")
+    if container:
+        holders = len(container["holders"])
+        if container["listed"] is None:
+            gone = f"{container['engine']} could not be asked whether it is gone"
+        elif container["listed"]:
+            gone = f"still listed by {container['engine']} ps -a"
+        else:
+            gone = "removed" + (f", its conmon/shim ({holders}) gone" if holders else "")
+        parts.append(f"container {container['name']} {gone}")
+    for what in ("killed", "leftover"):
+        pids = report.get(what) or []
+        if pids:
+            shown = ", ".join(f"{p} ({names.get(str(p)) or '?'})" for p in pids[:5])
+            more = f" and {len(pids) - 5} more" if len(pids) > 5 else ""
+            label = "needed SIGKILL" if what == "killed" else "LEFT RUNNING"
+            parts.append(f"{label}: {shown}{more}")
+    return "".join(f"; {p}" for p in parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import shutil
 import socket
 import sys
 from collections.abc import Sequence
@@ -26,6 +27,10 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(s.getsockname()[1])
 
 
+def _has_torch() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
 def local_launcher(launcher: str) -> str:
     """`torchrun` of this interpreter's environment, so an un-activated venv still works."""
     if launcher != "torchrun":
@@ -36,15 +41,30 @@ def local_launcher(launcher: str) -> str:
     return shlex.join([sys.executable, "-m", "torch.distributed.run"])
 
 
+def container_engine(spec: JobSpec) -> str | None:
+    """podman/docker when the pseudo-nodes are containers (torch is then the image's)."""
+    c = spec.container
+    return c.engine if c is not None and c.engine != "pyxis" else None
+
+
 def local_plan(spec: JobSpec, nodes: Sequence[NodeTarget], run_id: str, port: int) -> LaunchPlan:
-    """This machine's plan: its own torchrun, an absolute working directory, gloo on `lo`."""
+    """This machine's plan: its own torchrun (or the image's, in containers), an absolute
+    working directory, gloo on `lo`."""
+    contained = container_engine(spec) is not None
     spec = spec.model_copy(
         update={
-            "launcher": local_launcher(spec.launcher),
+            "launcher": spec.launcher if contained else local_launcher(spec.launcher),
             "workdir": str(Path(spec.workdir or Path.cwd()).resolve()),
         }
     )
-    return build_plan(spec, nodes, run_id, port, socket_ifnames={n.name: "lo" for n in nodes})
+    return build_plan(
+        spec,
+        nodes,
+        run_id,
+        port,
+        socket_ifnames={n.name: "lo" for n in nodes},
+        container_hosts={n.name: n.address for n in nodes} if contained else None,
+    )
 
 
 class LocalBackend(HelperBackend):
@@ -59,7 +79,10 @@ class LocalBackend(HelperBackend):
 
     async def allocate(self) -> list[NodeTarget]:
         check_local_script(self.spec)
-        if self.spec.launcher == "torchrun" and importlib.util.find_spec("torch") is None:
+        engine = container_engine(self.spec)
+        if engine and shutil.which(engine) is None:
+            raise BackendError(f"{engine} is not installed here (--container-engine {engine})")
+        if engine is None and self.spec.launcher == "torchrun" and not _has_torch():
             raise BackendError(
                 "torch is not installed here; the local backend runs torchrun on this machine "
                 "(pip install 'ddptui[node]')"
@@ -72,7 +95,13 @@ class LocalBackend(HelperBackend):
         return self._nodes(), {}
 
     def _nodes(self) -> list[NodeTarget]:
-        return [NodeTarget(f"local{i}", LOOPBACK) for i in range(self.spec.nodes)]
+        """Containers sharing this machine's network each run torchrun as PID 1: c10d tells
+        agents apart by (--local-addr, PID), so each gets a loopback address of its own."""
+        contained = container_engine(self.spec) is not None
+        return [
+            NodeTarget(f"local{i}", f"127.0.0.{i + 2}" if contained else LOOPBACK)
+            for i in range(self.spec.nodes)
+        ]
 
     def job_python(self) -> str:
         return sys.executable  # the local backend runs this interpreter's torchrun

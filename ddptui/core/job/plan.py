@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,17 +163,52 @@ def node_environment(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]
     return env
 
 
+def container_name(tag: str) -> str:
+    """The node's container: named after the job's tag, so teardown finds it by name."""
+    return "ddptui-" + re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+
+
+def node_container(spec: JobSpec, tag: str) -> tuple[str, str] | None:
+    """(engine, container name) when the node's command runs in a podman/docker container
+    that teardown must remove; None otherwise (no container, or pyxis: Slurm owns it)."""
+    if spec.container is None or spec.container.engine == "pyxis":
+        return None
+    return spec.container.engine, container_name(tag)
+
+
 def container_argv(
-    spec: JobSpec, argv: Sequence[str], env: Mapping[str, str], cwd: str | None, tag: str
+    spec: JobSpec,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | None,
+    tag: str,
+    host: tuple[str, str] | None = None,
 ) -> list[str]:
-    """Wrap argv in `podman|docker run --network=host --ipc=host ...` as the AMD procedure does."""
+    """Wrap argv in `podman|docker run --network=host --ipc=host ...` as the AMD procedure does.
+
+    The container is named after the tag and gets the tag in its environment, so teardown
+    finds its processes from the host and removes the container even when the `run` client
+    is gone (conmon keeps a container whose client was killed). The working directory and
+    the script's own directory are mounted at the same paths. `host` (name, address) is for
+    containers that share one machine's network: c10d tells agents apart by the host's name
+    (as its address resolves back) and PID, and every container's torchrun is PID 1, so each
+    gets its own name on its own loopback address.
+    """
     assert spec.container is not None
     c = spec.container
     wrapped = [c.engine, "run", "--rm", "--network=host", "--ipc=host"]
+    wrapped += ["--name", container_name(tag)]
+    if host:
+        wrapped += ["--hostname", host[0], "--add-host", f"{host[0]}:{host[1]}"]
     for mount in c.mounts:
         wrapped += ["-v", mount]
     if cwd:
         wrapped += ["-v", f"{cwd}:{cwd}", "-w", cwd]
+    script_dir = posixpath.dirname(spec.script)
+    if posixpath.isabs(spec.script) and not (
+        cwd and (script_dir + "/").startswith(cwd.rstrip("/") + "/")
+    ):
+        wrapped += ["-v", f"{script_dir}:{script_dir}:ro"]
     for name in sorted({**env, TAG_VAR: tag}):
         wrapped += ["-e", name]
     wrapped += [*c.extra_args, c.image, *argv]
@@ -186,11 +223,14 @@ def build_plan(
     *,
     local_addrs: bool = True,
     socket_ifnames: Mapping[str, str] | None = None,
+    container_hosts: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
     """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
 
     `local_addrs` passes each node's own address as --local-addr so MASTER_ADDR is an IP and
     never depends on DNS (a node that cannot resolve rank 0's hostname retries forever).
+    `container_hosts` (node -> loopback address) gives each node's container the node's name
+    as its hostname, resolving to that address (containers sharing one machine's network).
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
@@ -203,7 +243,10 @@ def build_plan(
             spec, len(nodes), run_id, endpoint, node.address if local_addrs else None
         )
         if spec.container and spec.container.engine != "pyxis":
-            argv = container_argv(spec, argv, env, spec.workdir, tag)
+            host = None
+            if container_hosts and node.name in container_hosts:
+                host = (node.name, container_hosts[node.name])
+            argv = container_argv(spec, argv, env, spec.workdir, tag, host)
         commands.append(
             NodeCommand(
                 node=node.name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from ddptui.core.job.plan import LINE_PREFIX_TEMPLATE, NodeTarget, build_plan
+from ddptui.core.job.plan import LINE_PREFIX_TEMPLATE, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import make_spec
 
 NODES = [NodeTarget("node1", "10.0.0.1"), NodeTarget("node2", "10.0.0.2")]
@@ -71,8 +71,10 @@ def test_activation_step_and_container_wrapper() -> None:
     command = build_plan(spec, NODES, "r", 1).commands[0]
     assert command.prelude == "conda activate pt"
     argv = list(command.argv)
-    assert argv[:5] == ["podman", "run", "--rm", "--network=host", "--ipc=host"]
-    assert argv[5:7] == ["-v", "/data:/data"]
+    assert argv[:11] == [
+        "podman", "run", "--rm", "--network=host", "--ipc=host", "--name", "ddptui-r.0",
+        "-v", "/data:/data", "-v", "/w:/w",
+    ]  # fmt: skip
     assert "pytorch:latest" in argv and argv[argv.index("pytorch:latest") + 1] == "torchrun"
     assert argv[argv.index("DDPTUI_TAG") - 1 : argv.index("DDPTUI_TAG") + 1] == ["-e", "DDPTUI_TAG"]
     assert "conda activate pt &&" in command.shell_line()
@@ -88,3 +90,25 @@ def test_plan_round_trips_through_json() -> None:
 
     plan = build_plan(make_spec(script="t.py"), NODES, "r", 5)
     assert LaunchPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_container_of_a_shared_machine_and_a_script_outside_the_workdir() -> None:
+    """Containers on one machine get the node's name on their own loopback address; an
+    absolute script outside the working directory is mounted read-only where it is."""
+    spec = make_spec(script="/opt/train/t.py", container={"image": "img"}, workdir="/w")
+    nodes = [NodeTarget("local0", "127.0.0.2"), NodeTarget("local1", "127.0.0.3")]
+    plan = build_plan(spec, nodes, "run.x", 1, container_hosts={"local1": "127.0.0.3"})
+    first, second = (list(c.argv) for c in plan.commands)
+    assert "--hostname" not in first
+    i = second.index("--hostname")
+    assert second[i : i + 4] == ["--hostname", "local1", "--add-host", "local1:127.0.0.3"]
+    assert second[second.index("--name") + 1] == "ddptui-run.x.1"
+    assert second[second.index("/opt/train:/opt/train:ro") - 1 :][:2] == [
+        "-v",
+        "/opt/train:/opt/train:ro",
+    ]
+    assert node_container(spec, "run.x.1") == ("podman", "ddptui-run.x.1")
+    assert (
+        node_container(make_spec(script="t", container={"image": "i", "engine": "pyxis"}), "t")
+        is None
+    )

@@ -76,7 +76,9 @@ def test_reap_kills_an_agent_left_alone_without_waiting_out_the_grace() -> None:
             timeout=20,
         )
         report = json.loads(cp.stdout.decode().strip().splitlines()[-1])
+        names = report.pop("names")
         assert report == {"found": 2, "killed": [agent.pid], "leftover": []}
+        assert names[str(agent.pid)].startswith(sys.executable)  # said by name, not only pid
         assert agent.wait(timeout=5) == -signal.SIGKILL
         assert not os.path.exists(f"/proc/{worker}") or _zombie(worker)
     finally:

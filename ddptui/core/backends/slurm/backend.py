@@ -27,7 +27,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.core.backends.base import REAP_GRACE_S, BackendError, Emit, HelperBackend
+from ddptui.core.backends.base import (
+    REAP_GRACE_S,
+    BackendError,
+    Emit,
+    HelperBackend,
+    reap_args,
+)
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.cli import SlurmError, choose_query, ipv4_of
 from ddptui.core.backends.slurm.commands import (
@@ -360,7 +366,7 @@ class SlurmBackend(HelperBackend):
         inside = self.mode != "sbatch" and await self._job_alive()
         try:
             report = await self._helper(
-                command.node, "reap", command.tag, str(REAP_GRACE_S), inside=inside
+                command.node, "reap", *reap_args(self.spec, command.tag), inside=inside
             )
         except SlurmError as exc:
             return TeardownReport(

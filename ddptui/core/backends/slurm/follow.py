@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ddptui.core.backends.base import reap_clean, reap_detail
 from ddptui.core.backends.slurm.cli import SlurmError, last_error, slurm
 from ddptui.core.backends.slurm.commands import helper_argv
 from ddptui.core.backends.slurm.log_follow import Ended, follow_log
@@ -113,6 +114,7 @@ def reap_report(
             f"{ended}; {report['found']} process(es) of the job were still on "
             f"{node}: stopped by ddptui"
         )
-    if report["killed"]:
-        detail += f" ({len(report['killed'])} needed SIGKILL)"
-    return TeardownReport(node, not leftover, leftover, detail)
+    detail += reap_detail(report)
+    if local:
+        detail += f"; srun client(s) on this machine left: {', '.join(map(str, local))}"
+    return TeardownReport(node, reap_clean(report) and not local, leftover, detail)
