@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -9,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
@@ -18,6 +20,7 @@ from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
 REAP_GRACE_S = 3.0
+START_TIMEOUT_S = 60.0
 
 
 class BackendError(RuntimeError):
@@ -93,6 +96,7 @@ class HelperBackend(Backend):
         super().__init__(spec, run, emit)
         self._helper_source = job_helper_source()
         self._hook_source = worker_hook_source()
+        self._launches: dict[str, LaunchStream] = {}
 
     @abstractmethod
     def transport(self, node: str) -> Transport:
@@ -129,6 +133,8 @@ class HelperBackend(Backend):
         return str(self.run.path.parent)
 
     async def start(self, command: NodeCommand) -> None:
+        """Start the node's job with the helper's `launch`, which then streams the log: the
+        stream is kept for `follow`, so starting and following cost one remote command."""
         job = {
             "argv": list(command.argv),
             "env": dict(command.env),
@@ -139,24 +145,32 @@ class HelperBackend(Backend):
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
         }
+        transport = self.transport(command.node)
+        argv, stdin = self._argv("launch"), with_job(self._helper_source, job)
+        launch = LaunchStream(lambda sink: transport.stream(argv, sink, stdin=stdin))
         try:
-            result = await self.transport(command.node).run(
-                self._argv("start"), stdin=with_job(self._helper_source, job), timeout=60
-            )
-        except TransportError as exc:
-            raise NodeStartError(command.node, str(exc)) from None
-        report = result.stdout.strip().splitlines()[-1:] or [result.stderr.strip()]
-        if result.exit_code != 0 or not report[0].startswith("{"):
-            reason = report[0] or result.stderr.strip() or f"exit {result.exit_code}"
-            raise NodeStartError(command.node, reason)
+            report = await asyncio.wait_for(launch.started(), START_TIMEOUT_S)
+        except (TransportError, TimeoutError) as exc:
+            await launch.close()
+            raise NodeStartError(command.node, str(exc) or "timed out") from None
+        if not report.startswith("{"):
+            await launch.close()
+            raise NodeStartError(command.node, report)
+        self._launches[command.node] = launch
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        launch = self._launches.pop(command.node, None)
         try:
-            result = await self.transport(command.node).stream(
-                self._argv("tail", self.node_log_path(command), str(offset)),
-                on_chunk,
-                stdin=self._helper_source,
-            )
+            if launch is not None and offset == 0:
+                result = await launch.follow(on_chunk)
+            else:
+                if launch is not None:
+                    await launch.close()
+                result = await self.transport(command.node).stream(
+                    self._argv("tail", self.node_log_path(command), str(offset)),
+                    on_chunk,
+                    stdin=self._helper_source,
+                )
         except TransportError:
             return None
         for line in reversed(result.stderr.strip().splitlines()):
@@ -194,6 +208,9 @@ class HelperBackend(Backend):
         return report
 
     async def reap(self, command: NodeCommand) -> TeardownReport:
+        launch = self._launches.pop(command.node, None)
+        if launch is not None:  # started, never followed (another node failed to start)
+            await launch.close()
         try:
             report = await self.reap_tag(self.transport(command.node), command.tag)
         except (TransportError, IndexError, ValueError) as exc:
