@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", help="list past runs, newest first")
     history.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     history.add_argument("--json", action="store_true", help="one JSON object per run")
+    stacks = sub.add_parser("stacks", help="every rank's stacks of a running or detached run")
+    stacks.add_argument("run_id")
+    stacks.add_argument("--json", action="store_true", help="the stacks event as one JSON line")
+    stacks.add_argument("--method", choices=["auto", "signal", "py-spy"])
     attach = sub.add_parser("attach", help="follow a run left running (detached, or sbatch)")
     attach.add_argument("run_id")
     attach.add_argument("--headless", action="store_true")
@@ -80,6 +84,10 @@ def _main(argv: list[str] | None) -> int:
 
                 return run_headless(spec, lines=args.lines, attach=run_dir)
             return _console(spec, None, attach=run_dir)
+        if args.command == "stacks":
+            from ddptui.reports import print_stacks
+
+            return print_stacks(_open_run(args.run_id), args.method, args.json)
         if args.command == "history":
             from ddptui.reports import print_history
 

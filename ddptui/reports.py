@@ -20,6 +20,7 @@ from ddptui.core.preflight.preflight import (
     cell_status,
 )
 from ddptui.core.runs.history import RunHistory, RunRecord
+from ddptui.core.runs.run_dir import RunDir
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
@@ -128,3 +129,33 @@ def run_preflight(spec: JobSpec, headless: bool, out: TextIO | None = None) -> i
     if not headless:
         stream.write("\n".join(preflight_text(results, summary)) + "\n")
     return 0 if summary.ok else 1
+
+
+def print_stacks(run: RunDir, method: str | None, as_json: bool) -> int:
+    """`ddptui stacks RUN_ID`: the groups (suspects first), then each rank's whole stack."""
+    from ddptui.core.events import StacksReport
+    from ddptui.core.session import stacks_of_run
+
+    events = asyncio.run(stacks_of_run(run, method))
+    report = next(e for e in events if isinstance(e, StacksReport))
+    if as_json:
+        print(report.to_json())
+        return 0 if report.groups else 1
+    print(f"run {run.run_id}: stacks by {report.method}")
+    for group in report.groups:
+        mark = "suspect" if group.suspect else "       "
+        count = f"{len(group.ranks)} rank{'s' if len(group.ranks) > 1 else ''}"
+        print(f"{mark} {count:>9}: {group.label}  (ranks {_ranks(group.ranks)})")
+    for line in report.collectives:
+        print(f"flight recorder: {line}")
+    for problem in report.problems:
+        print(f"not taken: {problem}")
+    for rank, node, local_rank, text in report.ranks:
+        print(f"\n== rank {rank} ({node} local rank {local_rank})\n{text}")
+    return 0 if report.groups else 1
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    return ", ".join(map(str, ranks[:16])) + (
+        f" ... (+{len(ranks) - 16})" if len(ranks) > 16 else ""
+    )

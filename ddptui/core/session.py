@@ -333,6 +333,9 @@ class Session:
         elif stopped_by == "operator" and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
+            if told and told.stall:
+                who = ", ".join(map(str, told.stall.suspects)) or "none singled out"
+                detail += f"; it had stalled (suspects: {who})"
         elif not detail and told and told.culprit:
             cell = told.culprit
             if cell.rank is None and self._last_error:
@@ -358,3 +361,25 @@ class Session:
         self.run.write_summary(summary.to_dict())
         self.run.close()
         return summary
+
+
+async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
+    """`ddptui stacks RUN_ID`: every rank's stacks of a run that is still running (followed
+    by a console, detached, or under sbatch), through its backend; the job is left as it is."""
+    spec = run.read_spec()
+    if method:
+        spec = spec.model_copy(update={"stacks_method": method})
+    plan, state = run.read_plan()
+    backend = make_backend(spec, run, lambda event: None)
+    await backend.restore(state)
+    try:
+        results = await asyncio.gather(
+            *(backend.stacks(c) for c in plan.commands), return_exceptions=True
+        )
+    finally:
+        await backend.detach()
+    reports: dict[str, Any] = {
+        c.node: str(r) if isinstance(r, BaseException) else r
+        for c, r in zip(plan.commands, results, strict=True)
+    }
+    return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)

@@ -46,7 +46,7 @@ class RankCell:
         """Why this rank ended, if it failed (failures.cause_of), else ""."""
         if self.state == RankState.DONE:
             return "finished"
-        if self.stall_cause and self.known_cause in ("", TEARDOWN) and not self.error:
+        if self.stall_cause and self.known_cause in ("", TEARDOWN):
             return self.stall_cause  # a stalled rank the teardown stopped: what the stall said
         if self.state != RankState.FAILED:
             return ""

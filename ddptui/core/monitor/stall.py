@@ -37,6 +37,8 @@ class StallWatch:
     def check(self, now: float, timeout: float) -> list[Event]:
         """Stalled when ranks run (one has printed: start-up is not a stall) and none
         progressed for `timeout` (0: never)."""
+        if self.board.tearing_down:
+            return []  # the teardown's echo is no progress: the stall stays as it was
         active = [c for c in self.board.all_cells() if c.state in ACTIVE]
         last = self.board.last_progress
         printed = any(c.lines for c in active)
