@@ -254,6 +254,8 @@ def test_sbatch_survives_the_console_and_attach_picks_it_up(
         tmp_path,
         "--slurm-mode",
         "sbatch",
+        "--env",
+        "HF_TOKEN=hf_batch-secret-value",
         "--lines",
         str(TRAINER / "envcheck.py"),
         "--sleep",
@@ -271,6 +273,11 @@ def test_sbatch_survives_the_console_and_attach_picks_it_up(
     assert saved in script
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in saved
     assert "bash -c run_node" in saved and "torchrun --nnodes=2" in saved
+    # The secret is sourced from a private file, never written in the script or shown.
+    assert "hf_batch-secret-value" not in saved and "hf_batch-secret-value" not in script
+    secret = run_dir / "secret.env"
+    assert secret.read_text() == "export HF_TOKEN=hf_batch-secret-value\n"
+    assert secret.stat().st_mode & 0o777 == 0o600
     time.sleep(2)
     assert job_id in slurm_cluster.squeue_ids()
     assert all(slurm_cluster.tb.describe_pids(n) for n in NODES)

@@ -223,6 +223,31 @@ class SshServers:
         self._spawn(host)
         self._wait_listening(host)
 
+    def reconfigure(self, host: str, extra: Sequence[str] = ()) -> None:
+        """Restart `host`'s sshd with `extra` config lines (none: as it started)."""
+        (self.dir / host / "sshd_config").write_text(
+            self._sshd_config(host) + "".join(f"{line}\n" for line in extra)
+        )
+        self.stop_sshd(host)
+        self.start_sshd(host)
+
+    def host_certificate(self, host: str, ca: Path) -> Path:
+        """Sign `host`'s key with the CA key `ca` (principals: its name and address)."""
+        key = self.dir / host / "ssh_host_ed25519_key"
+        principals = f"{host},{self.tb.host_ip(host)}"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-s", str(ca), "-I", f"{host}-host", "-h", "-n", principals,
+             str(key) + ".pub"],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        return Path(str(key) + "-cert.pub")
+
+    def new_key(self, name: str) -> Path:
+        """A fresh ed25519 key pair in the testbed dir (the private key's path; .pub beside)."""
+        path = self.dir / f"{name}-{time.monotonic_ns()}"
+        _keygen(path, name)
+        return path
+
     def stop(self) -> None:
         for host in list(self._procs):
             self.stop_sshd(host)

@@ -5,32 +5,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import asyncssh
+from asyncssh.public_key import get_default_public_key_algs
 
 from ddptui.core.backends.ssh.early_connect import EarlySockets
+from ddptui.core.backends.ssh.known_hosts import (
+    DEFAULT_PORT,
+    GLOBAL_FILES,
+    REVOKED,
+    USER_FILES,
+    KnownHosts,
+    KnownKey,
+    Verdict,
+    files_from_config,
+    host_names,
+)
 from ddptui.core.backends.transport import ChunkSink, CommandResult, Transport, TransportError
 from ddptui.core.job.spec import SshSpec
 
 KEEPALIVE_S = 2
 KEEPALIVE_MAX = 3
-
-
-def trust_hint(host: str, known_hosts: str | None) -> str:
-    where = known_hosts or "~/.ssh/known_hosts"
-    return (
-        f"host key of {host} is not in {where}: verify it, then add it with "
-        f"`ssh-keyscan {shlex.quote(host)} >> {where}` or rerun with --accept-new-host-keys"
-    )
+_PLAIN_KEY_ALGS = [alg.decode() for alg in get_default_public_key_algs()]
 
 
 class AsyncsshTransport(Transport):
     """One SSH connection per host, honouring ~/.ssh/config (User, Port, IdentityFile,
-    ProxyJump) and known_hosts; an unknown host key is refused unless the operator opted in,
-    and a changed one is always refused."""
+    ProxyJump) and known_hosts as OpenSSH does (known_hosts.py decides); an unknown host key
+    is refused unless the operator opted in, and a changed or revoked one is always refused."""
 
     def __init__(self, host: str, options: SshSpec) -> None:
         self.host = host
@@ -51,8 +55,6 @@ class AsyncsshTransport(Transport):
         }
         if self.options.config_file:
             kwargs["config"] = [self.options.config_file]
-        if self.options.known_hosts:
-            kwargs["known_hosts"] = self.options.known_hosts
         if self.options.user:
             kwargs["username"] = self.options.user
         return kwargs
@@ -74,23 +76,37 @@ class AsyncsshTransport(Transport):
     async def _open(self) -> asyncssh.SSHClientConnection:
         kwargs = self._connect_kwargs()
         try:
-            sock = await self._early_socket(kwargs)
-            return await asyncssh.connect(self.host, sock=sock, **kwargs)
-        except asyncssh.HostKeyNotVerifiable:
-            if not self.options.accept_new_host_keys or self._key_was_changed(kwargs):
-                raise TransportError(self._host_key_message(kwargs)) from None
-            return await self._accept_new_key(kwargs)
+            options = self._options(kwargs)
+        except asyncssh.ConfigParseError as exc:
+            raise TransportError(f"{self.host}: bad ssh config: {exc}") from None
+        known = self._known_hosts(options)
+        check = _HostKeyCheck(self.host, known, self.options)
+        names = host_names(self.host, str(options.host), port=int(options.port))
+        if not known.matching(names) and not known.ca_keys(names):
+            # Nothing known of the host: ask for its plain key, not a certificate no CA
+            # here could vouch for (ssh does the same), so trust on first use records it.
+            kwargs["server_host_key_algs"] = _PLAIN_KEY_ALGS
+        try:
+            sock = await self._early_socket(options)
+            return await asyncssh.connect(
+                self.host,
+                sock=sock,
+                known_hosts=check.lookup,
+                client_factory=check.client,
+                **kwargs,
+            )
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise TransportError(check.refusal(str(exc))) from None
         except asyncssh.PermissionDenied:
             raise TransportError(f"{self.host}: permission denied (no usable key)") from None
         except (TimeoutError, OSError, asyncssh.Error) as exc:
             raise TransportError(f"{self.host}: cannot connect: {_reason(exc)}") from None
 
-    async def _early_socket(self, kwargs: dict[str, Any]) -> Any:
+    async def _early_socket(self, options: asyncssh.SSHClientConnectionOptions) -> Any:
         """The early socket, only where asyncssh's own reading of the config agrees with it."""
         early, self._early = self._early, None
         if early is None or self.host not in early.hosts():
             return None
-        options = self._options(kwargs)
         if options.tunnel or options.proxy_command or options.local_addr:
             await early.claim(self.host, "", -1)  # closes it
             return None
@@ -101,38 +117,17 @@ class AsyncsshTransport(Transport):
     def _options(self, kwargs: dict[str, Any]) -> asyncssh.SSHClientConnectionOptions:
         return asyncssh.SSHClientConnectionOptions(host=self.host, **_without(kwargs))
 
-    def _key_was_changed(self, kwargs: dict[str, Any]) -> bool:
-        """A host already listed with another key is a changed key: never accepted."""
-        path = self._known_hosts_path(kwargs)
-        if path is None or not Path(path).is_file():
-            return False
-        options = self._options(kwargs)
-        known = asyncssh.read_known_hosts(path)
-        host = getattr(options, "host", None) or self.host
-        keys = known.match(host, "", getattr(options, "port", 22))[0]
-        return bool(keys)
-
-    def _known_hosts_path(self, kwargs: dict[str, Any]) -> str | None:
-        if self.options.known_hosts:
-            return self.options.known_hosts
-        kh = getattr(self._options(kwargs), "known_hosts", None)
-        if isinstance(kh, list | tuple) and kh:
-            return str(Path(str(kh[0])).expanduser())
-        return str(Path("~/.ssh/known_hosts").expanduser())
-
-    def _host_key_message(self, kwargs: dict[str, Any]) -> str:
-        return trust_hint(self.host, self._known_hosts_path(kwargs))
-
-    async def _accept_new_key(self, kwargs: dict[str, Any]) -> asyncssh.SSHClientConnection:
-        """Trust on first use, as `StrictHostKeyChecking accept-new` does: record, then connect."""
-        conn = await asyncssh.connect(self.host, **{**kwargs, "known_hosts": None})
-        key = conn.get_server_host_key()
-        path = self._known_hosts_path(kwargs)
-        if key is not None and path:
-            peer = conn.get_extra_info("peername")
-            names = ",".join(dict.fromkeys([self.host, str(peer[0])] if peer else [self.host]))
-            _append_line(path, f"{names} {key.export_public_key().decode().strip()}")
-        return conn
+    def _known_hosts(self, options: asyncssh.SSHClientConnectionOptions) -> KnownHosts:
+        """The files OpenSSH would read: --known-hosts, or the config's UserKnownHostsFile
+        (default ~/.ssh/known_hosts{,2}), and its GlobalKnownHostsFile (/etc/ssh/...)."""
+        config = options.config
+        user = (
+            [self.options.known_hosts]
+            if self.options.known_hosts
+            else files_from_config(config.get("UserKnownHostsFile"), USER_FILES)
+        )
+        system = files_from_config(config.get("GlobalKnownHostsFile"), GLOBAL_FILES)
+        return KnownHosts(user, system)
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -199,9 +194,70 @@ def _without(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if k not in ("connect_timeout",)}
 
 
-def _append_line(path: str, line: str) -> None:
-    with open(path, "a") as f:
-        f.write(line + "\n")
+class _HostKeyCheck:
+    """asyncssh's side of known_hosts.py: the keys and CAs it may trust for the host (so it
+    asks the host for those key types, and checks certificates itself), and the verdict on
+    any other key, which decides between trust on first use and refusal."""
+
+    def __init__(self, host: str, known: KnownHosts, options: SshSpec) -> None:
+        self.host = host
+        self.known = known
+        self.accept_new = options.accept_new_host_keys
+        self.names: tuple[str, ...] = (host,)
+        self.message = ""
+
+    def lookup(self, host: str, addr: str, port: int | None) -> tuple[list[Any], ...]:
+        self.names = host_names(self.host, host, addr, port=port or DEFAULT_PORT)
+        revoked = self.known.matching(self.names, REVOKED)
+        gone = {k.key for k in revoked}
+        trusted = [k for k in self.known.matching(self.names) if k.key not in gone]
+        return (
+            _keys(trusted),
+            _keys(self.known.ca_keys(self.names)),
+            _keys(revoked),
+        )
+
+    def client(self) -> asyncssh.SSHClient:
+        check = self
+
+        class Client(asyncssh.SSHClient):
+            def validate_host_public_key(
+                self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+            ) -> bool:
+                return check.validate(host, addr, port, key)
+
+        return Client()
+
+    def validate(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
+        names = host_names(self.host, host, addr, port=port)
+        key_type, blob = key.export_public_key("openssh").decode().split()[:2]
+        verdict = self.known.check(names, key_type, blob)
+        if verdict.verdict is Verdict.TRUSTED:
+            return True
+        if verdict.verdict is Verdict.UNKNOWN and self.accept_new:
+            self.known.record(names, key_type, blob)
+            return True
+        self.message = self.known.message(self.host, verdict, key_type, blob)
+        return False
+
+    def refusal(self, reason: str) -> str:
+        if self.message:
+            return self.message
+        if "revoked" in reason.lower():
+            lines = ", ".join(k.where for k in self.known.matching(self.names, REVOKED))
+            return (
+                f"{self.host}: the host key it offers is marked @revoked in {lines}: "
+                "refusing to connect"
+            )
+        return f"{self.host}: host key not accepted: {reason}"
+
+
+def _keys(known: Iterable[KnownKey]) -> list[asyncssh.SSHKey]:
+    keys = []
+    for k in known:
+        with contextlib.suppress(asyncssh.KeyImportError):
+            keys.append(asyncssh.import_public_key(k.public_key))
+    return keys
 
 
 def _text(data: object) -> str:

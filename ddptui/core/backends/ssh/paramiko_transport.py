@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shlex
 import threading
 import time
@@ -14,7 +13,15 @@ from typing import Any
 
 import paramiko
 
-from ddptui.core.backends.ssh.asyncssh_transport import trust_hint
+from ddptui.core.backends.ssh.known_hosts import (
+    DEFAULT_PORT,
+    GLOBAL_FILES,
+    USER_FILES,
+    KnownHosts,
+    Verdict,
+    files_from_config,
+    host_names,
+)
 from ddptui.core.backends.transport import ChunkSink, CommandResult, Transport, TransportError
 from ddptui.core.job.spec import SshSpec
 
@@ -41,28 +48,34 @@ class ParamikoTransport(Transport):
             return {"hostname": self.host}
         return dict(paramiko.SSHConfig.from_path(str(path)).lookup(self.host))
 
-    def _known_hosts(self, cfg: dict[str, Any]) -> str:
-        if self.options.known_hosts:
-            return self.options.known_hosts
-        files = cfg.get("userknownhostsfile")
-        first = files.split()[0] if isinstance(files, str) else None
-        return str(Path(first or "~/.ssh/known_hosts").expanduser())
+    def _known_hosts(self, cfg: dict[str, Any]) -> KnownHosts:
+        """The files OpenSSH would read: --known-hosts, or the config's UserKnownHostsFile
+        (default ~/.ssh/known_hosts{,2}), and its GlobalKnownHostsFile (/etc/ssh/...)."""
+        user = (
+            [self.options.known_hosts]
+            if self.options.known_hosts
+            else files_from_config(cfg.get("userknownhostsfile"), USER_FILES)
+        )
+        system = files_from_config(cfg.get("globalknownhostsfile"), GLOBAL_FILES)
+        return KnownHosts(user, system)
 
     def _open(self) -> paramiko.SSHClient:
         cfg = self._config()
-        known_hosts = self._known_hosts(cfg)
+        hostname = cfg.get("hostname", self.host)
+        try:
+            port = int(cfg.get("port", DEFAULT_PORT))
+        except ValueError:
+            raise TransportError(
+                f"{self.host}: bad ssh config: Port {cfg.get('port')!r} is not a number"
+            ) from None
+        policy = _HostKeyPolicy(self, self._known_hosts(cfg), hostname, port)
         client = paramiko.SSHClient()
-        if os.path.isfile(known_hosts):
-            client.load_host_keys(known_hosts)
-        if self.options.accept_new_host_keys:
-            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        else:
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.set_missing_host_key_policy(policy)  # every key goes to known_hosts.py
         sock = paramiko.ProxyCommand(cfg["proxycommand"]) if cfg.get("proxycommand") else None
         try:
             client.connect(
-                cfg.get("hostname", self.host),
-                port=int(cfg.get("port", 22)),
+                hostname,
+                port=port,
                 username=self.options.user or cfg.get("user"),
                 key_filename=[str(Path(k).expanduser()) for k in cfg.get("identityfile", [])]
                 or None,
@@ -70,14 +83,11 @@ class ParamikoTransport(Transport):
                 banner_timeout=self.options.connect_timeout,
                 auth_timeout=self.options.connect_timeout,
                 sock=sock,
+                disabled_algorithms=policy.disabled_algorithms(),
             )
-        except paramiko.BadHostKeyException:
-            raise TransportError(
-                f"{self.host}: HOST KEY CHANGED — refusing to connect (check {known_hosts})"
-            ) from None
+        except _Refused as exc:
+            raise TransportError(str(exc)) from None
         except paramiko.SSHException as exc:
-            if "not found in known_hosts" in str(exc):
-                raise TransportError(trust_hint(self.host, known_hosts)) from None
             raise TransportError(f"{self.host}: {exc}") from None
         except ConnectionRefusedError:
             raise TransportError(
@@ -85,8 +95,6 @@ class ParamikoTransport(Transport):
             ) from None
         except (TimeoutError, OSError) as exc:
             raise TransportError(f"{self.host}: cannot connect: {exc}") from None
-        if self.options.accept_new_host_keys:
-            client.save_host_keys(known_hosts)
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(KEEPALIVE_S)
@@ -195,3 +203,59 @@ class ParamikoTransport(Transport):
             stop.set()
         await asyncio.sleep(0)  # let the last call_soon_threadsafe deliveries run first
         return result
+
+
+class _Refused(paramiko.SSHException):
+    """known_hosts.py refused the host's key; the message is for the operator."""
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """paramiko's side of known_hosts.py: the client holds no keys of its own, so every key
+    a host offers comes here and gets known_hosts.py's verdict (paramiko's own known_hosts
+    reader fails on @cert-authority and @revoked lines and rewrites the whole file)."""
+
+    def __init__(
+        self, transport: ParamikoTransport, known: KnownHosts, hostname: str, port: int
+    ) -> None:
+        self.transport = transport
+        self.known = known
+        self.hostname = hostname
+        self.port = port
+
+    def disabled_algorithms(self) -> dict[str, list[str]] | None:
+        """Ask the host for a key type already known for it, as ssh does: another type
+        would look like a changed key. (paramiko cannot check host certificates: a host
+        known only through @cert-authority is an unknown host to it.)"""
+        names = host_names(self.transport.host, self.hostname, port=self.port)
+        known = self.known.known_types(names)
+        if not known:
+            return None
+        offered = paramiko.Transport._preferred_keys
+        off = [alg for alg in offered if _key_type(alg) not in known]
+        return {"keys": off} if len(off) < len(offered) else None
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: Any) -> None:
+        address = None
+        with contextlib.suppress(Exception):
+            address = str(client.get_transport().getpeername()[0])
+        names = host_names(self.transport.host, self.hostname, address, port=self.port)
+        key_type, blob = key.get_name(), key.get_base64()
+        check = self.known.check(names, key_type, blob)
+        if check.verdict is Verdict.TRUSTED:
+            return
+        if check.verdict is Verdict.UNKNOWN and self.transport.options.accept_new_host_keys:
+            self.known.record(names, key_type, blob)
+            return
+        message = self.known.message(self.transport.host, check, key_type, blob)
+        if check.verdict is Verdict.UNKNOWN and self.known.ca_keys(names):
+            where = self.known.ca_keys(names)[0].where
+            message = (
+                f"{self.transport.host}: known through @cert-authority ({where}), but paramiko "
+                "cannot check host certificates: use --ssh-engine asyncssh"
+            )
+        raise _Refused(message)
+
+
+def _key_type(algorithm: str) -> str:
+    """The key type of a host key algorithm (rsa-sha2-512 signs with an ssh-rsa key)."""
+    return "ssh-rsa" if algorithm.startswith("rsa-sha2-") else algorithm
