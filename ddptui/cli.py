@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from ddptui import __version__
 from ddptui.gc_policy import begin_startup, end_startup
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_job_flags(parser)
     parser.add_argument("--keymap", help="keymap file (TOML) to apply")
+    parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
     add_job_flags(run)
@@ -74,6 +76,20 @@ def _main(argv: list[str] | None) -> int:
     from ddptui.jobargs import spec_from_args
 
     parser = _parser()
+    misplaced = _flags_before_command(sys.argv[1:] if argv is None else argv)
+    if misplaced:
+        command, flags = misplaced
+        takes = {"run": flags, "preflight": [f for f in flags if f != "--keymap"]}
+        after = takes.get(command, [])
+        others = [f for f in flags if f not in after]
+        parts = []
+        if after:
+            parts.append(f"{', '.join(after)} must come after `{command}`: ddptui {command} ...")
+        if others:
+            verb = "does" if len(others) == 1 else "do"
+            parts.append(f"{', '.join(others)} {verb} not apply to `{command}`: leave it out")
+        print(f"ddptui: error: {'; '.join(parts)}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         if args.command == "attach":
@@ -113,6 +129,32 @@ def _main(argv: list[str] | None) -> int:
     except (SpecError, BackendError, FileNotFoundError) as exc:
         print(f"ddptui: error: {exc}", file=sys.stderr)
         return 2
+
+
+COMMANDS = ("run", "preflight", "history", "attach")
+
+
+def _flags_before_command(argv: list[str]) -> tuple[str, list[str]] | None:
+    """Job flags typed before the command (`ddptui --nodes 7 run x.py`): argparse would
+    drop them silently, the command having its own. The command and those flags, if any."""
+    from ddptui.jobargs import add_job_flags
+
+    before = argparse.ArgumentParser(add_help=False)
+    add_job_flags(before)
+    before.add_argument("--keymap")
+    before.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        seen, _ = before.parse_known_args(argv)
+    except SystemExit:
+        return None  # the real parser reports it
+    if not seen.rest or seen.rest[0] not in COMMANDS:
+        return None
+    given = [
+        action.option_strings[0]
+        for action in before._actions
+        if action.option_strings and getattr(seen, action.dest) not in (None, [], False)
+    ]
+    return (seen.rest[0], given) if given else None
 
 
 def _open_run(run_id: str) -> RunDir:

@@ -154,6 +154,9 @@ def cli_fields(
     if script:
         fields["script"] = script
         fields["script_args"] = tuple(script_args)
+    if not args.container_image and (args.container_engine or args.container_mount):
+        given = "--container-engine" if args.container_engine else "--container-mount"
+        raise SpecError(f"{given} needs --container-image IMAGE (the image to run torchrun in)")
     if args.container_image:
         fields["container"] = _drop_none(
             {
@@ -222,12 +225,38 @@ def spec_from_args(
     fields.setdefault("profile", "cli" if script else "local")
     fields.setdefault("script", bundled_trainer())
     spec = make_spec(**fields)
+    check_job(spec)
     if resolved is not None and "script" not in cli and spec.backend == "local":
         try:
             check_local_script(spec)
         except SpecError as exc:
             raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
     return spec
+
+
+def check_job(spec: JobSpec) -> None:
+    """What no single field shows: a container engine the backend cannot run, an ssh_config
+    neither SSH engine can read. Refused before anything starts."""
+    container = spec.container
+    if container is not None and container.engine == "pyxis" and spec.backend != "slurm":
+        raise SpecError(
+            f"--container-engine pyxis runs containers through srun: use it with --backend "
+            f"slurm, or podman/docker with --backend {spec.backend}"
+        )
+    batch = spec.backend == "slurm" and spec.slurm.mode == "sbatch"
+    if container is not None and container.engine != "pyxis" and batch:
+        raise SpecError(
+            f"--container-engine {container.engine} is not run by --slurm-mode sbatch yet: "
+            "use --container-engine pyxis, or --slurm-mode salloc"
+        )
+    if batch and spec.workdir and ("\n" in spec.workdir or "\r" in spec.workdir):
+        raise SpecError(
+            f"--workdir {spec.workdir!r} has a line break: a batch script cannot hold it"
+        )
+    if spec.backend == "ssh":
+        from ddptui.core.backends.ssh.config_check import check_ssh_config
+
+        check_ssh_config(spec.ssh.config_file)
 
 
 def spec_for_profile(name: str, profiles: ProfileSet | None = None) -> JobSpec:

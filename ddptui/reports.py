@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
 from typing import TextIO
 
 from ddptui.core.events import Event
-from ddptui.core.job.spec import JobSpec
+from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.preflight.preflight import (
     CHECKS,
     CheckResult,
@@ -61,7 +62,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    records = RunHistory().runs(limit)
+    history = RunHistory()
+    try:
+        records = history.runs(limit)
+    except sqlite3.DatabaseError as exc:
+        raise SpecError(
+            f"history database {history.path} cannot be read ({exc}): move it aside and "
+            "ddptui starts a new one (run directories are kept)"
+        ) from None
     if as_json:
         for record in records:
             out.write(json.dumps(record.to_dict()) + "\n")

@@ -28,6 +28,10 @@ def expand_hosts(expression: str) -> list[str]:
         names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
     except hostlist.BadHostlist as exc:
         raise SpecError(f"bad host list {expression!r}: {exc}") from None
+    if not names:
+        raise SpecError(
+            f"bad host list {expression!r}: no host names in it (give a,b or node[1-4])"
+        )
     if any(not n.strip() for n in names):
         raise SpecError(f"bad host list {expression!r}: empty host name")
     if len(set(names)) != len(names):
@@ -39,9 +43,13 @@ def read_hostfile(path: str | Path) -> list[HostEntry]:
     """Read one host per line, `#` comments, DeepSpeed-style `host slots=N`."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_bytes().decode()
     except OSError as exc:
         raise SpecError(f"cannot read hostfile {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            f"hostfile {p} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        ) from None
     entries: list[HostEntry] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()

@@ -181,7 +181,9 @@ def _reason(err: Mapping[str, Any]) -> str:
         return f"{'.'.join(loc)}: unknown key{_did_you_mean(loc[-1], known)}"
     shown = err.get("input")
     got = f" (got {shown!r})" if not isinstance(shown, dict) else ""
-    return f"{'.'.join(loc)}: {err['msg'].lower()}{got}"
+    # pydantic's words, which may quote the user's value: its case is kept
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{'.'.join(loc)}: {msg[:1].lower()}{msg[1:]}{got}"
 
 
 def _check_types(table: dict[str, Any]) -> list[str]:
@@ -247,9 +249,13 @@ def parse_profiles(text: str, source: str) -> dict[str, Profile]:
 
 def read_profile_file(path: Path) -> dict[str, Profile]:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode()
     except OSError as exc:
         raise ProfileError(f"{path}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(
+            f"{path}: not UTF-8 text (byte {exc.start}): save the profile file as UTF-8"
+        ) from None
     return parse_profiles(text, str(path))
 
 

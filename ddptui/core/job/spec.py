@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
@@ -100,6 +101,19 @@ class JobSpec(_Model):
             raise ValueError(f"not a regular expression: {exc}") from None
         return pattern
 
+    @field_validator("launcher", "python")
+    @classmethod
+    def _shell_words(cls, command: str) -> str:
+        """These are split into words as a shell would: an unclosed quote is an error now,
+        not a traceback at launch."""
+        try:
+            words = shlex.split(command)
+        except ValueError as exc:
+            raise ValueError(f"{exc} in {command!r} (quote words as in a shell)") from None
+        if not words:
+            raise ValueError("empty command")
+        return command
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
@@ -146,7 +160,8 @@ def describe_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "job"
-        parts.append(f"{where}: {err['msg']}")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}")
     return "; ".join(parts)
 
 

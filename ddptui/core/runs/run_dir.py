@@ -14,7 +14,7 @@ import platformdirs
 
 from ddptui.core.events import Event
 from ddptui.core.job.plan import LaunchPlan
-from ddptui.core.job.spec import JobSpec
+from ddptui.core.job.spec import JobSpec, SpecError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -111,11 +111,25 @@ class RunDir:
         self.write_private("commands.sh", "\n".join(script))
 
     def read_plan(self) -> tuple[LaunchPlan, dict[str, Any]]:
-        data = json.loads((self.path / "plan.json").read_text())
-        return LaunchPlan.from_dict(data), data.get("backend", {})
+        try:
+            data = json.loads((self.path / "plan.json").read_bytes())
+            return LaunchPlan.from_dict(data), data.get("backend", {})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SpecError(self._corrupt("plan.json", exc)) from None
 
     def read_spec(self) -> JobSpec:
-        return JobSpec.model_validate_json((self.path / "spec.json").read_text())
+        try:
+            return JobSpec.model_validate_json((self.path / "spec.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            raise SpecError(self._corrupt("spec.json", exc)) from None
+
+    def _corrupt(self, name: str, exc: Exception) -> str:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (
+            f"run {self.run_id}: {self.path / name} cannot be read ({reason}): "
+            "the run cannot be followed; its node logs are in "
+            f"{self.nodes_dir}"
+        )
 
     def record(self, event: Event) -> None:
         if self._events is None:

@@ -1,0 +1,152 @@
+"""The bad-input catalogue: every input the operator can get wrong, run through the real
+`ddptui` command. Each gives one line on stderr that names the input and the fix, exit 2,
+nothing on stdout and no run started. A new option that can be given wrong adds its row.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "trainer" / "envcheck.py")
+RUN = ["run", "--headless"]
+
+
+@dataclass(frozen=True)
+class Bad:
+    argv: list[str]
+    message: str  # a part of the one line; `{tmp}` stands for the test's directory
+    files: dict[str, bytes] = field(default_factory=dict)  # written under the test directory
+
+
+CATALOGUE: dict[str, Bad] = {
+    "hostfile not UTF-8": Bad(
+        [*RUN, "--hostfile", "{tmp}/hosts", SCRIPT],
+        "hostfile {tmp}/hosts is not UTF-8 text (byte 6): save it as UTF-8",
+        {"hosts": b"node1\n\xff\xfenode2\n"},
+    ),
+    "profile file not UTF-8": Bad(
+        [*RUN, "--profile", "mine"],
+        "{tmp}/ddptui.toml: not UTF-8 text (byte 21): save the profile file as UTF-8",
+        {"ddptui.toml": b"[profiles.mine]\nx = '\xff'\n"},
+    ),
+    "profile error keeps the value's case": Bad(
+        [*RUN, "--profile", "mine"],
+        "invalid environment variable name 'My-Var'",
+        {"ddptui.toml": b'[profiles.mine]\nscript = "x.py"\nenv = { "My-Var" = "1" }\n'},
+    ),
+    "attach: spec.json corrupt": Bad(
+        ["attach", "r1", "--headless"],
+        "run r1: {tmp}/state/runs/r1/spec.json cannot be read",
+        {"state/runs/r1/plan.json": b"{}", "state/runs/r1/spec.json": b"{not json"},
+    ),
+    "history: database corrupt": Bad(
+        ["history"],
+        "history database {tmp}/state/history.sqlite3 cannot be read (file is not a database):"
+        " move it aside",
+        {"state/history.sqlite3": b"this is not sqlite" * 100},
+    ),
+    "ssh_config with Port abc": Bad(
+        [*RUN, "--hosts", "a", "--ssh-config", "{tmp}/cfg", SCRIPT],
+        "ssh config {tmp}/cfg line 2: Port 'abc' is not a number from 1 to 65535: fix that line",
+        {"cfg": b"Host *\n  Port abc\n"},
+    ),
+    "--ssh-config missing": Bad(
+        [*RUN, "--hosts", "a", "--ssh-config", "{tmp}/nope", SCRIPT],
+        "--ssh-config {tmp}/nope: no such file",
+    ),
+    "--launcher with an open quote": Bad(
+        [*RUN, "--launcher", 'torchrun "', SCRIPT],
+        "launcher: No closing quotation in 'torchrun \"' (quote words as in a shell)",
+    ),
+    "--python empty": Bad([*RUN, "--python", " ", SCRIPT], "python: empty command"),
+    "--hosts ,": Bad([*RUN, "--hosts", ",", SCRIPT], "bad host list ',': no host names in it"),
+    "--hosts node[1-": Bad([*RUN, "--hosts", "node[1-", SCRIPT], "bad host list 'node[1-'"),
+    "job flags before the command": Bad(
+        ["--nodes", "7", "run", SCRIPT], "--nodes must come after `run`: ddptui run ..."
+    ),
+    "job flags before history": Bad(["--nodes", "7", "history"], "--nodes does not apply to"),
+    "--container-engine without an image": Bad(
+        [*RUN, "--container-engine", "podman", SCRIPT],
+        "--container-engine needs --container-image IMAGE",
+    ),
+    "--container-mount without an image": Bad(
+        [*RUN, "--container-mount", "/a:/b", SCRIPT],
+        "--container-mount needs --container-image IMAGE",
+    ),
+    "pyxis with ssh": Bad(
+        [*RUN, "--hosts", "a", "--container-image", "i", "--container-engine", "pyxis", SCRIPT],
+        "--container-engine pyxis runs containers through srun: use it with --backend slurm",
+    ),
+    "pyxis with local": Bad(
+        [*RUN, "--container-image", "i", "--container-engine", "pyxis", SCRIPT],
+        "or podman/docker with --backend local",
+    ),
+    "podman in sbatch mode": Bad(
+        [*RUN, "--backend", "slurm", "--slurm-mode", "sbatch", "--container-image", "i", SCRIPT],
+        "--container-engine podman is not run by --slurm-mode sbatch yet",
+    ),
+    "sbatch workdir with a newline": Bad(
+        [
+            *RUN,
+            "--backend",
+            "slurm",
+            "--slurm-mode",
+            "sbatch",
+            "--workdir",
+            "/x\n#SBATCH -A y",
+            SCRIPT,
+        ],
+        "has a line break: a batch script cannot hold it",
+    ),  # fmt: skip
+    "--env with a bad name": Bad([*RUN, "--env", "NO-EQ", SCRIPT], "malformed --env 'NO-EQ'"),
+    "--env NAME not set": Bad(
+        [*RUN, "--env", "DDPTUI_TEST_UNSET", SCRIPT],
+        "--env DDPTUI_TEST_UNSET: DDPTUI_TEST_UNSET is not set in this environment",
+    ),
+    "--secret-env with a bad name": Bad(
+        [*RUN, "--secret-env", "1X", SCRIPT], "invalid environment variable name '1X'"
+    ),
+    "--nodes 0": Bad([*RUN, "--nodes", "0", SCRIPT], "nodes: Input should be greater than"),
+    "--backend nope": Bad([*RUN, "--backend", "nope", SCRIPT], "unknown backend 'nope'"),
+    "script missing": Bad([*RUN, "missing.py"], "script not found: missing.py"),
+}
+
+
+@pytest.mark.parametrize("case", list(CATALOGUE))
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, case: str) -> None:
+    bad = CATALOGUE[case]
+    for name, data in bad.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    runs = tmp_path / "state" / "runs"
+    before = sorted(runs.iterdir()) if runs.is_dir() else []
+    env = {k: v for k, v in os.environ.items() if k != "DDPTUI_TEST_UNSET"}
+    env.update(DDPTUI_STATE_DIR=str(tmp_path / "state"), DDPTUI_CONFIG_DIR=str(tmp_path / "cfg"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in bad.argv]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("ddptui: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert bad.message.replace("{tmp}", str(tmp_path)) in proc.stderr
+    assert (sorted(runs.iterdir()) if runs.is_dir() else []) == before
+
+
+def test_version() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui.cli", "--version"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("ddptui 0.")
