@@ -80,10 +80,13 @@ def _debug_env(job: dict, log: str, env: dict[str, str]) -> None:
     worker_hook.py): both write into the node's debug directory, beside its log."""
     base = os.path.splitext(log)[0] + ".debug"
     hook = os.path.join(base, "hook")
-    os.makedirs(hook, exist_ok=True)
-    os.makedirs(os.path.join(base, "fr"), exist_ok=True)
-    with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
-        f.write(job["hook"])
+    # __pycache__ too: the workers' import of the hook writes there (its .pyc takes the
+    # source's private mode, not the directory's)
+    private = ("fr", "stacks", os.path.join("hook", "__pycache__"))
+    for folder in (base, hook, *(os.path.join(base, d) for d in private)):
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+    _write_private(os.path.join(hook, "sitecustomize.py"), job["hook"])
     env["DDPTUI_DEBUG_DIR"] = base
     env["PYTHONPATH"] = hook + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if job.get("flight_recorder"):

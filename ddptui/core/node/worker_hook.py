@@ -31,6 +31,11 @@ FR_ENTRIES = 64  # the newest entries of each rank's dump that the report carrie
 _keep: list = []
 
 
+def _private(path, flags):
+    """Files of the job's debug directory are its owner's alone, as its log is."""
+    return os.open(path, flags, 0o600)
+
+
 def _identity():
     """(rank, local rank) of a worker; None for torchrun's agent or a helper process."""
     env = os.environ
@@ -59,11 +64,11 @@ def _install():
     stacks = os.path.join(base, "stacks")
     os.makedirs(stacks, exist_ok=True)
     stem = os.path.join(stacks, f"{socket.gethostname()}-{os.getpid()}")
-    out = open(stem + ".txt", "a")  # noqa: SIM115 - open for the process's life
+    out = open(stem + ".txt", "a", opener=_private)  # noqa: SIM115 - for the process's life
     _keep.append(out)
     faulthandler.register(SIGNAL, file=out, all_threads=True, chain=False)
     about = {"pid": os.getpid(), "rank": who[0], "local_rank": who[1], "signal": int(SIGNAL)}
-    with open(stem + ".ready", "w") as f:
+    with open(stem + ".ready", "w", opener=_private) as f:
         json.dump(about, f)
     thread = threading.Thread(target=_dump_on_request, args=(base, who[0]), daemon=True)
     thread.name = "ddptui-flight-recorder"
@@ -93,7 +98,7 @@ def _dump_on_request(base, rank):
                 continue
             path = os.path.join(base, "fr", f"{stem}{rank}")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path + ".tmp", "wb") as f:
+            with open(path + ".tmp", "wb", opener=_private) as f:
                 f.write(data)
             os.replace(path + ".tmp", path)
 
@@ -229,7 +234,7 @@ def _flight_recorder(base):
 
 def _request_dumps(base):
     """Ask every worker for a flight-recorder dump: the hook's request file and NCCL's pipes."""
-    with open(os.path.join(base, "dump-request"), "w") as f:
+    with open(os.path.join(base, "dump-request"), "w", opener=_private) as f:
         f.write(str(time.time()))
     frdir = os.path.join(base, "fr")
     for name in os.listdir(frdir) if os.path.isdir(frdir) else []:
