@@ -182,6 +182,12 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=512)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-cut", action="store_true", help="skip the link-cut run")
+    parser.add_argument(
+        "--ddptui-only-reps",
+        type=int,
+        default=0,
+        help="extra ddptui runs after the interleaved ones (for the dirty-host count)",
+    )
     args = parser.parse_args()
     n = 16 if args.quick else args.hosts
     reps = 1 if args.quick else args.reps
@@ -201,6 +207,9 @@ def main() -> None:
                 "clush": lambda _: by_hand_run(tb, n, "clush"),
             }
             runs = interleaved(reps, tools)
+            for i in range(args.ddptui_only_reps):
+                runs["ddptui"].append(ddptui_run(tb, n, tmp))
+                print(f"  [extra {i + 1}] ddptui: {runs['ddptui'][-1]}", flush=True)
             cut_sample = None
             if not args.no_cut:
                 cut = tb.hosts[:n][9::10]
@@ -217,7 +226,9 @@ def main() -> None:
 def summarize(
     report: Report, n: int, reps: int, runs: dict[str, list[Sample]], cut: Sample | None
 ) -> None:
-    report.section(f"Launch and teardown, {n} hosts (N={reps} interleaved)")
+    extra = len(runs["ddptui"]) - reps
+    more = f", then {extra} more ddptui runs" if extra else ""
+    report.section(f"Launch and teardown, {n} hosts (N={reps} interleaved{more})")
     table = Table(
         ["tool", "launch median", "min", "max", "teardown median", "min", "max", "dirty hosts"]
     )
