@@ -31,6 +31,7 @@ from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
+WIND_DOWN_S = 20.0  # the most a node whose own rank failed gets to print torchrun's summary
 RECONNECT_TRIES = 5
 DRAIN_S = 5.0
 
@@ -63,6 +64,7 @@ class Session:
         self._detach = False
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
+        self._grace: asyncio.Future[None] | None = None
         self._stacks: asyncio.Future[None] | None = None
 
     @property
@@ -191,6 +193,8 @@ class Session:
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())
         await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
         ticker.cancel()
+        if self._grace is not None:
+            self._grace.cancel()
         stop.cancel()
 
     async def _tick(self) -> None:
@@ -276,8 +280,23 @@ class Session:
         if self._first_failed_node is None:
             self._first_failed_node = node
             self._stop_reason = self._stop_reason or "failure"
-            loop = asyncio.get_running_loop()
-            loop.call_later(FAILURE_GRACE_S, self._stop.set)
+            self._grace = asyncio.ensure_future(self._stop_after_grace())
+
+    async def _stop_after_grace(self) -> None:
+        """Stop the nodes still running once they had FAILURE_GRACE_S to report their own
+        failure. A node whose agent is winding down by itself (one of its ranks failed) is not
+        cut off while it prints torchrun's failure summary, which holds the exit codes; only
+        nodes that would wait in the exit barrier need stopping."""
+        await asyncio.sleep(FAILURE_GRACE_S)
+        deadline = time.monotonic() + WIND_DOWN_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            running = [node for node, code in self.node_exit.items() if code is None]
+            if not running or self.monitor is None:
+                break
+            if not all(self.monitor.winding_down(node) for node in running):
+                break
+            await asyncio.sleep(0.2)
+        self._stop.set()
 
     async def _release_followers(self) -> None:
         for task in getattr(self, "_followers", []):

@@ -13,6 +13,7 @@ from ddptui.core.events import (
     Event,
     FailureRecord,
     NodeLines,
+    RankState,
     RankSummary,
     StallReport,
 )
@@ -107,6 +108,10 @@ class Monitor:
     ) -> list[Event]:
         """The node's agent ended: its ranks not yet final end with it."""
         return self.board.node_exited(node, exit_code, by_teardown)
+
+    def winding_down(self, node: str) -> bool:
+        """Whether a rank of this node has failed: its agent stops the others and exits."""
+        return any(cell.state == RankState.FAILED for cell in self.board.cells.get(node, []))
 
     def summary(self) -> MonitorSummary:
         """Every rank's outcome and the failure story, for the run's summary."""

@@ -117,3 +117,13 @@ def test_restart_reassigns_ranks() -> None:
     m.board.worker_failed("n0", WorkerFailed(0, 1))
     events = m.board.assign("n0", Assigned(0, (0,), (0,), 1))
     assert events[0].state == RankState.ASSIGNED and m.board.all_cells()[0].restarts == 1
+
+
+def test_a_node_whose_rank_failed_is_winding_down_and_a_healthy_one_is_not() -> None:
+    """The session lets such a node finish printing torchrun's summary (the exit codes)
+    instead of stopping it with the healthy nodes."""
+    m = Monitor(["n0", "n1"], 2)
+    _feed(m, "n0", "success_node0.log")
+    assert not m.winding_down("n0") and not m.winding_down("n1")
+    m.feed("n1", (DATA / "crash_node1.log").read_bytes())
+    assert m.winding_down("n1") and not m.winding_down("n0")
