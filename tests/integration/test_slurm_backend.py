@@ -190,8 +190,9 @@ def test_more_nodes_than_exist_pends_and_teardown_withdraws(
     assert pending["detail"].startswith(("PartitionNodeLimit", "PartitionConfig", "Resources"))
     job_id = pending["job_id"]
     assert job_id in slurm_cluster.squeue_ids()
-    result = finish(proc)
-    assert result.summary["ok"] is False
+    result = finish(proc, signal.SIGINT)  # Ctrl-C while pending: the operator's stop
+    assert result.summary["ok"] is False and result.summary["stopped_by"] == "operator"
+    assert not [e for e in result.of("notice") if e["level"] == "error"], result.of("notice")
     released = [e for e in result.of("allocation") if e["state"] == "released"]
     assert released and released[0]["job_id"] == job_id, result.events
     assert "gone from squeue" in released[0]["detail"]

@@ -265,6 +265,7 @@ def _await_dumps(base, ranks, asked, limit_s=4.0):
 
 def collect(base, tag, method="auto"):
     """Print this node's stacks and flight-recorder dumps as one JSON line."""
+    base = os.path.expanduser(base)
     stacks = os.path.join(base, "stacks")
     host = socket.gethostname()
     workers = []
