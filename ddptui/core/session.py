@@ -120,6 +120,8 @@ class Session:
     # -- phases ---------------------------------------------------------------------------
 
     async def _launch(self) -> None:
+        self.spec = self.spec.unmasked()
+        self.backend.spec = self.spec
         self.run.write_spec(self.spec)
         self.emit(
             Notice(

@@ -7,6 +7,7 @@ from pathlib import Path
 from ddptui.core.job.secret_env import MASK
 from ddptui.core.job.spec import make_spec
 from ddptui.ui.app import DdpApp
+from ddptui.ui.job_form import check_form, values_from_spec
 
 from .conftest import SIZE, job_screen, wait_for
 
@@ -40,3 +41,17 @@ async def test_the_screen_never_shows_a_secret_value(tmp_path: Path) -> None:
             text = "\n".join(pane.lines)
             assert f"echoing {MASK} here" in text, text[-2000:]
             assert SECRET not in text
+
+
+def test_the_job_form_shows_a_mask_and_keeps_the_value(tmp_path: Path) -> None:
+    script = tmp_path / "t.py"
+    script.write_text("")
+    spec = make_spec(script=str(script), env={"HF_TOKEN": SECRET, "LR": "0.5"})
+    values = values_from_spec(spec)
+    assert SECRET not in "".join(values.values()) and f"HF_TOKEN={MASK}" in values["env"]
+    edited = {**values, "env": values["env"].replace("LR=0.5", "LR=0.7")}
+    checked = check_form(edited, spec, cwd=tmp_path)
+    assert checked.spec is not None, checked.errors
+    assert checked.spec.env == {"HF_TOKEN": SECRET, "LR": "0.7"}
+    replaced = {**values, "env": "HF_TOKEN=new"}
+    assert (check_form(replaced, spec, cwd=tmp_path).spec or spec).env == {"HF_TOKEN": "new"}

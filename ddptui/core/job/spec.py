@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ddptui.core.job.secret_env import mask_env, secret_names, secret_values
+from ddptui.core.job.secret_env import MASK, mask_env, secret_names, secret_values
 
 Backend = Literal["local", "ssh", "slurm"]
 BACKENDS: tuple[str, ...] = ("local", "ssh", "slurm")
@@ -142,6 +142,22 @@ class JobSpec(_Model):
     @property
     def secret_values(self) -> tuple[str, ...]:
         return secret_values(self.env, self.secret_env)
+
+    def unmasked(self, environ: Mapping[str, str] | None = None) -> JobSpec:
+        """This job ready to run: a secret left masked (a job read back from a saved run,
+        which never keeps secret values) takes its value from this environment."""
+        here = os.environ if environ is None else environ
+        env = dict(self.env)
+        for name in self.secrets:
+            if env[name] != MASK:
+                continue
+            if name not in here:
+                raise SpecError(
+                    f"{name} is masked in the saved job (secret values are never kept): "
+                    f"export {name} and run it again, or give --env {name}=VALUE"
+                )
+            env[name] = here[name]
+        return self.model_copy(update={"env": env})
 
     def masked(self) -> JobSpec:
         """This job as it may be shown or saved: secret values replaced by `***`."""

@@ -233,3 +233,15 @@ def test_extends_problems(dirs: Path) -> None:
     path = project_file(dirs, '[profiles.a]\nextends = "nothere"\n')
     with pytest.raises(ProfileError, match=f"{path}: profile 'a': extends: no profile 'nothere'"):
         load_profiles().resolve("a")
+
+
+def test_a_profile_names_secret_variables_and_the_command_line_adds_more(dirs: Path) -> None:
+    project_file(
+        dirs,
+        '[profiles.p]\nbackend = "slurm"\nscript = "t.py"\nsecret_env = ["RUN_LABEL"]\n'
+        'env = { RUN_LABEL = "a", OTHER = "b", HF_TOKEN = "c" }\n',
+    )
+    spec = spec_for("run", "--profile", "p", "--secret-env", "OTHER")
+    assert spec.secret_env == ("RUN_LABEL", "OTHER")
+    assert spec.masked().env == {"RUN_LABEL": "***", "OTHER": "***", "HF_TOKEN": "***"}
+    assert spec_for("run", "--profile", "p").masked().env["OTHER"] == "b"

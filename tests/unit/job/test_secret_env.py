@@ -150,3 +150,13 @@ def test_the_job_reaches_the_helper_on_stdin_not_argv(tmp_path: Path) -> None:
     assert _mode(Path(str(log) + ".exit")) == 0o600
     with pytest.raises(ValueError, match="JOB line"):
         with_job(b"print(1)\n", job)
+
+
+def test_a_saved_job_runs_again_only_with_its_secret_given_again() -> None:
+    saved = _spec().masked()
+    assert saved.env["HF_TOKEN"] == MASK
+    again = saved.unmasked({"HF_TOKEN": TOKEN, "MY_VAR": "v"})
+    assert again.env == {"HF_TOKEN": TOKEN, "LR": "0.1", "MY_VAR": "v"}
+    with pytest.raises(SpecError, match="export HF_TOKEN and run it again"):
+        saved.unmasked({"MY_VAR": "v"})
+    assert _spec().unmasked({}) == _spec()  # nothing masked: nothing asked
