@@ -89,6 +89,11 @@ def pids_naming(words: Iterable[str]) -> list[int]:
     return found
 
 
+def podman_env_words(root: Path = CACHE / "podman") -> str:
+    """The store's variables as `K=V K=V`, for sshd's SetEnv on the test hosts."""
+    return " ".join(f"{k}={v}" for k, v in Podman(root).env.items())
+
+
 def podman_store(root: Path = CACHE / "podman") -> Podman:
     """Write the config files of a store under `root` (idempotent)."""
     missing = [t for t in CONTAINER_TOOLS if shutil.which(t) is None]

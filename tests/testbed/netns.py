@@ -297,6 +297,29 @@ class Testbed:
             inner = ["unshare", "--uts", "sh", "-c", f'hostname {name} && exec "$@"', "sh", *inner]
         return ["ip", "netns", "exec", ns, *inner]
 
+    def enter_argv(self, where: str, argv: Sequence[str]) -> list[str]:
+        """Like ns_argv, but keeping this machine's /sys: `ip netns exec` mounts a fresh
+        sysfs, which hides the cgroup mounts that podman's runc needs ("no cgroup mount
+        found"). The /etc/netns/NS files are bound over /etc as `ip netns exec` does."""
+        ns = self.ns(where)
+        binds = [
+            f"mount --bind {f} /etc/{f.name}"
+            for f in sorted((Path("/etc/netns") / ns).glob("*"))
+            if (Path("/etc") / f.name).exists()
+        ]
+        script = " && ".join([*binds, 'exec "$@"'])
+        return [
+            "nsenter",
+            f"--net={self.ns_path(where)}",
+            "unshare",
+            "--mount",
+            "sh",
+            "-c",
+            script,
+            "sh",
+            *argv,
+        ]
+
     def exec(
         self,
         where: str,

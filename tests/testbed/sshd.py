@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .containers import podman_env_words
 from .netns import TestbedError
 
 if TYPE_CHECKING:
@@ -117,7 +118,8 @@ class SshServers:
                 "MaxStartups 64:30:128",
                 "MaxSessions 64",
                 "AcceptEnv LANG LC_*",
-                f"SetEnv PATH={self.path_env}",
+                # podman's private store and settings for the tests (see containers.py)
+                f"SetEnv PATH={self.path_env} {podman_env_words()}",
                 "Subsystem sftp internal-sftp",
                 "LogLevel INFO",
                 "",
@@ -176,14 +178,12 @@ class SshServers:
         log = open(self.dir / host / "sshd.log", "ab")  # noqa: SIM115 - kept open for sshd
         self._logs[host] = log
         self._log_offset[host] = log.tell()
-        p = self.tb.exec(
-            host,
-            ["unshare", "--uts", "sh", "-c", f"hostname {host} && exec {SSHD} -D -e -f {cfg}"],
-            daemon=True,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
+        # nsenter rather than `ip netns exec`: the sessions keep /sys, so podman runs there
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {host} && exec {SSHD} -D -e -f {cfg}"]
+        p = subprocess.Popen(
+            self.tb.enter_argv(host, argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log
         )
+        self.tb.track(p, daemon=True)
         self._procs[host] = p
 
     def _wait_listening(self, host: str, timeout: float = 10) -> None:
