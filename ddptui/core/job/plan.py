@@ -165,7 +165,7 @@ def node_environment(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]
 
 def container_name(tag: str) -> str:
     """The node's container: named after the job's tag, so teardown finds it by name."""
-    return "ddptui-" + re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+    return "ddptui-" + re.sub(r"[^A-Za-z0-9_.@-]", "_", tag)  # @: a batch script's placeholder
 
 
 def node_container(spec: JobSpec, tag: str) -> tuple[str, str] | None:

@@ -35,8 +35,10 @@ from ddptui.core.backends.base import (
     reap_args,
 )
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
+from ddptui.core.backends.slurm.batch_end import BatchEnd
 from ddptui.core.backends.slurm.cli import SlurmError, choose_query, ipv4_of
 from ddptui.core.backends.slurm.commands import (
+    HELPER_FILE,
     SECRET_FILE,
     STEP_LOG,
     batch_script,
@@ -209,6 +211,7 @@ class SlurmBackend(HelperBackend):
         secrets = secret_file(self.spec)
         if secrets is not None:
             self.run.write_private(SECRET_FILE, secrets)
+        self.run.write_private(HELPER_FILE, self._helper_source.decode())  # its last step
         path = self.run.write_private("job.sbatch", script)
         self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
         self.job_id = await self.alloc.submit(str(path))
@@ -352,35 +355,59 @@ class SlurmBackend(HelperBackend):
     # -- teardown ---------------------------------------------------------------------------------
 
     async def reap(self, command: NodeCommand) -> TeardownReport:
-        """End the node's part of the job, then prove on the node that nothing is left."""
+        """End the node's part of the job, then prove on the node, inside the job's own
+        allocation, that nothing is left (sbatch: the batch script's last step proves it)."""
         if self.job_id is None:
             return TeardownReport(command.node, True, (), "no job was started")
         if self.mode == "sbatch":
-            await self._one_time("end-job", lambda: self.alloc.release(self.job_id or ""))
-            ended = f"job {self.job_id} ended (scancel) and gone from squeue"
-        else:
-            names = [step_name(self.run.run_id, None if self.direct else command.index)]
-            gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
-            ended = "step ended" if gone else "step still listed by squeue"
+            return await self._reap_batch(command)
+        names = [step_name(self.run.run_id, None if self.direct else command.index)]
+        gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
+        ended = "step ended" if gone else "step still listed by squeue"
         local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
-        inside = self.mode != "sbatch" and await self._job_alive()
-        try:
-            report = await self._helper(
-                command.node, "reap", *reap_args(self.spec, command.tag), inside=inside
+        job = await self._job_now()
+        if job is None or job.ended:
+            state = job.state if job is not None else "gone from squeue"
+            # Proving it with a new job could wait for hours on a busy cluster: not done.
+            return TeardownReport(
+                command.node,
+                False,
+                tuple(local),
+                f"{ended}; allocation {self.job_id} ended ({state}) before the check: "
+                f"nothing on {command.node} could be checked inside it",
             )
+        try:
+            report = await self._helper(command.node, "reap", *reap_args(self.spec, command.tag))
         except SlurmError as exc:
             return TeardownReport(
                 command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
             )
         return reap_report(command.node, ended, report, local)
 
-    async def _job_alive(self) -> bool:
-        """Whether the proof can run inside the allocation (a time limit may have ended it)."""
+    async def _reap_batch(self, command: NodeCommand) -> TeardownReport:
+        end = BatchEnd(
+            self.alloc, self.query, self.run, self.job_id or "", self.emit, self._end_steps
+        )
+        nodes = [n.name for n in self.nodes]
+        how = await self._one_time("end-job", lambda: end.finish(nodes))
+        proof = end.proof(command.index, command.node)
+        if proof is None:
+            return TeardownReport(
+                command.node,
+                False,
+                (),
+                f"{how}; no proof from {command.node}: the job ended before its last step "
+                "ran there",
+            )
+        return reap_report(command.node, f"{how}; its last step checked {command.node}", proof, [])
+
+    async def _job_now(self) -> JobInfo | None:
+        """The job as squeue has it now (a time limit may have ended it); a failed query
+        counts as alive, so the check is tried."""
         try:
-            job = await self.query.job(self.job_id or "")
+            return await self.query.job(self.job_id or "")
         except SlurmError:
-            return True
-        return job is not None and not job.ended
+            return JobInfo(self.job_id or "", "", ("RUNNING",))
 
     async def _end_steps(self, names: Sequence[str]) -> bool:
         """SIGTERM the steps' tasks first, as the SSH backend does (torchrun stops its workers,

@@ -12,6 +12,8 @@ from ddptui.core.job.plan import (
     NodeCommand,
     NodeTarget,
     build_plan,
+    container_argv,
+    node_container,
     node_environment,
     torchrun_argv,
 )
@@ -21,6 +23,11 @@ JOB_PREFIX = "ddptui"
 STEP_LOG = "step.log"  # srun direct: one step, one labelled stream, demuxed per node
 _HEAD = "@HEAD_ADDR@"
 _SELF = "@NODE_ADDR@"
+_INDEX = "@NODE_INDEX@"
+_RUN_DIR = "@RUN_DIR@"
+HELPER_FILE = "job_helper.py"  # beside job.sbatch: the node helper the job's last step runs
+PROOF_SUFFIX = ".proof"  # nodes/NNN-NODE.proof: that node's reap report, from the job itself
+PROOF_GRACE_S = 3
 
 
 def job_name(run_id: str) -> str:
@@ -298,7 +305,12 @@ def _sbatch_path_option(flag: str, path: str) -> str:
 def _render(argv: Sequence[str]) -> str:
     """shlex.join, with the placeholders turned into the script's shell variables."""
     line = shlex.join(argv)
-    return line.replace(_HEAD, "${head_addr}").replace(_SELF, "${addr}")
+    return (
+        line.replace(_HEAD, "${head_addr}")
+        .replace(_SELF, "${addr}")
+        .replace(_INDEX, "${SLURM_NODEID}")
+        .replace(_RUN_DIR, '"$run_dir"')
+    )
 
 
 def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
@@ -345,7 +357,35 @@ def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
         out += _direct_body(spec, run_id, cwd, port)
     else:
         out += _torchrun_body(spec, run_id, cwd, port)
+    out += _proof_step(spec, run_id)
     return "\n".join(out) + "\n"
+
+
+def _proof_step(spec: JobSpec, run_id: str) -> list[str]:
+    """The job's own last step: on every node, ddptui's node helper stops whatever of the
+    job is left (orphaned workers, a container kept by conmon) and writes what it found,
+    inside the allocation, before Slurm releases it. No new job is needed to prove it."""
+    tag = direct_tag(run_id) if spec.slurm.launch == "srun" else f"{run_id}.{_INDEX}"
+    container = node_container(spec, tag)
+    reap = [*shlex.split(spec.python), f"{_RUN_DIR}/{HELPER_FILE}", "reap", tag]
+    reap += [str(PROOF_GRACE_S), *(container or ())]
+    return [
+        "",
+        "# the last step: prove every node clean inside this allocation (nodes/NNN-NODE.proof)",
+        "prove_node() {",
+        "    local out",
+        f"    out=$(printf '%s/nodes/%03d-%s{PROOF_SUFFIX}' "
+        '"$run_dir" "$SLURM_NODEID" "$SLURMD_NODENAME")',
+        f'    {_render(reap)} >"$out.tmp" && mv "$out.tmp" "$out"',
+        "}",
+        "export -f prove_node",
+        f"env -u DDPTUI_TAG srun --ntasks-per-node=1 --kill-on-bad-exit=0 "
+        f"--job-name={proof_step_name(run_id)} bash -c prove_node",
+    ]
+
+
+def proof_step_name(run_id: str) -> str:
+    return f"{job_name(run_id)}-proof"
 
 
 def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
@@ -360,10 +400,14 @@ def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
 
 def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
     inner = torchrun_argv(spec, spec.nodes, run_id, f"{_HEAD}:{port}", _SELF)
+    if node_container(spec, run_id) is not None:  # podman/docker: torchrun in it, per node
+        names = {**node_environment(spec, None), "GLOO_SOCKET_IFNAME": "", "NCCL_SOCKET_IFNAME": ""}
+        inner = container_argv(spec, inner, names, spec.workdir, f"{run_id}.{_INDEX}")
     srun = [
         "srun",
         "--ntasks-per-node=1",
         "--kill-on-bad-exit=0",
+        f"--job-name={step_name(run_id)}",
         *container_flags(spec, spec.workdir),
     ]
     command = _render(on_node(inner, spec.activate))
@@ -392,15 +436,16 @@ def _direct_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
         "--distribution=block",
         "--kill-on-bad-exit=1",
         "--label",
+        f"--job-name={step_name(run_id)}",
         *container_flags(spec, spec.workdir),
     ]
     command = shlex.join([*srun, *on_node(direct_argv(spec), spec.activate)])
     return [
         *_ifname_lines(spec, "head_addr", ""),
         *_sh_env(_direct_env(spec, None), "", spec.secrets),
-        f"export MASTER_ADDR=$head_addr MASTER_PORT={port} DDPTUI_TAG={direct_tag(run_id)}",
+        f"export MASTER_ADDR=$head_addr MASTER_PORT={port}",
         f"log=$run_dir/{STEP_LOG}",
         f"cd {shlex.quote(cwd)}",
-        f'{command} >"$log" 2>&1',
+        f'DDPTUI_TAG={direct_tag(run_id)} {command} >"$log" 2>&1',
         'echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
     ]

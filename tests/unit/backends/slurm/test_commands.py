@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from ddptui.core.backends.slurm.commands import (
 )
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.job.spec import SpecError
+from ddptui.core.node import job_helper_source
 from tests.cases import slurm_spec as _spec
 
 NODES = [NodeTarget("node1", "10.0.0.11"), NodeTarget("node2", "10.0.0.12")]
@@ -158,18 +160,31 @@ def test_batch_script_follows_the_seed_procedure(tmp_path: Path) -> None:
     assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[ddptui:${rank}:${local_rank}]:'" in (
         script
     )
-    assert lines[-1] == "srun --ntasks-per-node=1 --kill-on-bad-exit=0 bash -c run_node"
+    assert (
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --job-name=ddptui-r1 bash -c run_node"
+        in lines
+    )
+    # the job's own last step proves every node clean, inside its allocation
+    assert lines[-1] == (
+        "env -u DDPTUI_TAG srun --ntasks-per-node=1 --kill-on-bad-exit=0 "
+        "--job-name=ddptui-r1-proof bash -c prove_node"
+    )
+    assert (
+        '    python3 "$run_dir"/job_helper.py reap r1.${SLURM_NODEID} 3 >"$out.tmp" '
+        '&& mv "$out.tmp" "$out"' in lines
+    )
 
 
 def test_batch_script_srun_direct(tmp_path: Path) -> None:
     spec = _spec(slurm={"mode": "sbatch", "launch": "srun"}, socket_ifname="ib0")
     script = batch_script(spec, "r1", "/shared/runs/r1", 29500)
     _check_shell(script)
-    assert "export MASTER_ADDR=$head_addr MASTER_PORT=29500 DDPTUI_TAG=r1.step" in script
+    assert "export MASTER_ADDR=$head_addr MASTER_PORT=29500" in script
+    assert 'python3 "$run_dir"/job_helper.py reap r1.step 3 >' in script
     assert "export GLOO_SOCKET_IFNAME=ib0" in script and 'ifname_of "$' not in script
     assert (
-        "srun --ntasks-per-node=2 --distribution=block --kill-on-bad-exit=1 --label "
-        "python3 -u train.py --lr '0.1 x' >\"$log\" 2>&1" in script
+        "DDPTUI_TAG=r1.step srun --ntasks-per-node=2 --distribution=block --kill-on-bad-exit=1 "
+        "--label --job-name=ddptui-r1 python3 -u train.py --lr '0.1 x' >\"$log\" 2>&1" in script
     )
     assert "torchrun" not in script
 
@@ -180,6 +195,7 @@ def test_batch_script_runs_each_node_into_its_own_log(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     (run_dir / "nodes").mkdir(parents=True)
     script = batch_script(spec, "r1", str(run_dir), 29400)
+    (run_dir / "job_helper.py").write_bytes(job_helper_source())
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "scontrol").write_text(
@@ -187,7 +203,7 @@ def test_batch_script_runs_each_node_into_its_own_log(tmp_path: Path) -> None:
         '*) echo "NodeName=$3 NodeAddr=10.9.0.$(echo $3 | tr -d n) State=IDLE";; esac\n'
     )
     (fake / "srun").write_text(  # one task per node, one after the other
-        "#!/bin/bash\nshift 2; for i in 0 1; do SLURM_NODEID=$i SLURMD_NODENAME=n$((i+1)) "
+        "#!/bin/bash\nshift 3; for i in 0 1; do SLURM_NODEID=$i SLURMD_NODENAME=n$((i+1)) "
         '"$@"; done\n'
     )
     for tool in fake.iterdir():
@@ -203,3 +219,48 @@ def test_batch_script_runs_each_node_into_its_own_log(tmp_path: Path) -> None:
     assert (run_dir / "nodes" / "001-n2.log.exit").read_text().strip() == "0"
     assert (run_dir / "nodes" / "000-n1.log.exit").exists()
     assert second.rstrip().endswith("--tee=3 train.py --lr 0.1 x")
+    proof = json.loads((run_dir / "nodes" / "001-n2.proof").read_text())  # the last step's
+    assert proof["found"] == 0 and proof["leftover"] == []
+    assert (run_dir / "nodes" / "000-n1.proof").exists()
+
+
+def test_pyxis_lines_are_the_seed_procedures() -> None:
+    """pyxis/enroot (not installable here): the exact srun lines of the seed procedure,
+    `srun --container-image ... --container-mounts ...`, for the console's steps and in the
+    batch script, for the bundled pyxis preset with mounts added."""
+    spec = _spec(
+        slurm={"mode": "sbatch"},
+        container={"image": "pytorch.sqsh", "engine": "pyxis", "mounts": ("/data:/data", "/c:/c")},
+        workdir="/shared/proj",
+    )
+    script = batch_script(spec, "r1", "/shared/runs/r1", 29400).splitlines()
+    assert (
+        "srun --ntasks-per-node=1 --kill-on-bad-exit=0 --job-name=ddptui-r1 "
+        "--container-image=pytorch.sqsh --container-mounts=/data:/data,/c:/c "
+        "--container-workdir=/shared/proj bash -c run_node"
+    ) in script
+    assert not any("podman" in line for line in script)
+    step = torchrun_plan(spec, "r1", NODES, 29400, "77", "/shared/proj", 4, {}).commands[1]
+    assert list(step.argv[:14]) == [
+        "srun", "--jobid=77", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
+        "--nodelist=node2", "--job-name=ddptui-r1-1", "--export=ALL", "--chdir=/shared/proj",
+        "--cpus-per-task=4", "--container-image=pytorch.sqsh",
+        "--container-mounts=/data:/data,/c:/c", "--container-workdir=/shared/proj", "torchrun",
+    ]  # fmt: skip
+
+
+def test_batch_script_wraps_torchrun_in_podman_on_each_node() -> None:
+    spec = _spec(slurm={"mode": "sbatch"}, container={"image": "img:1"}, workdir="/shared/p")
+    script = batch_script(spec, "r1", "/shared/runs/r1", 29400)
+    _check_shell(script)
+    run_line = next(line for line in script.splitlines() if "torchrun --nnodes" in line)
+    assert run_line.strip().startswith(
+        "podman run --rm --network=host --ipc=host --name ddptui-r1.${SLURM_NODEID} "
+        "-v /shared/p:/shared/p -w /shared/p -e DDPTUI_TAG -e GLOO_SOCKET_IFNAME -e LOGLEVEL "
+        "-e NCCL_SOCKET_IFNAME -e PYTHONUNBUFFERED -e TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE "
+        "img:1 torchrun --nnodes=2 "
+    ), run_line
+    assert (
+        'python3 "$run_dir"/job_helper.py reap r1.${SLURM_NODEID} 3 podman '
+        "ddptui-r1.${SLURM_NODEID} >" in script
+    )
