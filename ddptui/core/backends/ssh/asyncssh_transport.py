@@ -42,6 +42,7 @@ class AsyncsshTransport(Transport):
         self._conn: asyncssh.SSHClientConnection | None = None
         self._lock = asyncio.Lock()
         self._early: EarlySockets | None = None
+        self._hostname: str | None = None
 
     def offer_early(self, early: EarlySockets) -> None:
         """Use the socket `early` opened to this host, if the config leads to the same place."""
@@ -65,7 +66,13 @@ class AsyncsshTransport(Transport):
         if self._conn is None:
             return None
         peer = self._conn.get_extra_info("peername")
-        return str(peer[0]) if peer else None
+        if peer and peer[0]:
+            return str(peer[0])
+        # Through ProxyJump/ProxyCommand there is no socket to this host: its HostName is
+        # where the jump host reached it.
+        if self._hostname is None:
+            self._hostname = str(self._options(self._connect_kwargs()).host or "") or None
+        return self._hostname
 
     async def connect(self) -> None:
         async with self._lock:

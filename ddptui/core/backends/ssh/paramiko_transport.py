@@ -33,7 +33,8 @@ class ParamikoTransport(Transport):
     """Same contract as AsyncsshTransport, for sites where paramiko serves better.
 
     paramiko reads ~/.ssh/config for HostName, User, Port, IdentityFile, ProxyCommand and
-    UserKnownHostsFile; it has no ProxyJump (use ProxyCommand `ssh -W %h:%p jump`)."""
+    UserKnownHostsFile. ProxyJump is done here: one hop (`[user@]host[:port]`, that host's own
+    config entry applying, its own ProxyJump too), a channel through it as the socket."""
 
     def __init__(self, host: str, options: SshSpec) -> None:
         self.host = host
@@ -41,6 +42,8 @@ class ParamikoTransport(Transport):
         self._client: paramiko.SSHClient | None = None
         self._lock = threading.Lock()
         self.peer_address: str | None = None
+        self._jump: ParamikoTransport | None = None
+        self.port: int | None = None  # a ProxyJump hop's `host:port`, over the config's
 
     def _config(self) -> dict[str, Any]:
         path = Path(self.options.config_file or "~/.ssh/config").expanduser()
@@ -63,7 +66,7 @@ class ParamikoTransport(Transport):
         cfg = self._config()
         hostname = cfg.get("hostname", self.host)
         try:
-            port = int(cfg.get("port", DEFAULT_PORT))
+            port = self.port or int(cfg.get("port", DEFAULT_PORT))
         except ValueError:
             raise TransportError(
                 f"{self.host}: bad ssh config: Port {cfg.get('port')!r} is not a number"
@@ -71,7 +74,11 @@ class ParamikoTransport(Transport):
         policy = _HostKeyPolicy(self, self._known_hosts(cfg), hostname, port)
         client = paramiko.SSHClient()
         client.set_missing_host_key_policy(policy)  # every key goes to known_hosts.py
-        sock = paramiko.ProxyCommand(cfg["proxycommand"]) if cfg.get("proxycommand") else None
+        sock: Any = None
+        if cfg.get("proxycommand"):
+            sock = paramiko.ProxyCommand(cfg["proxycommand"])
+        elif cfg.get("proxyjump", "none").lower() != "none":
+            sock = self._through(cfg["proxyjump"], hostname, port)
         try:
             client.connect(
                 hostname,
@@ -98,8 +105,28 @@ class ParamikoTransport(Transport):
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(KEEPALIVE_S)
-        self.peer_address = str(transport.getpeername()[0])
+        # Through a proxy the socket's peer is not the host: its address is the HostName.
+        self.peer_address = str(transport.getpeername()[0]) if sock is None else hostname
         return client
+
+    def _through(self, jump: str, hostname: str, port: int) -> paramiko.Channel:
+        """A direct-tcpip channel to (hostname, port) from the jump host (ProxyJump)."""
+        if "," in jump:
+            raise TransportError(
+                f"{self.host}: ProxyJump chains ({jump}) need --ssh-engine asyncssh"
+            )
+        user, _, where = jump.rpartition("@")
+        name, _, jport = where.partition(":")
+        options = self.options.model_copy(update={"user": user or None})
+        self._jump = ParamikoTransport(name, options)
+        self._jump.port = int(jport) if jport else None
+        client = self._jump._ensure()
+        transport = client.get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel("direct-tcpip", (hostname, port), ("", 0))
+        except (paramiko.SSHException, OSError) as exc:
+            raise TransportError(f"{self.host}: through {jump}: {exc}") from None
 
     def _ensure(self) -> paramiko.SSHClient:
         with self._lock:
@@ -113,6 +140,9 @@ class ParamikoTransport(Transport):
             if self._client is not None:
                 self._client.close()
                 self._client = None
+            if self._jump is not None:
+                self._jump._drop()
+                self._jump = None
 
     async def connect(self) -> None:
         await asyncio.to_thread(self._ensure)
