@@ -230,7 +230,8 @@ def test_unknown_host_key_is_refused_with_how_to_trust(
     assert known.read_text() != before  # the accepted key was recorded
 
 
-def test_changed_host_key_is_never_accepted(testbed: Testbed, tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_changed_host_key_is_never_accepted(testbed: Testbed, tmp_path: Path, engine: str) -> None:
     assert testbed.ssh is not None
     known = testbed.ssh.write_known_hosts(tmp_path / "known", wrong_key=["node2"])
     cfg = testbed.ssh.write_ssh_config(tmp_path / "ssh_config", known_hosts=known)
@@ -240,10 +241,15 @@ def test_changed_host_key_is_never_accepted(testbed: Testbed, tmp_path: Path) ->
         "--hosts",
         "node[1-2]",
         "--accept-new-host-keys",
+        "--ssh-engine",
+        engine,
         str(TRAINER / "envcheck.py"),
         ssh_config=cfg,
     )
-    assert run.code == 1 and "node2" in run.summary["detail"]
+    detail = run.summary["detail"]
+    assert run.code == 1 and "node2: REMOTE HOST IDENTIFICATION HAS CHANGED" in detail
+    assert f"recorded for it in {known}:2" in detail  # where the old key is
+    assert "ssh-keyscan" not in detail and "accept-new" not in detail
 
 
 def test_rank_crash_shows_exit_code_and_traceback(testbed: Testbed, tmp_path: Path) -> None:

@@ -229,6 +229,9 @@ class RunHistory:
             private_dir(self.path.parent)
             # SQLite gives its journal files the database's mode: private from the start.
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE))
+        elif self.path.stat().st_mode & 0o077:
+            with contextlib.suppress(OSError):  # a database written before it was private
+                os.chmod(self.path, PRIVATE_FILE)
         db = sqlite3.connect(self.path, timeout=15)
         try:
             db.row_factory = sqlite3.Row
