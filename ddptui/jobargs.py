@@ -244,11 +244,6 @@ def check_job(spec: JobSpec) -> None:
             f"slurm, or podman/docker with --backend {spec.backend}"
         )
     batch = spec.backend == "slurm" and spec.slurm.mode == "sbatch"
-    if container is not None and container.engine != "pyxis" and batch:
-        raise SpecError(
-            f"--container-engine {container.engine} is not run by --slurm-mode sbatch yet: "
-            "use --container-engine pyxis, or --slurm-mode salloc"
-        )
     if batch and spec.workdir and ("\n" in spec.workdir or "\r" in spec.workdir):
         raise SpecError(
             f"--workdir {spec.workdir!r} has a line break: a batch script cannot hold it"

@@ -88,10 +88,6 @@ CATALOGUE: dict[str, Bad] = {
         [*RUN, "--container-image", "i", "--container-engine", "pyxis", SCRIPT],
         "or podman/docker with --backend local",
     ),
-    "podman in sbatch mode": Bad(
-        [*RUN, "--backend", "slurm", "--slurm-mode", "sbatch", "--container-image", "i", SCRIPT],
-        "--container-engine podman is not run by --slurm-mode sbatch yet",
-    ),
     "sbatch workdir with a newline": Bad(
         [
             *RUN,
