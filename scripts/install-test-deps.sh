@@ -2,7 +2,7 @@
 # Installs everything the test suite needs on Debian 12: the system packages behind the
 # real test hosts (network namespaces, OpenSSH, Slurm, munge, tmux), podman with runc and
 # debootstrap (the suite builds its container image offline: scripts/build-test-image.sh),
-# and the Python packages.
+# docker.io (the tests start their own dockerd), and the Python packages.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
@@ -11,5 +11,5 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     iproute2 util-linux procps openssh-server openssh-client \
     slurmctld slurmd slurm-client munge tmux pdsh clustershell \
-    podman runc debootstrap >/dev/null
+    podman runc debootstrap docker.io >/dev/null
 python3 -m pip install -q -e '.[test]'

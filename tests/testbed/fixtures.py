@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from .containers import Podman, build_image, podman_store
+from .containers import DockerDaemon, Podman, build_image, podman_store
 from .netns import Testbed, TestbedError, check_prerequisites
 from .slurm import SLURM_TOOLS, SlurmCluster
 from .sshd import SSH_TOOLS
 from .stale import cleanup_stale
 
-__all__ = ["testbed", "slurm_cluster", "clean_testbed", "make_testbed", "podman"]
+__all__ = ["testbed", "slurm_cluster", "clean_testbed", "make_testbed", "podman", "docker"]
 
 TESTBED_HOSTS = 3
 
@@ -84,3 +84,15 @@ def podman() -> Podman:
         return build_image(podman_store())
     except RuntimeError as e:
         pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def docker(podman: Podman) -> Iterator[Podman]:
+    """A dockerd of the tests' own (no systemd here) holding the same test image."""
+    daemon = DockerDaemon(podman)
+    try:
+        yield daemon.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        daemon.stop()
