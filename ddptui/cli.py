@@ -95,6 +95,7 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "attach":
             run_dir = _open_run(args.run_id)
             spec = run_dir.read_spec()
+            run_dir.read_plan()  # both readable, or one line now rather than a failed follow
             if args.headless:
                 from ddptui.headless import run_headless
 

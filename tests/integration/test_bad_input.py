@@ -46,6 +46,14 @@ CATALOGUE: dict[str, Bad] = {
         "run r1: {tmp}/state/runs/r1/spec.json cannot be read",
         {"state/runs/r1/plan.json": b"{}", "state/runs/r1/spec.json": b"{not json"},
     ),
+    "attach: plan.json corrupt": Bad(
+        ["attach", "r1", "--headless"],
+        "run r1: {tmp}/state/runs/r1/plan.json cannot be read",
+        {
+            "state/runs/r1/plan.json": b'{"run_id": 1}',
+            "state/runs/r1/spec.json": b'{"script": "x"}',
+        },
+    ),
     "history: database corrupt": Bad(
         ["history"],
         "history database {tmp}/state/history.sqlite3 cannot be read (file is not a database):"
