@@ -36,7 +36,7 @@ from bench._teardown_common import (
     retried,
     verdict_para,
 )
-from ddptui.core.backends.slurm.commands import batch_script
+from ddptui.core.backends.slurm.batch_script import batch_script
 from ddptui.core.job.spec import make_spec
 from tests.integration.slurmrun import cluster_env, ddptui_argv, headless_run_args
 from tests.testbed import SlurmCluster

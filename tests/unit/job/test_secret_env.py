@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.backends.slurm.commands import batch_script, secret_file
+from ddptui.core.backends.slurm.batch_script import batch_script, secret_file
 from ddptui.core.job.plan import NodeTarget, build_plan
 from ddptui.core.job.secret_env import MASK, StreamScrubber, is_secret, mask_env, unmask_env
 from ddptui.core.job.spec import JobSpec, SpecError, make_spec

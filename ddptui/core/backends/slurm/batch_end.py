@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
+from ddptui.core.backends.slurm.batch_script import PROOF_SUFFIX
 from ddptui.core.backends.slurm.cli import SlurmError
-from ddptui.core.backends.slurm.commands import PROOF_SUFFIX, step_name
+from ddptui.core.backends.slurm.commands import step_name
 from ddptui.core.backends.slurm.query import JobInfo, SlurmQuery
 from ddptui.core.events import AllocationChanged, Event
 from ddptui.core.runs.run_dir import RunDir

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.core.backends.slurm.batch_script import batch_script
 from ddptui.core.backends.slurm.commands import (
     allocation_args,
-    batch_script,
     direct_plan,
     direct_step_argv,
     salloc_argv,

@@ -1,0 +1,174 @@
+"""Provides SlurmSteps: a Slurm job as the console holds it, what runs on its nodes, and how
+its steps end and are proven gone.
+
+The base of SlurmBackend, apart so that each file holds one role: this one the job's state,
+the node helper run on a node by srun, and teardown (SIGTERM to the steps' tasks first, then
+the proof on each node inside the job's own allocation; sbatch: the batch script's last step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from ddptui.core.backends.base import REAP_GRACE_S, Emit, HelperBackend, reap_args
+from ddptui.core.backends.slurm.allocator import SlurmAllocator
+from ddptui.core.backends.slurm.batch_end import BatchEnd
+from ddptui.core.backends.slurm.cli import SlurmError, choose_query
+from ddptui.core.backends.slurm.commands import job_name, step_name
+from ddptui.core.backends.slurm.follow import reap_report, run_job_helper
+from ddptui.core.backends.slurm.query import JobInfo
+from ddptui.core.backends.transport import LocalTransport, Transport
+from ddptui.core.events import AllocationChanged, TeardownReport
+from ddptui.core.job.plan import NodeCommand, NodeTarget
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
+
+
+class SlurmSteps(HelperBackend):
+    """A Slurm job's state, the node helper on its nodes, and the end of its steps."""
+
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        self.mode: str = spec.slurm.mode  # "auto": resolved by allocate(), or restore()
+        self.direct = spec.slurm.launch == "srun"
+        self.query = choose_query()
+        self.alloc = SlurmAllocator(self.query, emit, job_name(run.run_id))
+        self._transport = LocalTransport()
+        self.job_id: str | None = None
+        self.nodes: list[NodeTarget] = []
+        self.cpus_per_node = 0
+        self.cwd = spec.workdir or os.getcwd()
+        self._ifnames: dict[str, str] = {}
+        self._port_problem = ""
+        self._once: dict[str, asyncio.Future[Any]] = {}
+        self._told_batch_output = False
+        self._complaints: set[str] = set()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def transport(self, node: str) -> Transport:
+        return self._transport
+
+    def python(self) -> str:
+        return sys.executable  # the shim's start/reap verbs run here, on the console's host
+
+    async def _one_time(self, key: str, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Actions every node asks for but that must happen once (one step for all nodes)."""
+        if key not in self._once:
+            self._once[key] = asyncio.ensure_future(make())
+        return await asyncio.shield(self._once[key])
+
+    async def _helper(
+        self, node: str, verb: str, *args: str, inside: bool = True, source: bytes | None = None
+    ) -> dict[str, Any]:
+        name = f"{job_name(self.run.run_id)}-{verb}"
+        job_id = self.job_id if inside else None
+        shim = source or self._helper_source
+        return await run_job_helper(self.spec, shim, name, node, job_id, verb, *args)
+
+    # -- teardown ---------------------------------------------------------------------------------
+
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        """End the node's part of the job, then prove on the node, inside the job's own
+        allocation, that nothing is left (sbatch: the batch script's last step proves it)."""
+        if self.job_id is None:
+            return TeardownReport(command.node, True, (), "no job was started")
+        if self.mode == "sbatch":
+            return await self._reap_batch(command)
+        names = [step_name(self.run.run_id, None if self.direct else command.index)]
+        gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
+        ended = "step ended" if gone else "step still listed by squeue"
+        local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
+        job = await self._job_now()
+        if job is None or job.ended:
+            state = job.state if job is not None else "gone from squeue"
+            # Proving it with a new job could wait for hours on a busy cluster: not done.
+            return TeardownReport(
+                command.node,
+                False,
+                tuple(local),
+                f"{ended}; allocation {self.job_id} ended ({state}) before the check: "
+                f"nothing on {command.node} could be checked inside it",
+            )
+        try:
+            report = await self._helper(command.node, "reap", *reap_args(self.spec, command.tag))
+        except SlurmError as exc:
+            return TeardownReport(
+                command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
+            )
+        return reap_report(command.node, ended, report, local)
+
+    async def _reap_batch(self, command: NodeCommand) -> TeardownReport:
+        end = BatchEnd(
+            self.alloc, self.query, self.run, self.job_id or "", self.emit, self._end_steps
+        )
+        nodes = [n.name for n in self.nodes]
+        how = await self._one_time("end-job", lambda: end.finish(nodes))
+        proof = end.proof(command.index, command.node)
+        if proof is None:
+            return TeardownReport(
+                command.node,
+                False,
+                (),
+                f"{how}; no proof from {command.node}: the job ended before its last step "
+                "ran there",
+            )
+        return reap_report(command.node, f"{how}; its last step checked {command.node}", proof, [])
+
+    async def _job_now(self) -> JobInfo | None:
+        """The job as squeue has it now (a time limit may have ended it); a failed query
+        counts as alive, so the check is tried."""
+        try:
+            return await self.query.job(self.job_id or "")
+        except SlurmError:
+            return JobInfo(self.job_id or "", "", ("RUNNING",))
+
+    async def _end_steps(self, names: Sequence[str]) -> bool:
+        """SIGTERM the steps' tasks first, as the SSH backend does (torchrun stops its workers,
+        a script may checkpoint); scancel (SIGKILL for a step) what is left after the grace."""
+        assert self.job_id is not None
+        steps: list[str] = []
+        with contextlib.suppress(SlurmError):
+            steps = [s.step_id for s in await self.query.steps(self.job_id) if s.name in names]
+        for step in steps:
+            await self.alloc.signal(step, "TERM")
+        if await self.alloc.wait_steps_gone(self.job_id, names, timeout=REAP_GRACE_S):
+            return True
+        for step in steps:
+            await self.alloc.cancel(step)
+        return await self.alloc.wait_steps_gone(self.job_id, names)
+
+    async def _reap_here(self, tag: str) -> list[int]:
+        """The srun client this console started for the node (tagged too), if it lingers."""
+        if self.mode == "sbatch":
+            return []
+        with contextlib.suppress(IndexError, ValueError):
+            return list((await self.reap_tag(self._transport, tag))["leftover"])
+        return []
+
+    async def release(self) -> None:
+        if self.job_id is None:
+            return
+        if self.mode != "existing":
+            await self.alloc.release(self.job_id)
+            return
+        prefix = job_name(self.run.run_id)
+        with contextlib.suppress(SlurmError):
+            ours = [
+                s.name for s in await self.query.steps(self.job_id) if s.name.startswith(prefix)
+            ]
+            if ours:
+                await self._end_steps(ours)
+        self._announce("kept", "your allocation is left running; ddptui's steps are gone")
+
+    async def detach(self) -> None:
+        if self.job_id is not None:
+            self._announce("detached", f"the job runs on: ddptui attach {self.run.run_id}")
+
+    def _announce(self, state: str, detail: str) -> None:
+        self.emit(AllocationChanged(state, self.job_id, tuple(n.name for n in self.nodes), detail))
