@@ -48,6 +48,29 @@ STANDIN = str(BENCH / "fleet_standin.sh")
 MARK = "[d]dptui-fleet-standin"  # pkill -f pattern that does not match the shell running it
 Sample = dict[str, Any]
 
+NOTES = """\
+Per host, pdsh runs one `ssh` process (the key exchange in C, the processes spread over both
+cores) and one remote shell. ddptui runs, from one Python process, one asyncssh connection
+(key exchange and authentication, some 20-40 ms of CPU each here, all on one core) and two
+remote commands: the probe (`python3 -S`: hostname, which interface holds the address ddptui
+reached, on the first host whether the rendezvous port is free) and `launch` (`python3 -S`:
+starts the agent detached and streams its log in the same process; start and tail used to be
+two commands). The steps table shows the split: up to "all connected+probed" is connecting
+and probing, up to "all started" the launches. What would close the rest: fold the probe into
+`launch` (the node helper choosing GLOO/NCCL_SOCKET_IFNAME for the address it was reached at,
+and refusing to start on the first host if the rendezvous port is taken), so that a host costs
+one remote command as by hand; start each host as soon as its own connection is up instead of
+after every host's probe; and spread the SSH handshakes over more than one core (a second
+process) at hundreds of hosts. Teardown is faster than pdsh's because ddptui's reap runs
+over the connections it already holds, where `pdsh pkill` opens a new one per host.
+
+Scale on this machine: the kernel's ARP table is one for all namespaces and holds 1,024
+entries by default; a 512-host testbed overflows it (connects fail with "No route to host",
+the kernel logs "neighbor table overflow"), so the testbed now raises gc_thresh1-3 for its
+size. With the machine's load average above ~15 (other test runs), 512-host runs also lost
+hosts to ddptui's 10 s SSH connect timeout (the handshakes queue behind each other in one
+process): the largest fleet measured end to end is in the title."""
+
 
 class PeakRss:
     """Samples a process's VmHWM (its own peak RSS) until it exits."""
@@ -124,9 +147,11 @@ def ddptui_run(tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None) -> 
     stream = TimedStream(argv, env=bench_env(tmp / "state"), cwd=tmp)
     rss = PeakRss(stream.proc.pid)
     green = stream.until(all_ranks_running(n), timeout=600)
-    if green is None:
+    ended = [e for e in stream.events() if e["event"] in ("summary", "notice")]
+    if green is None or (ended and ended[-1]["event"] == "summary"):
         stream.proc.kill()
-        raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
+        stream.finish(timeout=600)
+        raise RuntimeError(f"ddptui: not all running: {ended[-4:]}")
     for host in cut or ():
         tb.cut_link(host)
     t0 = time.monotonic()
@@ -182,6 +207,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=512)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no-cut", action="store_true", help="skip the link-cut run")
+    parser.add_argument("--tools", default="ddptui,pdsh,clush", help="which of ddptui,pdsh,clush")
     parser.add_argument(
         "--ddptui-only-reps",
         type=int,
@@ -191,7 +217,7 @@ def main() -> None:
     args = parser.parse_args()
     n = 16 if args.quick else args.hosts
     reps = 1 if args.quick else args.reps
-    report = Report("fleet", f"Fleet: {n} hosts", command_line())
+    report = Report(f"fleet_{n}", f"Fleet: {n} hosts", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
     cleanup_stale()
     t0 = time.monotonic()
@@ -206,6 +232,7 @@ def main() -> None:
                 "pdsh": lambda _: by_hand_run(tb, n, "pdsh"),
                 "clush": lambda _: by_hand_run(tb, n, "clush"),
             }
+            tools = {k: v for k, v in tools.items() if k in args.tools.split(",")}
             runs = interleaved(reps, tools)
             for i in range(args.ddptui_only_reps):
                 runs["ddptui"].append(ddptui_run(tb, n, tmp))
@@ -220,6 +247,8 @@ def main() -> None:
     finally:
         tb.close()
     report.para(f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+    report.section("Where the launch time goes, and what would close the gap")
+    report.para(NOTES)
     report.write()
 
 
@@ -255,7 +284,7 @@ def summarize(
     our_launch = median([s["launch"] for s in ours])
     launch_r = our_launch / median([s["launch"] for s in runs["pdsh"]])
     down_r = median([s["teardown"] for s in ours]) / median([s["teardown"] for s in runs["pdsh"]])
-    clush_launch = median([s["launch"] for s in runs["clush"]])
+    clush_launch = median([s["launch"] for s in runs.get("clush", [])] or [float("nan")])
     rss = max(s["peak rss MB"] for s in ours)
     dirty = sum(s["dirty hosts"] for s in ours)
     unclean = [s["reported not clean"] for s in ours]

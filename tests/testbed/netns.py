@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,25 @@ def _batch(ns: str | None, commands: Sequence[str], timeout: float = 120) -> Non
     )
     if cp.returncode != 0:
         raise TestbedError(f"ip {' '.join(where)} -batch failed: {cp.stderr.strip()[-800:]}")
+
+
+NEIGH = Path("/proc/sys/net/ipv4/neigh/default")
+
+
+def _fit_neighbour_table(namespaces: int) -> None:
+    """Make room in the kernel's ARP table for a testbed of this size.
+
+    Why: the table is one for all namespaces, and its hard limit (gc_thresh3, 1,024 by
+    default) is less than a 512-host testbed needs (the head learns every host, every host
+    the head): past it, connects fail with "No route to host" and the kernel logs "neighbor
+    table overflow". The limits are only ever raised here, never lowered.
+    """
+    need = 4 * namespaces + 1024
+    for name, value in (("gc_thresh1", need // 4), ("gc_thresh2", need // 2), ("gc_thresh3", need)):
+        path = NEIGH / name
+        with suppress(OSError, ValueError):
+            if int(path.read_text()) < value:
+                path.write_text(f"{value}\n")
 
 
 def _sh(argv: Sequence[str], timeout: float = 30) -> str:
@@ -205,6 +224,7 @@ class Testbed:
     def _build_network(self) -> None:
         """One `ip -batch` for the namespaces and veth pairs, one per namespace for its
         addresses: three processes plus one per host instead of five per host."""
+        _fit_neighbour_table(len(self._ns))
         existing = set(_sh(["ip", "netns", "list"]).split())
         clash = [ns for ns in self.namespaces if ns in existing]
         if clash:

@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from ddptui.core.node import job_helper_source
 from ddptui.core.node.job_helper import TAG_VAR
@@ -89,3 +91,39 @@ def test_reap_kills_an_agent_left_alone_without_waiting_out_the_grace() -> None:
 def _zombie(pid: int) -> bool:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_a_tail_looks_often_until_output_then_backs_off_while_quiet() -> None:
+    from ddptui.core.node.job_helper import POLL_MAX_S, POLL_S, _pause
+
+    assert [_pause(n, False) for n in range(6)] == [POLL_S] * 6  # waiting for the first line
+    backing_off = [_pause(n, True) for n in range(6)]
+    assert backing_off[0] == POLL_S
+    assert backing_off == sorted(backing_off)
+    assert backing_off[-1] == POLL_MAX_S
+
+
+def test_a_tail_after_a_quiet_spell_still_copies_everything(tmp_path: Path) -> None:
+    """Output, silence long enough to back off, more output, the exit: all of it comes out."""
+    log = tmp_path / "node.log"
+    log.write_bytes(b"first\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-S", "-", "tail", str(log), "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(job_helper_source())
+    proc.stdin.close()
+    assert proc.stdout.readline() == b"first\n"
+    time.sleep(1.5)  # quiet: the tail now looks at most every POLL_MAX_S
+    with log.open("ab") as f:
+        f.write(b"second\n")
+    (tmp_path / "node.log.exit").write_text("0\n")
+    out = proc.stdout.read()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert proc.wait(timeout=30) == 0
+    assert out == b"second\n"
+    assert err.strip().splitlines()[-1] == b'{"exit": 0}'
