@@ -29,9 +29,12 @@ COMMANDS: dict[str, str] = {
     "error": "diag.jump_error",
     "top": "logs.top",
     "bottom": "logs.bottom",
+    "commands": "job.commands",
+    "agent": "logs.agent",
+    "fold": "logs.fold",
 }
 # commands that take the rest of the line as their argument
-ARGUMENT_COMMANDS = ("filter", "search", "node")
+ARGUMENT_COMMANDS = ("filter", "search", "node", "goto")
 
 
 class CommandError(ValueError):

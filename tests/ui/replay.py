@@ -22,15 +22,24 @@ RUN_DIR = f"/srv/ddptui/runs/{RUN_ID}"
 T0 = 1_795_666_886.0  # 2026-11-26 04:21:26 UTC
 
 
-def replay_events(logs: dict[str, str], exits: dict[str, int], nproc: int = 2) -> list[Event]:
-    """What the monitor makes of each node's captured log, node after node, then the exits."""
+def replay_events(
+    logs: dict[str, str], exits: dict[str, int] | None, nproc: int = 2, upto: str = ""
+) -> list[Event]:
+    """What the monitor makes of each node's captured log, node after node, then the exits
+    (None: the run goes on, no exits and no summary yet), each log cut before `upto`."""
     nodes = list(logs)
     monitor = Monitor(nodes, nproc)
     events: list[Event] = [*monitor.initial_events()]
     for i, node in enumerate(nodes):
         events.append(NodeChanged(node, NodeState.RUNNING, ts=T0))
-        events += monitor.feed(node, (DATA / logs[node]).read_bytes(), now=T0 + i)
-        events += monitor.end_of_output(node)
+        data = (DATA / logs[node]).read_bytes()
+        if upto and upto.encode() in data:  # the run so far: up to the first such line
+            data = data[: data.index(upto.encode())]
+        events += monitor.feed(node, data, now=T0 + i)
+        if exits is not None:
+            events += monitor.end_of_output(node)
+    if exits is None:
+        return events
     for node, code in exits.items():
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         events.append(NodeChanged(node, state, code, ts=T0 + 20))
@@ -62,10 +71,17 @@ def crash_events() -> list[Event]:
     )
 
 
+def running_events() -> list[Event]:
+    """Two nodes of envcheck.py, every rank reported and still running."""
+    logs = {"local0": "success_node0.log", "local1": "success_node1.log"}
+    return replay_events(logs, None, upto=" done")
+
+
 def feed(screen: JobScreen, events: list[Event]) -> None:
     """Hand the events to the screen as the session would, and show the lines now."""
     screen.outcome.reset(RUN_ID, RUN_DIR)
     screen.outcome.set_phase("running")
+    screen.job_panel.fold(True)  # as a launch does
     for event in events:
         screen.relay.emit(event)
     screen._flush_logs()

@@ -31,13 +31,17 @@ async def test_filter_by_rank_node_and_regex() -> None:
         await pilot.press("m", "f", *"rank:1", "enter")
         await pilot.pause()
         merged = screen.logs.merged_view
-        assert lines_of(merged) and all(t.startswith("[local0/r1] ") for t in lines_of(merged))
+        shown = lines_of(merged)
+        notes = ("▸ rank 1 failed", "▸ rendezvous")  # the console's: of this rank, or of all
+        assert shown and all(t.startswith(("[local0/r1] ", *notes)) for t in shown)
+        assert any(t.startswith("▸ rank 1 failed") for t in shown)  # the console's note
         assert "filter rank:1" in str(screen.logs.query_one("#log-status").render())
 
         await pilot.press("f", "ctrl+u", *"node:local1 closed by", "enter")
         await pilot.pause()
         shown = lines_of(merged)
-        assert shown and all(t.startswith("[local1") and "closed by" in t for t in shown)
+        assert shown
+        assert all(t.startswith(("[local1", "▸ rank")) and "closed by" in t for t in shown)
 
         await pilot.press("f", "ctrl+u", *"node:nowhere", "enter")
         await pilot.pause()
@@ -45,7 +49,8 @@ async def test_filter_by_rank_node_and_regex() -> None:
         await pilot.press("f", "ctrl+u", "enter")
         await pilot.pause()
         assert not merged.user_filter.active
-        assert len(lines_of(merged)) == len(screen.logs.store)
+        shown_by_default = [e for e in screen.logs.store if e.rank is not None or e.note]
+        assert len(lines_of(merged)) == len(shown_by_default)  # torchrun's own lines: hidden
 
 
 async def test_search_next_and_previous_wrap_around() -> None:

@@ -60,6 +60,9 @@ async def test_each_node_pane_shows_its_node_and_the_merged_view_all() -> None:
         await pilot.pause()
         local0, local1 = deck.pane("local0"), deck.pane("local1")
         assert local0 is not None and local1 is not None
+        assert list(local0.lines) == ["[r0] hello from 0"]  # torchrun's lines: hidden
+        assert deck.toggle_agent_lines()
+        await pilot.pause()
         assert list(local0.lines) == ["agent says hi", "[r0] hello from 0"]
         assert list(local1.lines) == ["[r3] hello from 3"]
         assert list(deck.merged_view.lines) == [
@@ -67,6 +70,29 @@ async def test_each_node_pane_shows_its_node_and_the_merged_view_all() -> None:
             "[local0/r0] hello from 0",
             "[local1/r3] hello from 3",
         ]
+
+
+async def test_the_merged_view_folds_lines_repeated_across_ranks_on_request() -> None:
+    deck = NodeLogDeck(["n0", "n1"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
+        epoch = "Epoch 3 | Batchsize: 32 | Steps: 8"
+        batch = [
+            LogEntry(f"n{rank // 8}", epoch if rank != 7 else epoch[:-1] + "9", rank, seq=rank)
+            for rank in range(16)
+        ]
+        deck.append(batch)
+        merged = deck.merged_view
+        assert merged.line_count == 16
+        assert deck.toggle_fold()
+        await pilot.pause()
+        assert list(merged.lines) == [f"[r0-6,8-15] {epoch}", f"[n0/r7] {epoch[:-1]}9"]
+        deck.append([LogEntry("n1", "done", 9, seq=20), LogEntry("n0", "done", 2, seq=21)])
+        assert list(merged.lines)[2:] == ["[r2,9] done"]
+        pane = deck.pane("n1")
+        assert pane is not None and pane.line_count == 9  # the node panes never fold
+        assert not deck.toggle_fold()
+        await pilot.pause()
+        assert merged.line_count == 18
 
 
 async def test_views_are_bounded_and_say_what_was_skipped() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.style import Style
 
 from ddptui.core.events import NodeState, RankChanged, RankState
-from ddptui.ui.widgets.rank_grid import ROW_PITCH, RankGrid, RankSelected
+from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 
 from .conftest import SIZE
 from .widget_host import WidgetHost
@@ -82,12 +82,18 @@ async def test_a_click_on_a_cell_says_which_rank_and_select_marks_it() -> None:
 
 
 def drawn_row(grid: RankGrid, index: int) -> str:
-    return grid.render_line(index * ROW_PITCH).text
+    return grid.render_line(line_of(grid, index)).text
+
+
+def line_of(grid: RankGrid, index: int) -> int:
+    y = grid.line_of(grid.nodes[index])
+    assert y is not None
+    return y
 
 
 def drawn_style(grid: RankGrid, index: int, text: str) -> Style:
     """The style of the segment that shows `text` in a node's drawn row."""
-    for segment in grid.render_line(index * ROW_PITCH):
+    for segment in grid.render_line(line_of(grid, index)):
         if segment.text.strip() == text:
             assert segment.style is not None
             return segment.style

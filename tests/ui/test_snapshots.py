@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from textual.pilot import Pilot
 
+from ddptui.core.events import Event, NodeChanged, NodeLines, NodeState, RankChanged, RankState
 from ddptui.core.job.spec import make_spec
 from ddptui.ui.app import DdpApp
 
 from .conftest import SIZE
-from .replay import crash_events, feed
+from .replay import T0, crash_events, feed, running_events
 
 
 def fixed_app(keymap: str | None = None) -> DdpApp:
@@ -71,3 +73,84 @@ def test_vim_keymap_footer(snap_compare: Any) -> None:
 
 def test_vim_keymap_help(snap_compare: Any) -> None:
     assert snap_compare(fixed_app("vim"), press=["f1"], terminal_size=SIZE)
+
+
+# -- every size: a laptop's 80x24, a tmux pane's 120x40, a big screen's 200x60 ------------
+
+SIZES = [(80, 24), (120, 40), (200, 60)]
+BIG_NODES, BIG_NPROC = 128, 8
+OUTLIERS = {
+    ("local41", 3): (RankState.FAILED, 137),
+    ("local41", 4): (RankState.FAILED, 1),
+    ("local77", 0): (RankState.HUNG, None),
+    ("local100", 6): (RankState.RUNNING, None),  # a straggler
+}
+
+
+def big_app() -> DdpApp:
+    spec = make_spec(
+        script="/opt/ddptui/trainer/envcheck.py",
+        nodes=BIG_NODES,
+        nproc_per_node=BIG_NPROC,
+        workdir="/srv/ddp",
+        launcher="python3 -m torch.distributed.run",
+    )
+    return DdpApp(spec)
+
+
+def big_grid_events() -> list[Event]:
+    """A 128 x 8 job, every rank running but a few: two failed, one hung, one slow; each
+    rank's epoch line (rank 9's differs) for the merged view to fold."""
+    events: list[Event] = []
+    for n in range(BIG_NODES):
+        node = f"local{n}"
+        events.append(NodeChanged(node, NodeState.RUNNING, ts=T0))
+        for lr in range(BIG_NPROC):
+            rank = n * BIG_NPROC + lr
+            state, code = OUTLIERS.get((node, lr), (RankState.RUNNING, None))
+            slow = (node, lr) == ("local100", 6)
+            events.append(RankChanged(rank, node, lr, state, code, straggler=slow, ts=T0))
+        lines = [
+            (f"Epoch 3 | Batchsize: 32 | Steps: {9 if rank == 9 else 8}", rank, rank % BIG_NPROC)
+            for rank in range(n * BIG_NPROC, (n + 1) * BIG_NPROC)
+        ]
+        events.append(NodeLines(node, lines, 1, ts=T0))
+    return events
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_before_launch_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
+    assert snap_compare(fixed_app(), terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_running_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
+    async def running(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, DdpApp)
+        feed(app.job_screen, running_events())
+        await settle(pilot)
+
+    assert snap_compare(fixed_app(), run_before=running, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_failed_rank_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
+    assert snap_compare(fixed_app(), run_before=crashed, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_128x8_grid_with_outliers_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
+    """Runs of running nodes folded into ranges, the outliers on lines of their own, counts
+    in the title; the merged log folds the epoch line (rank 9's apart)."""
+
+    async def big(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, DdpApp)
+        feed(app.job_screen, big_grid_events())
+        await settle(pilot)
+        app.job_screen.logs.show(None)
+        app.job_screen.logs.toggle_fold()  # the key says so in a toast that times out
+        await settle(pilot)
+
+    assert snap_compare(big_app(), run_before=big, terminal_size=size)

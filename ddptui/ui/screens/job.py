@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -28,18 +28,22 @@ from ddptui.ui.messages import (
     TeardownUpdate,
 )
 from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
+from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.footer import SteadyFooter
+from ddptui.ui.widgets.grid_cells import find_cell
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
+from ddptui.ui.widgets.rank_details import RankDetails
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
 
 FLUSH_INTERVAL_S = 1 / 15
+NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
@@ -51,6 +55,8 @@ class JobScreen(LogScreen):
         Binding("t", "teardown", "Tear down", id="job.teardown"),
         Binding("d", "detach", "Detach", id="job.detach"),
         Binding("E", "jump_error", "Jump to error", id="diag.jump_error"),
+        Binding("c", "toggle_commands", "Commands", show=False, id="job.commands"),
+        Binding("J", "open_prompt('goto')", "Go to rank", show=False, id="grid.goto"),
     ]
 
     class RunEnded(Message):
@@ -80,6 +86,7 @@ class JobScreen(LogScreen):
         self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
         self.outcome = RunOutcome(id="outcome")
         self.root_cause = RootCausePanel(id="root-cause")
+        self.details = RankDetails(id="rank-details")
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
         self.ranks: dict[tuple[str, int], RankChanged] = {}
@@ -103,11 +110,17 @@ class JobScreen(LogScreen):
             with VerticalScroll(id="side") as side:
                 side.border_title = "Ranks"
                 yield self.grid
+                yield self.details
                 yield self.root_cause
                 yield self.outcome
             yield self.logs
         yield self.prompt
         yield SteadyFooter()
+
+    def on_resize(self, event: events.Resize) -> None:
+        """Narrow or short terminals give the logs the room (app.tcss)."""
+        self.set_class(event.size.width < NARROW_WIDTH, "-narrow")
+        self.set_class(event.size.height < SHORT_HEIGHT, "-short")
 
     def on_mount(self) -> None:
         self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
@@ -147,6 +160,7 @@ class JobScreen(LogScreen):
             self.root_cause.reset()
             self.ranks.clear()
             self.selected, self._jumps = None, 0
+            self.details.show_rank(None)
         self._start(session)
 
     def action_teardown(self) -> None:
@@ -203,6 +217,35 @@ class JobScreen(LogScreen):
             timeout=10,
         )
 
+    def action_toggle_commands(self) -> None:
+        self.job_panel.fold(not self.job_panel.folded)
+
+    def go_to(self, target: str) -> None:
+        """Choose the rank `target` names (`local1`, `local1/2`, `r5`), show it in the grid
+        and its node's log."""
+        cell = find_cell(self.grid.rows, target)
+        if cell is None:
+            self.notify(f"no node or rank {target!r}", severity="error")
+            return
+        self._choose((cell.node, cell.local_rank))
+        line = self.grid.line_of(cell.node, cell.local_rank)
+        if line is not None:
+            y = self.grid.virtual_region.y + line
+            self.query_one("#side").scroll_to(y=max(0, y - 2), animate=False)
+        self.logs.show(cell.node)
+
+    def _choose(self, chosen: tuple[str, int] | None) -> None:
+        self.selected = chosen
+        self.grid.select(*(chosen or (None, 0)))
+        self._show_details()
+
+    def _show_details(self) -> None:
+        cell = self.grid.cell(*self.selected) if self.selected is not None else None
+        last = None
+        if cell is not None:
+            last = self.logs.store.last_text(cell.node, cell.rank)
+        self.details.show_rank(cell, last)
+
     def _node_log_path(self, node: str) -> str:
         if self.session is None or self.session.plan is None:
             return "in the run directory"
@@ -214,6 +257,7 @@ class JobScreen(LogScreen):
         key_for = getattr(self.app, "key_for", None)
         if key_for is not None:
             self.root_cause.jump_key = key_for("diag.jump_error")
+            self.job_panel.commands_key = key_for("job.commands")
 
     def save_dir(self) -> Path | None:
         return self.session.run.path / "saved" if self.session is not None else None
@@ -240,6 +284,7 @@ class JobScreen(LogScreen):
         self._plan_adopted = False
         self.outcome.reset(session.run_id, str(session.run.path))
         self.outcome.set_phase("attaching" if session.attaching else "launching")
+        self.job_panel.fold(True)
         self.sub_title = (
             f"profile {self.spec.profile} · backend {self.spec.backend} · run {session.run_id}"
         )
@@ -286,10 +331,16 @@ class JobScreen(LogScreen):
 
     def on_rank_updates(self, message: RankUpdates) -> None:
         changes = message.take()
+        notes = rank_notices(self.ranks, changes)
+        if notes:
+            self._flush_logs()
+            self.logs.append(notes)
         for event in changes:
             self.ranks[(event.node, event.local_rank)] = event
             self.root_cause.show_rank(event)
         self.grid.show_ranks(changes)
+        if self.selected is not None:
+            self._show_details()
 
     def on_failure_update(self, message: FailureUpdate) -> None:
         self.root_cause.show_failures(message.event.ordered)
@@ -297,8 +348,7 @@ class JobScreen(LogScreen):
     def on_rank_selected(self, message: RankSelected) -> None:
         """A click chooses the rank `jump to error` goes to; a second click unchooses it."""
         chosen = (message.node, message.local_rank)
-        self.selected = None if self.selected == chosen else chosen
-        self.grid.select(*(self.selected or (None, 0)))
+        self._choose(None if self.selected == chosen else chosen)
 
     async def on_node_update(self, message: NodeUpdate) -> None:
         await self._adopt_plan()

@@ -37,6 +37,8 @@ class LogScreen(Screen[None]):
         Binding("w", "wrap", "Wrap on/off", show=False, id="logs.wrap"),
         Binding("T", "timestamps", "Timestamps on/off", show=False, id="logs.timestamps"),
         Binding("S", "save_log", "Save the visible log", show=False, id="logs.save"),
+        Binding("A", "agent_lines", "Agent lines on/off", show=False, id="logs.agent"),
+        Binding("z", "fold", "Fold repeats on/off", show=False, id="logs.fold"),
     ]
 
     logs: NodeLogDeck
@@ -79,6 +81,18 @@ class LogScreen(Screen[None]):
     def action_timestamps(self) -> None:
         self.logs.toggle_timestamps()
 
+    def action_agent_lines(self) -> None:
+        on = self.logs.toggle_agent_lines()
+        self.notify(f"torchrun's own lines {'shown' if on else 'hidden'}", timeout=2)
+
+    def action_fold(self) -> None:
+        on = self.logs.toggle_fold()
+        self.notify(f"merged view: repeated lines {'folded' if on else 'apart'}", timeout=2)
+
+    def go_to(self, target: str) -> None:
+        """Choose a node or rank by name; screens with a rank grid do."""
+        self.logs.show(target if target in self.logs.nodes else None)
+
     def action_find(self, direction: int) -> None:
         if not self.logs.find(direction):
             self.notify("no search (press / first), or no match", severity="warning", timeout=3)
@@ -110,6 +124,10 @@ class LogScreen(Screen[None]):
     async def on_prompt_bar_submitted(self, message: PromptBar.Submitted) -> None:
         if message.mode == "command":
             await self.run_command(message.value)
+        elif message.mode == "goto":
+            if message.value.strip():
+                self.go_to(message.value)
+            return
         else:
             self.apply(message.mode, message.value)
         self.logs.active_view.focus()
@@ -137,6 +155,8 @@ class LogScreen(Screen[None]):
             return
         if command.name in ("search", "filter"):
             self.apply(command.name, command.argument)  # type: ignore[arg-type]
+        elif command.name == "goto":
+            self.go_to(command.argument)
         elif command.name == "node":
             if command.argument not in self.logs.nodes:
                 known = ", ".join(self.logs.nodes)

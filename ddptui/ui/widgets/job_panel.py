@@ -39,6 +39,15 @@ def describe_job(spec: JobSpec) -> Text:
     return text
 
 
+def describe_job_line(spec: JobSpec) -> Text:
+    """The job in one line, for the folded panel: shape, where, script and arguments."""
+    text = Text()
+    text.append(f"{spec.nodes}×{spec.nproc_per_node} = {spec.world_size} ranks", style="bold")
+    text.append(f" · {spec.profile}/{spec.backend} · ")
+    text.append(shlex.join([spec.script, *spec.script_args]))
+    return text
+
+
 def describe_commands(lines: Sequence[CommandLine], note: str) -> Text:
     text = Text()
     text.append(note, style="italic dim")
@@ -50,13 +59,22 @@ def describe_commands(lines: Sequence[CommandLine], note: str) -> Text:
 
 
 class JobPanel(VerticalScroll):
-    """What will run (before launch) or what ran (after): the screen sets the commands."""
+    """What will run (before launch) or what ran (after): the screen sets the commands.
+
+    Folded, it is one line (the screen folds it once the job is launched, so the grid and
+    the logs get the room); unfolded, the facts and every node's exact command.
+    """
 
     DEFAULT_CSS = """
     JobPanel {
         height: auto;
         max-height: 16;
         & > .job-facts { margin-bottom: 1; }
+        & > .job-line { display: none; text-wrap: nowrap; text-overflow: ellipsis; }
+        &.-folded {
+            & > .job-facts, & > .job-commands { display: none; }
+            & > .job-line { display: block; }
+        }
     }
     """
 
@@ -68,10 +86,23 @@ class JobPanel(VerticalScroll):
         self.commands = list(commands)
         self._facts = Static(describe_job(spec), classes="job-facts")
         self._commands = Static(describe_commands(self.commands, note), classes="job-commands")
+        self.commands_key = "c"
+        self._line = Static(describe_job_line(spec), classes="job-line")
 
     def compose(self) -> ComposeResult:
+        yield self._line
         yield self._facts
         yield self._commands
+
+    @property
+    def folded(self) -> bool:
+        return self.has_class("-folded")
+
+    def fold(self, folded: bool) -> None:
+        """One line, or everything; the border says which key switches."""
+        self.set_class(folded, "-folded")
+        what = "commands" if folded else "fold"
+        self.border_subtitle = f"{self.commands_key}: {what}" if self.commands_key else ""
 
     def show_commands(self, commands: Sequence[CommandLine], note: str) -> None:
         self.commands = list(commands)

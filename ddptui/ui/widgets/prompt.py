@@ -1,4 +1,4 @@
-"""Provides PromptBar: the one-line prompt for `:` commands, `/` searches and log filters."""
+"""Provides PromptBar: the one-line prompt for `:` commands, `/` searches, filters, `go to`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,18 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Input, Label
 
-PromptMode = Literal["command", "search", "filter"]
-_PROMPT: dict[PromptMode, str] = {"command": ":", "search": "/", "filter": "filter "}
+PromptMode = Literal["command", "search", "filter", "goto"]
+_PROMPT: dict[PromptMode, str] = {
+    "command": ":",
+    "search": "/",
+    "filter": "filter ",
+    "goto": "go to ",
+}
 _HINT: dict[PromptMode, str] = {
     "command": "launch, teardown, q, filter …, search …, node NAME, w (save), wrap, help",
     "search": "regular expression (lower case: any case); n / N for the next / previous",
     "filter": "node:NAME rank:R (or 0-3, 1,5) and a regular expression; empty: no filter",
+    "goto": "a node (local1), a rank (r5 or 5), or a node's local rank (local1/2)",
 }
 
 

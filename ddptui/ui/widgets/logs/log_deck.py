@@ -242,6 +242,21 @@ class NodeLogDeck(Vertical):
             view.set_wrap(wrap)
         return wrap
 
+    def toggle_agent_lines(self) -> bool:
+        """torchrun's own lines shown or hidden, in every view (they stay on disk)."""
+        shown = not self.active_view.agent_lines
+        for view in self.views:
+            view.set_agent_lines(shown)
+        self._show_status()
+        return shown
+
+    def toggle_fold(self) -> bool:
+        """The merged view folds lines repeated across ranks, or shows each."""
+        fold = not self._merged.fold
+        self._merged.set_fold(fold)
+        self._show_status()
+        return fold
+
     def toggle_timestamps(self) -> bool:
         stamps = not self.active_view.timestamps
         for view in self.views:
@@ -249,10 +264,15 @@ class NodeLogDeck(Vertical):
         return stamps
 
     def jump_to(self, node: str, seq: int) -> bool:
-        """Show `node`'s log at its line `seq`; clears that view's filter if it hides the line."""
+        """Show `node`'s log at its line `seq`; shows torchrun's lines, then clears that
+        view's filter, if they hide the line."""
         view = self.show(node if node in self._panes else None)
         if view.jump_to(node, seq):
             return True
+        if not view.agent_lines:  # the line may be torchrun's own: show those
+            self.toggle_agent_lines()
+            if view.jump_to(node, seq):
+                return True
         if view.user_filter.active:
             view.set_filter(LogFilter())
             return view.jump_to(node, seq)
@@ -306,6 +326,9 @@ def describe_view(view: LogView, saved_to: Path | None = None) -> Text:
     flag("follow", view.following)
     flag("wrap", view.wrap)
     flag("time", view.timestamps)
+    flag("agent", view.agent_lines)
+    if view.merged:
+        flag("fold", view.fold)
     if view.user_filter.active:
         text.append("  filter ", style="bold")
         text.append(view.user_filter.describe(), style="cyan")

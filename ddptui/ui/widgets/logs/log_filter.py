@@ -23,11 +23,10 @@ class LogFilter:
     pattern: re.Pattern[str] | None = None
 
     def accepts(self, entry: LogEntry) -> bool:
-        if entry.note:
-            return not self.nodes or entry.node in self.nodes
         if self.nodes and entry.node not in self.nodes:
             return False
-        if self.ranks and entry.rank not in self.ranks:
+        # the console's own notes about no one rank (skipped lines, a rendezvous) stay
+        if self.ranks and entry.rank not in self.ranks and not (entry.note and entry.rank is None):
             return False
         return self.pattern is None or self.pattern.search(entry.text) is not None
 

@@ -100,6 +100,7 @@ def wrap_rows(text: str, width: int) -> list[str]:
 Fields = tuple[str, str, int | None, float, int, bool]
 Row = tuple[str, str, int | None, float, int, bool, int, bool]
 ROW_NODE: Final = 0
+ROW_TEXT: Final = 1
 ROW_RANK: Final = 2
 ROW_SEQ: Final = 4
 ROW_NOTE: Final = 5
@@ -139,11 +140,14 @@ def row_strip(
 ) -> Strip:
     """A row drawn in full (the view crops it): prefix colours, search matches, the row the
     search is on and the line jumped to."""
-    prefix, note = row[ROW_PREFIX], row[ROW_NOTE]
+    prefix, note, rank = row[ROW_PREFIX], row[ROW_NOTE], row[ROW_RANK]
+    agent = rank is None and not note
     if search is None and not current and not target:
         # What Text would render, without it: the views redraw every row on every tick.
         if note:
             segments = [Segment(line, base + NOTE_STYLE)]
+        elif agent:
+            segments = [Segment(line, base + AGENT_STYLE)]
         elif 0 < prefix < len(line):
             segments = [Segment(line[:prefix], base + rank_style(row[ROW_RANK])),
                         Segment(line[prefix:], base)]  # fmt: skip
@@ -155,6 +159,8 @@ def row_strip(
     text = Text(line, no_wrap=True, style=base)
     if note:
         text.stylize(NOTE_STYLE)
+    elif agent:
+        text.stylize(AGENT_STYLE)
     elif prefix:
         text.stylize(rank_style(row[ROW_RANK]), 0, prefix)
     if search is not None:
@@ -174,10 +180,14 @@ def rows_for(
     merged: bool,
     timestamps: bool,
     width: int,
+    agent: bool = True,
 ) -> tuple[list[Row], list[str]]:
     """The rows and texts of the entries the filter takes, wrapped at `width` (0: not); the
     hot path of a flood, so a filter that only names nodes is a set lookup and an unwrapped
-    line one row."""
+    line one row. Without `agent`, torchrun's own lines (no rank, not the console's note)
+    are left out."""
+    if not agent:
+        entries = [entry for entry in entries if entry.rank is not None or entry.note]
     if log_filter.ranks or log_filter.pattern is not None:
         entries = [entry for entry in entries if log_filter.accepts(entry)]
     elif log_filter.nodes:

@@ -55,6 +55,15 @@ class LogStore:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def last_text(self, node: str, rank: int | None) -> str | None:
+        """The newest line a rank wrote that the console still holds."""
+        if rank is None:
+            return None
+        for entry in reversed(self._entries):
+            if entry.rank == rank and entry.node == node and not entry.note:
+                return entry.text
+        return None
+
     def last(self, count: int, log_filter: LogFilter) -> list[LogEntry]:
         """The newest `count` entries the filter accepts, oldest first."""
         out: list[LogEntry] = []

@@ -14,9 +14,14 @@ from textual.strip import Strip
 
 from ddptui.ui.widgets.logs.following_view import FollowingView
 from ddptui.ui.widgets.logs.log_filter import LogFilter
+from ddptui.ui.widgets.logs.log_fold import FoldGroup, LineFolder, rank_set
 from ddptui.ui.widgets.logs.log_rows import (
     ROW_FIRST,
+    ROW_NOTE,
+    ROW_PREFIX,
+    ROW_RANK,
     ROW_SEQ,
+    ROW_TEXT,
     Row,
     entry_fields_of,
     first_row_of,
@@ -87,6 +92,10 @@ class LogView(FollowingView):
         self._lines: list[str] = []  # a text per row, as drawn but for control codes
         self._width = 0  # the widest row, in cells
         self._wrap_width = 0
+        self.agent_lines = False  # torchrun's own lines: on disk, shown on request
+        self.fold = False
+        self._folder = LineFolder()
+        self._dropped = 0  # rows pruned since the view was last emptied
 
     # -- what it shows ----------------------------------------------------------------------
 
@@ -100,26 +109,74 @@ class LogView(FollowingView):
         return LogFilter(base | self.user_filter.nodes, self.user_filter.ranks,
                          self.user_filter.pattern)  # fmt: skip
 
+    @property
+    def folding(self) -> bool:
+        """Repeated lines fold: the merged view, with folding on, unwrapped (a row a line)."""
+        return self.fold and self.merged and not self.wrap
+
     def append(self, entries: Sequence[LogEntry]) -> None:
         """Show new entries (those the filter accepts); one call per timer tick."""
         width = self._wrap_width if self.wrap else 0
         rows, texts = rows_for(
-            entries, self.log_filter, merged=self.merged, timestamps=self.timestamps, width=width
+            entries,
+            self.log_filter,
+            merged=self.merged,
+            timestamps=self.timestamps,
+            width=width,
+            agent=self.agent_lines,
         )
         if not rows:
             return
+        joined: dict[int, FoldGroup] = {}
+        if self.folding:
+            rows, texts = self._fold(rows, texts, joined)
         self._rows.extend(rows)
         self._lines.extend(texts)
         self.lines_written += len(texts)
+        for group in joined.values():
+            self._refold(group)
         self._prune()
         self._width = max(self._width, widest(texts))
         self.virtual_size = Size(self._width, len(self._lines))
         self.refresh()
 
+    def _fold(
+        self, rows: list[Row], texts: list[str], joined: dict[int, FoldGroup]
+    ) -> tuple[list[Row], list[str]]:
+        """The rows that start a line of their own; the others join an earlier one's group."""
+        kept_rows: list[Row] = []
+        kept_texts: list[str] = []
+        at = self._dropped + len(self._lines)
+        join = self._folder.join
+        for row, text in zip(rows, texts, strict=True):
+            rank = row[ROW_RANK]
+            if rank is not None and not row[ROW_NOTE]:
+                group = join(row[ROW_TEXT], rank, at)
+                if group is not None:
+                    joined[group.row] = group
+                    continue
+            kept_rows.append(row)
+            kept_texts.append(text)
+            at += 1
+        return kept_rows, kept_texts
+
+    def _refold(self, group: FoldGroup) -> None:
+        """Give a group's row its rank set: `[r0-6,8-15] text`."""
+        y = group.row - self._dropped
+        if not 0 <= y < len(self._rows):
+            return
+        row, line = self._rows[y], self._lines[y]
+        clock = line[: line.find("[")] if self.timestamps else ""
+        prefix = f"{clock}[{rank_set(group.ranks)}] "
+        self._rows[y] = (*row[:ROW_PREFIX], len(prefix), row[ROW_FIRST])
+        self._lines[y] = prefix + line[row[ROW_PREFIX] :]
+        self._width = max(self._width, len(self._lines[y]))
+
     def _prune(self) -> None:
         """Drop the oldest rows beyond `max_lines`; the search's row moves with them."""
         remove = len(self._lines) - self.max_lines
         if remove > 0:
+            self._dropped += remove
             del self._rows[:remove]
             del self._lines[:remove]
             if self.match_row is not None:
@@ -128,6 +185,8 @@ class LogView(FollowingView):
     def clear(self) -> None:
         self._rows.clear()
         self._lines.clear()
+        self._folder.clear()
+        self._dropped = 0
         self._width = 0
         self.match_row = None
         self.lines_written = 0
@@ -164,6 +223,14 @@ class LogView(FollowingView):
 
     def set_wrap(self, wrap: bool) -> None:
         self.wrap = wrap
+        self.rebuild()
+
+    def set_agent_lines(self, shown: bool) -> None:
+        self.agent_lines = shown
+        self.rebuild()
+
+    def set_fold(self, fold: bool) -> None:
+        self.fold = fold
         self.rebuild()
 
     def set_timestamps(self, timestamps: bool) -> None:

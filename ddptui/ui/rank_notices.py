@@ -1,0 +1,78 @@
+"""Provides rank_notices: the console's own short log notes for what torchrun's agent reported.
+
+torchrun's agent lines are hidden from the default log view; what they told that matters
+(the rendezvous result, restarts, failures) reaches the screen as rank events the core
+decided, and shows in the logs as these notes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ddptui.core.events import RankChanged, RankState
+from ddptui.core.monitor.diagnosis import signal_name
+from ddptui.ui.widgets.logs.log_fold import rank_set
+from ddptui.ui.widgets.logs.log_store import LogEntry
+
+MARK = "▸"
+MAX_NODE_NOTES = 4
+
+
+def rank_notices(
+    known: Mapping[tuple[str, int], RankChanged], changes: Sequence[RankChanged]
+) -> list[LogEntry]:
+    """Notes for `changes`, given the last change `known` for each rank before them."""
+    seen = dict(known)
+    assigned: dict[str, list[int]] = {}
+    notes: list[LogEntry] = []
+    for event in changes:
+        before = seen.get((event.node, event.local_rank))
+        seen[(event.node, event.local_rank)] = event
+        if event.rank is not None and (before is None or before.rank != event.rank):
+            assigned.setdefault(event.node, []).append(event.rank)
+        if event.restarts and (before is None or event.restarts > before.restarts):
+            notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
+        if event.state == RankState.FAILED and (before is None or before.state != event.state):
+            notes.append(_note(event.node, _failure(event), event.rank))
+    return [*_rendezvous(assigned), *_once_per_node(notes)]
+
+
+def _rendezvous(assigned: dict[str, list[int]]) -> list[LogEntry]:
+    """A note per node, or one for all when many nodes joined at once (a big job's
+    rendezvous is one event, not a screenful)."""
+    if len(assigned) <= MAX_NODE_NOTES:
+        return [
+            _note(n, f"rendezvous: {n} runs ranks {rank_set(r)[1:]}") for n, r in assigned.items()
+        ]
+    first = next(iter(assigned))
+    every = [rank for ranks in assigned.values() for rank in ranks]
+    text = f"rendezvous: {len(assigned)} nodes run ranks {rank_set(every)[1:]}"
+    return [_note(first, text)]
+
+
+def _failure(event: RankChanged) -> str:
+    who = f"rank {event.rank}" if event.rank is not None else f"local rank {event.local_rank}"
+    text = f"{who} failed"
+    if event.exit_code is not None:
+        killed = signal_name(event.exit_code)
+        text += f": exit {event.exit_code}" + (f" ({killed})" if killed else "")
+    if event.detail:
+        text += f" — {event.detail}"
+    return text
+
+
+def _note(node: str, text: str, rank: int | None = None) -> LogEntry:
+    """A note about one rank carries it, so that a rank filter keeps or drops it too."""
+    return LogEntry(node, f"{MARK} {text}", rank, note=True)
+
+
+def _once_per_node(notes: list[LogEntry]) -> list[LogEntry]:
+    """A restart note once per node and batch (every rank of a node reports the restart)."""
+    out: list[LogEntry] = []
+    seen: set[tuple[str, str]] = set()
+    for note in notes:
+        key = (note.node, note.text)
+        if key not in seen:
+            seen.add(key)
+            out.append(note)
+    return out

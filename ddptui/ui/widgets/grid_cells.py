@@ -1,0 +1,130 @@
+"""Provides RankGridCell and NodeRow: what the rank grid draws, kept from the events it is fed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ddptui.core.events import Diagnosis, NodeState, RankChanged, RankState
+from ddptui.core.monitor.diagnosis import signal_name
+
+GLYPH = {
+    RankState.PENDING: "·",
+    RankState.ASSIGNED: "○",
+    RankState.RUNNING: "▶",
+    RankState.DONE: "✓",
+    RankState.FAILED: "✗",
+    RankState.HUNG: "!",
+}
+STRAGGLER_GLYPH = "»"
+
+
+class RankGridCell:
+    """How the grid draws one (node, local rank), from the rank events the screen feeds it
+    (the monitor's own record of a rank is `core.monitor.rank_cell.RankCell`); labelled
+    `L<local>` until the rendezvous gives its global rank.
+
+    A failed rank shows its exit code, or the signal that killed it (`SIGKILL` for -9/137);
+    a hung one is amber, a straggler orange.
+    """
+
+    def __init__(self, node: str, local_rank: int) -> None:
+        self.node = node
+        self.local_rank = local_rank
+        self.state = RankState.PENDING
+        self.rank: int | None = None
+        self.exit_code: int | None = None
+        self.detail = ""
+        self.diagnoses: tuple[Diagnosis, ...] = ()
+        self.restarts = 0
+        self.straggler = False
+        self.selected = False
+        self.history: list[tuple[float, RankState]] = [(time.time(), RankState.PENDING)]
+
+    @property
+    def label(self) -> str:
+        return f"r{self.rank}" if self.rank is not None else f"L{self.local_rank}"
+
+    @property
+    def glyph(self) -> str:
+        """The cell in one character, for the compact grid."""
+        return STRAGGLER_GLYPH if self.straggler else GLYPH[self.state]
+
+    @property
+    def look(self) -> str:
+        """The name of the cell's colours: its state, or `straggler` for a slow running rank."""
+        return "straggler" if self.straggler else self.state.value
+
+    def show(self, event: RankChanged) -> None:
+        if event.rank is not None:
+            self.rank = event.rank
+        self.exit_code = event.exit_code
+        self.detail = event.detail
+        self.diagnoses = event.diagnoses
+        self.restarts = event.restarts
+        self.straggler = event.straggler and event.state == RankState.RUNNING
+        if self.history[-1][1] != event.state:
+            self.history.append((event.ts, event.state))
+        self.state = event.state
+
+    def render(self) -> str:
+        glyph = GLYPH[self.state]
+        if self.state == RankState.FAILED and self.exit_code is not None:
+            return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}"
+        if self.straggler:
+            return f"{self.label} {glyph}slow"
+        return f"{self.label} {glyph}"
+
+    @property
+    def tooltip(self) -> str:
+        where = f"{self.node} local rank {self.local_rank}"
+        head = f"rank {self.rank} — {where}" if self.rank is not None else where
+        steps = " → ".join(state.value for _, state in self.history)
+        lines = [head, steps]
+        if self.exit_code is not None:
+            killed = signal_name(self.exit_code)
+            lines.append(f"exit code {self.exit_code}" + (f" ({killed})" if killed else ""))
+        if self.restarts:
+            lines.append(f"restarted {self.restarts} time(s)")
+        if self.detail:
+            lines.append(self.detail)
+        lines += [f"• {d.summary}" for d in self.diagnoses]
+        return "\n".join(lines)
+
+
+class NodeRow:
+    """A node's name, its agent's state, how often torchrun restarted it, and its ranks."""
+
+    def __init__(self, node: str, nproc_per_node: int) -> None:
+        self.node = node
+        self.cells = [RankGridCell(node, lr) for lr in range(nproc_per_node)]
+        self.state: NodeState | None = None
+        self.state_text = "—"
+        self.restarts = 0
+
+    @property
+    def look(self) -> str | None:
+        """The one look every rank of the node has, or None if they differ."""
+        first = self.cells[0].look if self.cells else None
+        return first if all(cell.look == first for cell in self.cells) else None
+
+
+def find_cell(rows: Iterable[NodeRow], target: str) -> RankGridCell | None:
+    """The cell `target` names: a node (`local1`, its local rank 0), `local1/2` (a node's
+    local rank), or a global rank (`r5` or `5`)."""
+    target = target.strip()
+    by_node = {row.node: row for row in rows}
+    node, slash, local = target.rpartition("/")
+    if slash and node in by_node and local.isdigit():
+        cells = by_node[node].cells
+        return cells[int(local)] if int(local) < len(cells) else None
+    if target in by_node:
+        return by_node[target].cells[0] if by_node[target].cells else None
+    number = target.removeprefix("r")
+    if number.isdigit():
+        rank = int(number)
+        for row in by_node.values():
+            for cell in row.cells:
+                if cell.rank == rank:
+                    return cell
+    return None

@@ -1,0 +1,52 @@
+"""Provides RankDetails: the chosen rank's state, cause and last line, under the grid."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ddptui.core.monitor.diagnosis import signal_name
+from ddptui.ui.widgets.grid_cells import RankGridCell
+
+
+def describe_rank(cell: RankGridCell, last_line: str | None) -> Text:
+    """`rank 5 · local1 L1 · failed (exit -9, SIGKILL)`, then its cause and its last line."""
+    text = Text()
+    who = f"rank {cell.rank}" if cell.rank is not None else "no rank yet"
+    text.append(who, style="bold")
+    text.append(f" · {cell.node} L{cell.local_rank} · ")
+    state = "running, slow" if cell.straggler else cell.state.value
+    if cell.exit_code is not None:
+        killed = signal_name(cell.exit_code)
+        state += f" (exit {cell.exit_code}" + (f", {killed})" if killed else ")")
+    text.append(state, style="bold")
+    if cell.restarts:
+        text.append(f" · restarted {cell.restarts}×")
+    causes = [cell.detail] if cell.detail else []
+    causes += [d.summary for d in cell.diagnoses]
+    if causes:
+        text.append("\ncause: ", style="bold")
+        text.append(causes[0])
+    if last_line:
+        text.append("\nlast line: ", style="bold")
+        text.append(last_line)
+    return text
+
+
+class RankDetails(Static):
+    """Hidden until the operator chooses a rank (a click, or `go to`); the screen fills it."""
+
+    DEFAULT_CSS = """
+    RankDetails {
+        height: auto;
+        padding: 0 1;
+        margin-top: 1;
+        border-top: solid $primary;
+        display: none;
+        &.-shown { display: block; }
+    }
+    """
+
+    def show_rank(self, cell: RankGridCell | None, last_line: str | None = None) -> None:
+        self.set_class(cell is not None, "-shown")
+        self.update(describe_rank(cell, last_line) if cell is not None else "")
