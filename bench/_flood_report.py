@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench._common import Report, Table, fmt_ms, median, verdict
-from bench.log_flood import CORE_TIERS, LAG_SAMPLE, LAG_WARMUP_S, NODES, RATES, _rate
+from bench.log_flood import CORE_TIERS, FOLD_TIERS, LAG_SAMPLE, LAG_WARMUP_S, NODES, RATES, _rate
 
 
 def render(data: dict[str, Any], command: str) -> None:
@@ -25,13 +25,21 @@ def render(data: dict[str, Any], command: str) -> None:
     report.section("Core alone (in memory, no processes)")
     table = Table(["pipeline", "lines/s", "vs Monitor.feed"])
     base = median([c["Monitor.feed"]["lines_per_s"] for c in cores])
-    for tier in CORE_TIERS:
+    for tier in [t for t in CORE_TIERS if t in cores[0]]:  # older results lack new tiers
         rate = median([c[tier]["lines_per_s"] for c in cores])
         table.add(tier, _rate(rate), f"{rate / base:.2f}x")
     report.table(table)
     report.para(
         f"{core_lines * NODES:,} lines of ~90 bytes, fed in 64 KiB chunks, 16 nodes round-robin."
     )
+    if all(tier in cores[0] for tier in FOLD_TIERS):
+        plain, folded = (median([c[t]["lines_per_s"] for c in cores]) for t in FOLD_TIERS)
+        cost = plain / folded - 1
+        report.para(
+            f"Folding the merged view's repeated lines costs {cost:.1%} of the ingest rate "
+            f"(target < 10%: {verdict(cost < 0.10, f'{cost:.1%}')}); every line here is "
+            "new, so each is looked up and kept as a group of its own (the most work)."
+        )
     sweeps = data["sweeps"]
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for key in sweeps[0]:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ddptui.ui.widgets.logs.log_store import LogEntry
+
 FOLD_WINDOW = 4096  # a line folds into one printed at most this many rows earlier
+_SPAN = 1 << 32  # more than any rank
 
 
 def rank_set(ranks: Iterable[int]) -> str:
@@ -38,26 +41,78 @@ class FoldGroup:
 
 
 class LineFolder:
-    """Which earlier row a rank's line joins, if any; the view owns the rows themselves."""
+    """Which earlier row a rank's line joins, if any; the view owns the rows themselves.
+
+    A text seen once is remembered as one int (its row and rank), and a group made only when
+    a second rank prints it: no object per line for the garbage collector to walk. Texts are
+    kept in two generations of `window` each, so forgetting is dropping a dictionary.
+    """
 
     def __init__(self, window: int = FOLD_WINDOW) -> None:
         self.window = window
-        self._groups: dict[str, FoldGroup] = {}
+        self._recent: dict[str, int] = {}  # text -> row * _SPAN + rank, of its first line
+        self._older: dict[str, int] = {}
+        self._groups: dict[int, FoldGroup] = {}  # row -> the group folded into it
+        self._older_groups: dict[int, FoldGroup] = {}
 
     def clear(self) -> None:
+        self._recent.clear()
+        self._older.clear()
         self._groups.clear()
+        self._older_groups.clear()
 
     def join(self, text: str, rank: int, row: int) -> FoldGroup | None:
         """The group an identical line from another rank started within the window, with
         `rank` added; None if there is none (the caller puts the line on `row`, a new one)."""
-        group = self._groups.get(text)
-        if group is not None and row - group.row <= self.window and rank not in group.ranks:
-            group.ranks.add(rank)
-            return group
-        self._groups[text] = FoldGroup(row, {rank})
-        if len(self._groups) > 2 * self.window:
-            self._forget_before(row - self.window)
+        first = self._recent.get(text)
+        if first is None:
+            first = self._older.get(text)
+        if first is not None:
+            first_row, first_rank = divmod(first, _SPAN)
+            if row - first_row <= self.window and rank != first_rank:
+                group = self._groups.get(first_row) or self._older_groups.get(first_row)
+                if group is None:
+                    group = self._groups[first_row] = FoldGroup(first_row, {first_rank})
+                if rank not in group.ranks:
+                    group.ranks.add(rank)
+                    return group
+        if len(self._recent) >= self.window:
+            self._older, self._recent = self._recent, {}
+            self._older_groups, self._groups = self._groups, {}
+        self._recent[text] = row * _SPAN + rank
         return None
 
-    def _forget_before(self, row: int) -> None:
-        self._groups = {t: g for t, g in self._groups.items() if g.row >= row}
+    def fold(
+        self, entries: Iterable[LogEntry], first_row: int
+    ) -> tuple[list[LogEntry], dict[int, FoldGroup]]:
+        """The entries that start a line of their own (the first on `first_row`, counted from
+        the view's start, one row each), and the groups the others joined, by their row.
+        Before the rows are made: a line that joins a group costs no formatting at all. The
+        hot path of a flood: a line no other rank printed is two lookups and one store."""
+        kept: list[LogEntry] = []
+        joined: dict[int, FoldGroup] = {}
+        at = first_row
+        keep, join = kept.append, self.join
+        recent, older = self._recent, self._older
+        room = self.window - len(recent)
+        for entry in entries:
+            rank = entry.rank
+            if rank is not None and not entry.note:
+                text = entry.text
+                if text in recent or text in older:
+                    group = join(text, rank, at)
+                    if group is not None:
+                        joined[group.row] = group
+                        continue
+                    recent, older = self._recent, self._older
+                    room = self.window - len(recent)
+                elif room > 0:
+                    recent[text] = at * _SPAN + rank
+                    room -= 1
+                else:
+                    join(text, rank, at)  # starts a new generation
+                    recent, older = self._recent, self._older
+                    room = self.window - len(recent)
+            keep(entry)
+            at += 1
+        return kept, joined

@@ -186,13 +186,7 @@ def rows_for(
     hot path of a flood, so a filter that only names nodes is a set lookup and an unwrapped
     line one row. Without `agent`, torchrun's own lines (no rank, not the console's note)
     are left out."""
-    if not agent:
-        entries = [entry for entry in entries if entry.rank is not None or entry.note]
-    if log_filter.ranks or log_filter.pattern is not None:
-        entries = [entry for entry in entries if log_filter.accepts(entry)]
-    elif log_filter.nodes:
-        nodes = log_filter.nodes
-        entries = [entry for entry in entries if entry.node in nodes]
+    entries = accepted(entries, log_filter, agent=agent)
     rows: list[Row] = []
     texts: list[str] = []
     add_row, add_text = rows.append, texts.append
@@ -208,6 +202,20 @@ def rows_for(
             add_row(row_of(entry, formatted.prefix if i == 0 else 0, i == 0))
             add_text(piece)
     return rows, texts
+
+
+def accepted(
+    entries: Iterable[LogEntry], log_filter: LogFilter, *, agent: bool = True
+) -> Iterable[LogEntry]:
+    """The entries a view shows: those the filter takes, torchrun's own only with `agent`."""
+    if not agent:
+        entries = [entry for entry in entries if entry.rank is not None or entry.note]
+    if log_filter.ranks or log_filter.pattern is not None:
+        entries = [entry for entry in entries if log_filter.accepts(entry)]
+    elif log_filter.nodes:
+        nodes = log_filter.nodes
+        entries = [entry for entry in entries if entry.node in nodes]
+    return entries
 
 
 def widest(texts: Iterable[str]) -> int:

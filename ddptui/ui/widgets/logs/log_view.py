@@ -17,12 +17,10 @@ from ddptui.ui.widgets.logs.log_filter import LogFilter
 from ddptui.ui.widgets.logs.log_fold import FoldGroup, LineFolder, rank_set
 from ddptui.ui.widgets.logs.log_rows import (
     ROW_FIRST,
-    ROW_NOTE,
     ROW_PREFIX,
-    ROW_RANK,
     ROW_SEQ,
-    ROW_TEXT,
     Row,
+    accepted,
     entry_fields_of,
     first_row_of,
     joined_rows,
@@ -117,19 +115,19 @@ class LogView(FollowingView):
     def append(self, entries: Sequence[LogEntry]) -> None:
         """Show new entries (those the filter accepts); one call per timer tick."""
         width = self._wrap_width if self.wrap else 0
-        rows, texts = rows_for(
-            entries,
-            self.log_filter,
-            merged=self.merged,
-            timestamps=self.timestamps,
-            width=width,
-            agent=self.agent_lines,
-        )
-        if not rows:
-            return
+        log_filter, agent = self.log_filter, self.agent_lines
         joined: dict[int, FoldGroup] = {}
-        if self.folding:
-            rows, texts = self._fold(rows, texts, joined)
+        if self.folding:  # before the rows: a line that folds is never formatted
+            shown = accepted(entries, log_filter, agent=agent)
+            at = self._dropped + len(self._lines)
+            entries, joined = self._folder.fold(shown, at)
+            log_filter, agent = LogFilter(), True  # applied already
+        rows, texts = rows_for(
+            entries, log_filter, merged=self.merged, timestamps=self.timestamps, width=width,
+            agent=agent,
+        )  # fmt: skip
+        if not rows and not joined:
+            return
         self._rows.extend(rows)
         self._lines.extend(texts)
         self.lines_written += len(texts)
@@ -139,26 +137,6 @@ class LogView(FollowingView):
         self._width = max(self._width, widest(texts))
         self.virtual_size = Size(self._width, len(self._lines))
         self.refresh()
-
-    def _fold(
-        self, rows: list[Row], texts: list[str], joined: dict[int, FoldGroup]
-    ) -> tuple[list[Row], list[str]]:
-        """The rows that start a line of their own; the others join an earlier one's group."""
-        kept_rows: list[Row] = []
-        kept_texts: list[str] = []
-        at = self._dropped + len(self._lines)
-        join = self._folder.join
-        for row, text in zip(rows, texts, strict=True):
-            rank = row[ROW_RANK]
-            if rank is not None and not row[ROW_NOTE]:
-                group = join(row[ROW_TEXT], rank, at)
-                if group is not None:
-                    joined[group.row] = group
-                    continue
-            kept_rows.append(row)
-            kept_texts.append(text)
-            at += 1
-        return kept_rows, kept_texts
 
     def _refold(self, group: FoldGroup) -> None:
         """Give a group's row its rank set: `[r0-6,8-15] text`."""
