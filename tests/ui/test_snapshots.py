@@ -154,3 +154,21 @@ def test_128x8_grid_with_outliers_at_every_size(snap_compare: Any, size: tuple[i
         await settle(pilot)
 
     assert snap_compare(big_app(), run_before=big, terminal_size=size)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_stall_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
+    """No rank progressed for the hang timeout: the monitor marks every rank hung (rank 1,
+    whose stack differs, the suspect)."""
+
+    async def stalled(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, DdpApp)
+        hung = [
+            RankChanged(r, f"local{r // 2}", r % 2, RankState.HUNG, suspect=r == 1, ts=T0 + 90)
+            for r in range(4)
+        ]
+        feed(app.job_screen, [*running_events(), *hung])
+        await settle(pilot)
+
+    assert snap_compare(fixed_app(), run_before=stalled, terminal_size=size)
