@@ -66,9 +66,11 @@ class BatchEnd:
             return await self.query.job(self.job_id)
         return None
 
-    async def finish(self, nodes: Sequence[str]) -> str:
+    async def finish(self, nodes: Sequence[str], stop: bool = True) -> str:
         """End the job and say how it ended, e.g. `job 12 finished by itself (COMPLETED,
-        exit 0)` or `job 12 ended after ddptui stopped its training step (COMPLETED)`."""
+        exit 0)` or `job 12 ended after ddptui stopped its training step (COMPLETED)`.
+        `stop` False: every node's training has ended already (its exit file is written),
+        so the step is left to finish by itself."""
         job = await self._job()
         jid = self.job_id
         if job is None:
@@ -80,7 +82,7 @@ class BatchEnd:
         if not job.ended:
             names = [step_name(self.run.run_id)]
             with contextlib.suppress(SlurmError):
-                if any(s.name in names for s in await self.query.steps(jid)):
+                if stop and any(s.name in names for s in await self.query.steps(jid)):
                     await self.end_steps(names)
                     how = "ended after ddptui stopped its training step"
             await self._wait_proofs(nodes)

@@ -13,13 +13,14 @@ import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ddptui.core.backends.base import REAP_GRACE_S, Emit, HelperBackend, reap_args
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_end import BatchEnd
 from ddptui.core.backends.slurm.cli import SlurmError, choose_query
-from ddptui.core.backends.slurm.commands import job_name, step_name
+from ddptui.core.backends.slurm.commands import STEP_LOG, job_name, step_name
 from ddptui.core.backends.slurm.follow import reap_report, run_job_helper
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.transport import LocalTransport, Transport
@@ -108,7 +109,12 @@ class SlurmSteps(HelperBackend):
             self.alloc, self.query, self.run, self.job_id or "", self.emit, self._end_steps
         )
         nodes = [n.name for n in self.nodes]
-        how = await self._one_time("end-job", lambda: end.finish(nodes))
+        if self.direct:
+            exits = [self.run.path / f"{STEP_LOG}.exit"]
+        else:
+            exits = [Path(f"{self.run.node_log(i, n)}.exit") for i, n in enumerate(nodes)]
+        trained = all(p.exists() for p in exits)  # its step may still be listed: not stopped
+        how = await self._one_time("end-job", lambda: end.finish(nodes, stop=not trained))
         proof = end.proof(command.index, command.node)
         if proof is None:
             return TeardownReport(
