@@ -221,11 +221,10 @@ class RankGrid(Widget):
     # -- drawing ------------------------------------------------------------------------
 
     def _changed(self) -> None:
-        """Lay the lines out again; the grid's height follows their number."""
-        before = len(self._lines)
+        """Lay the lines out again, once, when next drawn (many changes, one layout); the
+        grid's height follows their number."""
         self._laid_out_at = -1
-        after = len(self.lines)
-        self.refresh(layout=after != before)
+        self.refresh(layout=True)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width

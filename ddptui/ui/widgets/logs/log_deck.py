@@ -193,15 +193,18 @@ class NodeLogDeck(Vertical):
         index = self.nodes.index(node)
         tab = self.query_one(TabbedContent).get_tab(self._tab_id(index))
         tab.label = f"{node} {_STATE_MARK.get(state, '')}".strip()
-        self._update_titles()
+        self._update_title(node, pane)
+
+    def _update_title(self, node: str, pane: LogView) -> None:
+        state, code = self.node_states.get(node, (None, None))
+        text = state.value if state is not None else "not launched"
+        if code is not None:
+            text += f" (exit {code})"
+        pane.border_title = f"{node} · {text}"
 
     def _update_titles(self) -> None:
         for node, pane in self._panes.items():
-            state, code = self.node_states.get(node, (None, None))
-            text = state.value if state is not None else "not launched"
-            if code is not None:
-                text += f" (exit {code})"
-            pane.border_title = f"{node} · {text}"
+            self._update_title(node, pane)
         self._merged.border_title = f"{MERGED_LABEL} · node/rank prefixes"
         skipped = self.store.dropped
         for view in self.views:
