@@ -24,10 +24,17 @@ def expand_hosts(expression: str) -> list[str]:
     expression = expression.strip()
     if not expression:
         raise SpecError("empty host list")
+    if any(c.isspace() or not c.isprintable() for c in expression):
+        raise SpecError(
+            f"bad host list {expression!r}: a space or control character in it "
+            "(separate hosts with commas: a,b or node[1-4])"
+        )
     try:
         names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
-    except hostlist.BadHostlist as exc:
-        raise SpecError(f"bad host list {expression!r}: {exc}") from None
+    except (hostlist.BadHostlist, RecursionError) as exc:
+        # python-hostlist recurses per bracket: a pathological expression exhausts the stack
+        why = exc if isinstance(exc, hostlist.BadHostlist) else "too deeply nested"
+        raise SpecError(f"bad host list {expression!r}: {why}") from None
     if not names:
         raise SpecError(
             f"bad host list {expression!r}: no host names in it (give a,b or node[1-4])"

@@ -49,6 +49,18 @@ def test_hostlist_expressions() -> None:
             expand_hosts(bad)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "node1, node2",  # a space would become part of a host name
+        ".[-_l,\t_\t\ts:o][\n]",  # found by fuzzing: python-hostlist recursed to the limit
+    ],
+)
+def test_a_host_list_with_spaces_or_control_characters_is_refused(bad: str) -> None:
+    with pytest.raises(SpecError, match="separate hosts with commas"):
+        expand_hosts(bad)
+
+
 def test_hostfile_with_comments_and_slots(tmp_path: Path) -> None:
     f = tmp_path / "hosts"
     f.write_text("# cluster\nworker-1 slots=8\n\nworker-2 slots=8  # second\nn[3-4]\n")
