@@ -18,10 +18,11 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .iproute import fit_neighbour_table, ip_batch
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
 
 REQUIRED_TOOLS = ("ip", "unshare", "nsenter")
@@ -50,37 +51,10 @@ def check_prerequisites(tools: Sequence[str] = REQUIRED_TOOLS) -> None:
         raise TestbedError("testbed prerequisites not met: " + "; ".join(problems))
 
 
-def _batch(ns: str | None, commands: Sequence[str], timeout: float = 120) -> None:
-    """Run `ip` commands in one process (inside namespace `ns` when given)."""
-    where = ["-n", ns] if ns else []
-    cp = subprocess.run(
-        ["ip", *where, "-batch", "-"],
-        input="\n".join(commands) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if cp.returncode != 0:
-        raise TestbedError(f"ip {' '.join(where)} -batch failed: {cp.stderr.strip()[-800:]}")
-
-
-NEIGH = Path("/proc/sys/net/ipv4/neigh/default")
-
-
-def _fit_neighbour_table(namespaces: int) -> None:
-    """Make room in the kernel's ARP table for a testbed of this size.
-
-    Why: the table is one for all namespaces, and its hard limit (gc_thresh3, 1,024 by
-    default) is less than a 512-host testbed needs (the head learns every host, every host
-    the head): past it, connects fail with "No route to host" and the kernel logs "neighbor
-    table overflow". The limits are only ever raised here, never lowered.
-    """
-    need = 4 * namespaces + 1024
-    for name, value in (("gc_thresh1", need // 4), ("gc_thresh2", need // 2), ("gc_thresh3", need)):
-        path = NEIGH / name
-        with suppress(OSError, ValueError):
-            if int(path.read_text()) < value:
-                path.write_text(f"{value}\n")
+def _batch(ns: str | None, commands: Sequence[str]) -> None:
+    error = ip_batch(ns, commands)
+    if error is not None:
+        raise TestbedError(error)
 
 
 def _sh(argv: Sequence[str], timeout: float = 30) -> str:
@@ -224,7 +198,7 @@ class Testbed:
     def _build_network(self) -> None:
         """One `ip -batch` for the namespaces and veth pairs, one per namespace for its
         addresses: three processes plus one per host instead of five per host."""
-        _fit_neighbour_table(len(self._ns))
+        fit_neighbour_table(len(self._ns))
         existing = set(_sh(["ip", "netns", "list"]).split())
         clash = [ns for ns in self.namespaces if ns in existing]
         if clash:
