@@ -284,7 +284,8 @@ def summarize(
     our_launch = median([s["launch"] for s in ours])
     launch_r = our_launch / median([s["launch"] for s in runs["pdsh"]])
     down_r = median([s["teardown"] for s in ours]) / median([s["teardown"] for s in runs["pdsh"]])
-    clush_launch = median([s["launch"] for s in runs.get("clush", [])] or [float("nan")])
+    clush = [s["launch"] for s in runs.get("clush", [])]
+    clush_ratio = ratio(our_launch, median(clush)) if clush else "not run"
     rss = max(s["peak rss MB"] for s in ours)
     dirty = sum(s["dirty hosts"] for s in ours)
     unclean = [s["reported not clean"] for s in ours]
@@ -292,7 +293,7 @@ def summarize(
         f"ddptui launch / pdsh = {launch_r:.2f}x (target <= 1.0x: "
         f"{verdict(launch_r <= 1.0, f'{launch_r - 1:+.0%}')}); teardown / pdsh = {down_r:.2f}x "
         f"(target <= 1.0x: {verdict(down_r <= 1.0, f'{down_r - 1:+.0%}')}); launch / clush = "
-        f"{ratio(our_launch, clush_launch)}; peak RSS {rss:.0f} MB (target < 500 MB: "
+        f"{clush_ratio}; peak RSS {rss:.0f} MB (target < 500 MB: "
         f"{verdict(rss < 500)}); hosts left dirty in {len(ours)} runs: {dirty} (target 0: "
         f"{verdict(dirty == 0)}); hosts ddptui itself reported not clean: {unclean}."
     )
