@@ -101,6 +101,8 @@ class RankGrid(Widget):
         self._laid_out_at = -1  # the width the lines were laid out for; -1: lay out again
         self._strips: dict[int, Strip] = {}
         self._hovered: RankGridCell | None = None
+        self._settling = False
+        self._height = -1  # the number of lines the last layout made room for
 
     # -- feeding it ---------------------------------------------------------------------
 
@@ -221,16 +223,26 @@ class RankGrid(Widget):
     # -- drawing ------------------------------------------------------------------------
 
     def _changed(self) -> None:
-        """Lay the lines out again, once, when next drawn (many changes, one layout); the
-        grid's height follows their number."""
+        """Lay the lines out again, once for a burst of changes (384 node changes of a big
+        job: one layout); the screen's layout only when the number of lines changed (a
+        layout of a screen with a log pane per node is what costs)."""
         self._laid_out_at = -1
-        self.refresh(layout=True)
+        self.refresh()
+        if not self._settling:
+            self._settling = True
+            self.call_later(self._settle)
+
+    def _settle(self) -> None:
+        self._settling = False
+        if len(self.lines) != self._height:
+            self.refresh(layout=True)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        return len(self._lay_out(width))
+        self._height = len(self._lay_out(width))
+        return self._height
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
