@@ -39,6 +39,10 @@ async def test_command_palette_offers_every_action() -> None:
             "Previous node log ([)",
             "Help: keys (?/f1)",
             "Quit (q)",
+            "Go to rank (J)",
+            "Commands (c)",
+            "Agent lines on/off (A)",
+            "Fold repeats on/off (z)",
         ):
             assert expected in titles
         assert titles.count("Quit (q)") == 1
