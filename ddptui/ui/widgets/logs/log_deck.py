@@ -48,7 +48,10 @@ class NodeLogDeck(Vertical):
         & LogView { border: round $primary-background; height: 1fr; overflow: auto; }
         & LogView:focus { border: round $primary; }
         & LogView.-failed { border: round $error; }
-        & #log-status { height: 1; padding: 0 1; color: $text-muted; background: $panel; }
+        & #log-status {
+            height: 1; padding: 0 1; color: $text-muted; background: $panel;
+            text-wrap: nowrap; text-overflow: ellipsis;
+        }
     }
     """
 
