@@ -110,3 +110,10 @@ def test_go_to_finds_nodes_local_ranks_and_global_ranks() -> None:
     assert find_cell(grid, "r9") is grid[2].cells[1]
     assert find_cell(grid, "9") is grid[2].cells[1]
     assert find_cell(grid, "node009") is None and find_cell(grid, "node002/7") is None
+
+
+def test_a_stall_suspect_has_a_glyph_of_its_own() -> None:
+    grid = rows(3, 2, RankState.HUNG)
+    grid[1].cells[1].show(RankChanged(3, "node002", 1, RankState.HUNG, suspect=True))
+    lines = [text(line) for line in layout(grid, 14, 2)]
+    assert lines == ["node001 !!", "node002 !‼", "node003 !!"]

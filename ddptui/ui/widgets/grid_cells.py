@@ -17,6 +17,7 @@ GLYPH = {
     RankState.HUNG: "!",
 }
 STRAGGLER_GLYPH = "»"
+SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out
 
 
 class RankGridCell:
@@ -38,6 +39,7 @@ class RankGridCell:
         self.diagnoses: tuple[Diagnosis, ...] = ()
         self.restarts = 0
         self.straggler = False
+        self.suspect = False
         self.selected = False
         self.history: list[tuple[float, RankState]] = [(time.time(), RankState.PENDING)]
 
@@ -48,6 +50,8 @@ class RankGridCell:
     @property
     def glyph(self) -> str:
         """The cell in one character, for the compact grid."""
+        if self.suspect:
+            return SUSPECT_GLYPH
         return STRAGGLER_GLYPH if self.straggler else GLYPH[self.state]
 
     @property
@@ -63,6 +67,7 @@ class RankGridCell:
         self.diagnoses = event.diagnoses
         self.restarts = event.restarts
         self.straggler = event.straggler and event.state == RankState.RUNNING
+        self.suspect = event.suspect
         if self.history[-1][1] != event.state:
             self.history.append((event.ts, event.state))
         self.state = event.state
@@ -73,6 +78,8 @@ class RankGridCell:
             return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}"
         if self.straggler:
             return f"{self.label} {glyph}slow"
+        if self.suspect:
+            return f"{self.label} {SUSPECT_GLYPH}suspect"
         return f"{self.label} {glyph}"
 
     @property
@@ -86,6 +93,8 @@ class RankGridCell:
             lines.append(f"exit code {self.exit_code}" + (f" ({killed})" if killed else ""))
         if self.restarts:
             lines.append(f"restarted {self.restarts} time(s)")
+        if self.suspect:
+            lines.append("the stall's suspect: its stacks differ from the others'")
         if self.detail:
             lines.append(self.detail)
         lines += [f"• {d.summary}" for d in self.diagnoses]
@@ -104,9 +113,13 @@ class NodeRow:
 
     @property
     def look(self) -> str | None:
-        """The one look every rank of the node has, or None if they differ."""
-        first = self.cells[0].look if self.cells else None
-        return first if all(cell.look == first for cell in self.cells) else None
+        """The one look every rank of the node has, or None if they differ (in colour or in
+        glyph: a stall's suspect looks hung, with a glyph of its own)."""
+        if not self.cells:
+            return None
+        look, glyph = self.cells[0].look, self.cells[0].glyph
+        alike = all(cell.look == look and cell.glyph == glyph for cell in self.cells)
+        return look if alike else None
 
 
 def find_cell(rows: Iterable[NodeRow], target: str) -> RankGridCell | None:

@@ -22,6 +22,8 @@ def describe_rank(cell: RankGridCell, last_line: str | None) -> Text:
     text.append(state, style="bold")
     if cell.restarts:
         text.append(f" · restarted {cell.restarts}×")
+    if cell.suspect:
+        text.append(" · the stall's suspect", style="bold")
     causes = [cell.detail] if cell.detail else []
     causes += [d.summary for d in cell.diagnoses]
     if causes:
