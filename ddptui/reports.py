@@ -9,7 +9,7 @@ import sqlite3
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from ddptui.core.events import Event
 from ddptui.core.job.spec import JobSpec, SpecError
@@ -142,7 +142,6 @@ def run_preflight(spec: JobSpec, headless: bool, out: TextIO | None = None) -> i
 def print_stacks(run: RunDir, method: str | None, as_json: bool) -> int:
     """`ddptui stacks RUN_ID`: the groups (suspects first), then each rank's whole stack."""
     from ddptui.core.events import StacksReport
-    from ddptui.core.session import stacks_of_run
 
     events = asyncio.run(stacks_of_run(run, method))
     report = next(e for e in events if isinstance(e, StacksReport))
@@ -167,3 +166,28 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return ", ".join(map(str, ranks[:16])) + (
         f" ... (+{len(ranks) - 16})" if len(ranks) > 16 else ""
     )
+
+
+async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
+    """`ddptui stacks RUN_ID`: every rank's stacks of a run that is still running (followed
+    by a console, detached, or under sbatch), through its backend; the job is left as it is."""
+    spec = run.read_spec()
+    if method:
+        spec = spec.model_copy(update={"stacks_method": method})
+    plan, state = run.read_plan()
+    from ddptui.core.backends import make_backend
+    from ddptui.core.monitor.monitor import Monitor
+
+    backend = make_backend(spec, run, lambda event: None)
+    await backend.restore(state)
+    try:
+        results = await asyncio.gather(
+            *(backend.stacks(c) for c in plan.commands), return_exceptions=True
+        )
+    finally:
+        await backend.detach()
+    reports: dict[str, Any] = {
+        c.node: str(r) if isinstance(r, BaseException) else r
+        for c, r in zip(plan.commands, results, strict=True)
+    }
+    return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)

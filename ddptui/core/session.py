@@ -17,6 +17,7 @@ from ddptui.core.events import (
     NodeState,
     Notice,
     PlanReady,
+    RankChanged,
     RankState,
     RunSummary,
     StallReport,
@@ -25,6 +26,7 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
@@ -66,6 +68,7 @@ class Session:
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
         self._stacks: asyncio.Future[None] | None = None
+        self._watchdog_seen = False
 
     @property
     def run_id(self) -> str:
@@ -77,6 +80,13 @@ class Session:
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
             self._last_error = event.message
+        if (
+            isinstance(event, RankChanged)
+            and not self._watchdog_seen
+            and any(d.kind == COLLECTIVE_TIMEOUT for d in event.diagnoses)
+        ):
+            self._watchdog_seen = True  # NCCL dumps its recorder now: read it, and stacks
+            self.request_stacks()
         self._emit_to(event)
 
     def request_teardown(self) -> None:
@@ -210,7 +220,7 @@ class Session:
 
     def request_stacks(self) -> None:
         """Take every rank's stacks (and flight-recorder dumps) now, in the background."""
-        if self.plan is None or (self._stacks and not self._stacks.done()):
+        if self.plan is None or self._stop.is_set() or (self._stacks and not self._stacks.done()):
             return
         self._stacks = asyncio.ensure_future(self.take_stacks())
 
@@ -382,25 +392,3 @@ class Session:
         self.run.write_summary(summary.to_dict())
         self.run.close()
         return summary
-
-
-async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
-    """`ddptui stacks RUN_ID`: every rank's stacks of a run that is still running (followed
-    by a console, detached, or under sbatch), through its backend; the job is left as it is."""
-    spec = run.read_spec()
-    if method:
-        spec = spec.model_copy(update={"stacks_method": method})
-    plan, state = run.read_plan()
-    backend = make_backend(spec, run, lambda event: None)
-    await backend.restore(state)
-    try:
-        results = await asyncio.gather(
-            *(backend.stacks(c) for c in plan.commands), return_exceptions=True
-        )
-    finally:
-        await backend.detach()
-    reports: dict[str, Any] = {
-        c.node: str(r) if isinstance(r, BaseException) else r
-        for c, r in zip(plan.commands, results, strict=True)
-    }
-    return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)

@@ -32,6 +32,7 @@ from ddptui.ui.screens.job import JobScreen
 from ddptui.ui.screens.launch_form import LaunchFormScreen
 from ddptui.ui.screens.past_run import PastRunScreen
 from ddptui.ui.screens.preflight import PreflightScreen
+from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.logs.log_view import LogView
 from ddptui.ui.widgets.prompt import PromptInput
 
@@ -77,6 +78,7 @@ class DdpApp(App[int]):
             "confirm dialog": (ConfirmScreen,),
             "quit dialog": (QuitScreen,),
             "help": (HelpScreen,),
+            "rank stack": (RankStackScreen,),
             "launch form": (LaunchFormScreen,),
             "history": (HistoryScreen,),
             "past run": (PastRunScreen,),

@@ -12,6 +12,8 @@ from ddptui.core.events import (
     Notice,
     RankChanged,
     RunSummary,
+    StacksReport,
+    StallReport,
     TeardownReport,
 )
 
@@ -79,7 +81,21 @@ class FailureUpdate(SessionMessage):
     event: FailureReport
 
 
+class StallUpdate(SessionMessage):
+    """The job stalled (no rank progressed), or its stall's suspects changed."""
+
+    event: StallReport
+
+
+class StacksUpdate(SessionMessage):
+    """Every rank's stacks, folded into groups, with the flight recorder's word."""
+
+    event: StacksReport
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
+    StallReport: StallUpdate,
+    StacksReport: StacksUpdate,
     NodeChanged: NodeUpdate,
     AllocationChanged: AllocationUpdate,
     TeardownReport: TeardownUpdate,

@@ -25,6 +25,8 @@ async def test_failed_ranks_and_the_root_cause_panel() -> None:
         assert "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)" in text
         assert "error file /tmp/torchelastic_" in text
         assert text.index("rank 2 on local1") < text.index("rank 0 on local0")
+        assert "then 3 ranks failed because of it" in text  # the culprit, then its victims
+        assert "exit 1 · a peer closed the connection" in text
         assert "E: jump to the first error line" in text
 
 

@@ -31,6 +31,7 @@ from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.job_stall import StallActions
 from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.footer import SteadyFooter
 from ddptui.ui.widgets.grid_cells import find_cell
@@ -41,13 +42,14 @@ from ddptui.ui.widgets.rank_details import RankDetails
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
+from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 FLUSH_INTERVAL_S = 1 / 15
 NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
-class JobScreen(LogScreen):
+class JobScreen(StallActions, LogScreen):
     """Owns the Session: launches it in a worker, renders its events, tears it down."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -57,6 +59,8 @@ class JobScreen(LogScreen):
         Binding("E", "jump_error", "Jump to error", id="diag.jump_error"),
         Binding("c", "toggle_commands", "Commands", show=False, id="job.commands"),
         Binding("J", "open_prompt('goto')", "Go to rank", show=False, id="grid.goto"),
+        Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
+        Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
     ]
 
     class RunEnded(Message):
@@ -86,6 +90,7 @@ class JobScreen(LogScreen):
         self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
         self.outcome = RunOutcome(id="outcome")
         self.root_cause = RootCausePanel(id="root-cause")
+        self.stacks = StackGroupsPanel(id="stacks")
         self.details = RankDetails(id="rank-details")
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
@@ -111,6 +116,7 @@ class JobScreen(LogScreen):
                 side.border_title = "Ranks"
                 yield self.grid
                 yield self.details
+                yield self.stacks
                 yield self.root_cause
                 yield self.outcome
             yield self.logs
@@ -258,6 +264,7 @@ class JobScreen(LogScreen):
         if key_for is not None:
             self.root_cause.jump_key = key_for("diag.jump_error")
             self.job_panel.commands_key = key_for("job.commands")
+            self.stacks.keys = (key_for("diag.stacks"), key_for("diag.rank_stack"))
 
     def save_dir(self) -> Path | None:
         return self.session.run.path / "saved" if self.session is not None else None
@@ -339,6 +346,7 @@ class JobScreen(LogScreen):
             self.ranks[(event.node, event.local_rank)] = event
             self.root_cause.show_rank(event)
         self.grid.show_ranks(changes)
+        self.stall_progress(changes)
         if self.selected is not None:
             self._show_details()
 

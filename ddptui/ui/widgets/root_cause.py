@@ -17,6 +17,14 @@ TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
 _SOURCE_TAG = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\] ?")
 MAX_OTHERS = 6
+CAUSE_WORDS = {  # failures.cause_of's names, as the panel says them
+    "stopped_by_launcher": "stopped by its launcher",
+    "peer_closed": "a peer closed the connection",
+    "waiting_in_collective": "waiting in a collective",
+    "watchdog_timeout": "collective timed out",
+    "stopped_by_teardown": "stopped by the teardown",
+    "agent_exited": "its agent ended",
+}
 MAX_NOTED = 12
 
 
@@ -87,11 +95,16 @@ class RootCausePanel(VerticalScroll):
                 text.append(" · each stopped because of another; the first is still to come\n")
             text.append_text(_describe_root(ordered[0]))
             others = ordered[1:]
-            if others:
+            if others and ordered[0].root_cause:
+                count = f"{len(others)} rank{'s' if len(others) > 1 else ''}"
+                text.append(f"\nthen {count} failed because of it", style="bold")
+            elif others:
                 text.append("\nthen", style="bold")
             for record in others[:MAX_OTHERS]:
                 text.append(f"\n  {who(record.rank, record.node, record.local_rank)} ")
                 text.append(describe_exit(record.exit_code), style="red")
+                if record.cause in CAUSE_WORDS:
+                    text.append(f" · {CAUSE_WORDS[record.cause]}", style="yellow")
                 if record.error:
                     text.append(f" {_SOURCE_TAG.sub('', record.error)[:72]}", style="dim")
             if len(others) > MAX_OTHERS:

@@ -1,0 +1,105 @@
+"""Provides StackGroupsPanel: a stall and every rank's stacks folded into groups, suspects first."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ddptui.core.events import StacksReport
+
+MAX_GROUPS = 8
+MAX_RANKS_SHOWN = 12
+
+
+def _ranks(ranks: tuple[int, ...]) -> str:
+    shown = ", ".join(map(str, ranks[:MAX_RANKS_SHOWN]))
+    return shown + (f" … (+{len(ranks) - MAX_RANKS_SHOWN})" if len(ranks) > MAX_RANKS_SHOWN else "")
+
+
+class StackGroupsPanel(VerticalScroll):
+    """Hidden until the job stalls or stacks are taken; the screen sets what it shows."""
+
+    DEFAULT_CSS = """
+    StackGroupsPanel {
+        height: auto;
+        max-height: 16;
+        padding: 0 1;
+        margin-top: 1;
+        border-top: solid $warning;
+        display: none;
+        &.-shown { display: block; }
+        & > Static { width: 100%; }
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.report: StacksReport | None = None
+        self.stalled_since: float | None = None  # when the last rank progressed, if stalled
+        self.keys = ("s", "K")
+        self._body = Static("")
+
+    def compose(self) -> ComposeResult:
+        yield self._body
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._tick)
+
+    def _tick(self) -> None:
+        if self.stalled_since is not None:
+            self._redraw()  # the time since the last progress goes on
+
+    def show_stacks(self, report: StacksReport) -> None:
+        self.report = report
+        self._redraw()
+
+    def show_stall(self, since: float | None) -> None:
+        """When the last rank progressed, while stalled; None once ranks progress again."""
+        self.stalled_since = since
+        self._redraw()
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+    def _redraw(self) -> None:
+        text = self.describe()
+        self.set_class(bool(text.plain), "-shown")
+        self._body.update(text)
+
+    def describe(self) -> Text:
+        text = Text()
+        if self.stalled_since is not None:
+            since = max(0.0, self.now() - self.stalled_since)
+            text.append("Stalled", style="bold yellow")
+            text.append(f" · no rank progressed for {since:.0f} s\n")
+        report = self.report
+        if report is None:
+            if self.stalled_since is not None:
+                text.append("taking every rank's stacks…", style="dim")
+            return text
+        text.append("Stacks", style="bold")
+        text.append(f" · {report.method}\n", style="dim")
+        for group in report.groups[:MAX_GROUPS]:
+            count = f"{len(group.ranks)} rank{'s' if len(group.ranks) > 1 else ''}"
+            if group.suspect:
+                text.append("? suspect ", style="bold magenta")
+            else:
+                text.append("          ")
+            text.append(f"{count:>9}: ", style="bold")
+            text.append(group.label)
+            text.append(f"  [{_ranks(group.ranks)}]\n", style="dim")
+        if len(report.groups) > MAX_GROUPS:
+            text.append(f"… {len(report.groups) - MAX_GROUPS} more groups\n", style="dim")
+        for line in report.collectives:
+            text.append("flight recorder: ", style="bold")
+            text.append(line + "\n")
+        for problem in report.problems:
+            text.append(f"not taken: {problem}\n", style="red")
+        take, whole = self.keys
+        text.append(f"{take}: take stacks again · {whole}: the chosen rank's whole stack", "dim")
+        return text

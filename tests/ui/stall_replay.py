@@ -1,0 +1,26 @@
+"""Replays a captured stall (trainer/hang.py --skip-rank 1 on one node, two ranks, gloo) into
+the console: the node's log and its collector's report, through the real Monitor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddptui.core.events import Event, NodeChanged, NodeState
+from ddptui.core.monitor.monitor import Monitor
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "stall"
+T0 = 1_795_666_886.0  # 2026-11-26 04:21:26 UTC, as the other replays
+
+
+def stall_events() -> list[Event]:
+    """What the session would emit: the lines, the stall at once, then the stacks."""
+    monitor = Monitor(["local0"], 2)
+    events: list[Event] = [*monitor.initial_events(), NodeChanged("local0", NodeState.RUNNING)]
+    log = (DATA / "gloo_skip_node.log").read_bytes()
+    end = log.index(b"\n", log.index(b"skips all_reduce")) + 1
+    events += monitor.feed("local0", log[:end], now=T0)
+    events += monitor.tick(T0 + 7, 6.0)
+    report = json.loads((DATA / "gloo_skip_collect.json").read_text())
+    events += monitor.stacks_taken({"local0": report}, now=T0 + 9)
+    return events

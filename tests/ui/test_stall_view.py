@@ -1,0 +1,78 @@
+"""A stalled run: amber ranks, the suspect on the grid, the stack groups, a rank's whole stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ddptui.core.events import RankChanged, RankState
+from ddptui.ui.app import DdpApp
+from ddptui.ui.screens.rank_stack import RankStackScreen
+from ddptui.ui.widgets.stack_groups import StackGroupsPanel
+
+from .conftest import SIZE, local_spec
+from .replay import feed
+from .stall_replay import T0, stall_events
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StackGroupsPanel, "now", staticmethod(lambda: T0 + 42))
+
+
+async def test_stalled_grid_and_stack_groups() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, stall_events())
+        await pilot.pause()
+        suspect, waiting = screen.grid.cell("local0", 1), screen.grid.cell("local0", 0)
+        assert suspect is not None and waiting is not None
+        assert (suspect.look, suspect.render()) == ("hung", "r1 ‼suspect")
+        assert waiting.look == "hung"
+        assert screen.outcome.phase.startswith("stalled")
+        assert screen.stacks.has_class("-shown")
+        text = screen.stacks.describe().plain
+        assert text.startswith(
+            "Stalled · no rank progressed for 42 s\nStacks · faulthandler-signal"
+        )
+        lines = text.splitlines()
+        assert lines[2].startswith("? suspect    1 rank: time.sleep(3600) <- sleep_forever")
+        assert lines[3].strip().startswith("1 rank: all_reduce <- main (hang.py:")
+        assert "flight recorder: rank 1 never entered collective 5 (gloo:all_reduce" in text
+        await pilot.press("K")  # no rank chosen: the first suspect's whole stack
+        await pilot.pause()
+        assert isinstance(app.screen, RankStackScreen)
+        assert app.screen.title_text.startswith("rank 1 · local0 local rank 1")
+        assert "hang.py:28 in sleep_forever" in app.screen.text
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.click(screen.grid, offset=screen.grid.cell_offset("local0", 0))
+        await pilot.press("K")
+        await pilot.pause()
+        assert isinstance(app.screen, RankStackScreen)
+        assert " in all_reduce" in app.screen.text
+
+
+async def test_progress_again_clears_the_stall() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        events = stall_events()
+        feed(screen, events)
+        await pilot.pause()
+        feed(screen, [RankChanged(0, "local0", 0, RankState.RUNNING)])
+        await pilot.pause()
+        assert screen.stacks.stalled_since is None
+        assert not screen.stacks.describe().plain.startswith("Stalled")
+
+
+def test_stalled_run_snapshot(snap_compare: Any) -> None:
+    from .test_snapshots import fixed_app, settle
+
+    async def stalled(pilot: Any) -> None:
+        feed(pilot.app.job_screen, stall_events())
+        await settle(pilot)
+
+    assert snap_compare(fixed_app(), run_before=stalled, terminal_size=SIZE)
