@@ -17,7 +17,6 @@ from ddptui.core.events import (
     NodeState,
     Notice,
     PlanReady,
-    RankChanged,
     RankState,
     RunSummary,
     StallReport,
@@ -26,7 +25,6 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
@@ -68,7 +66,6 @@ class Session:
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
         self._stacks: asyncio.Future[None] | None = None
-        self._watchdog_seen = False
 
     @property
     def run_id(self) -> str:
@@ -80,13 +77,6 @@ class Session:
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
             self._last_error = event.message
-        if (
-            isinstance(event, RankChanged)
-            and not self._watchdog_seen
-            and any(d.kind == COLLECTIVE_TIMEOUT for d in event.diagnoses)
-        ):
-            self._watchdog_seen = True  # NCCL dumps its recorder now: read it, and stacks
-            self.request_stacks()
         self._emit_to(event)
 
     def request_teardown(self) -> None:

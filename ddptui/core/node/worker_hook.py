@@ -17,14 +17,10 @@ attach and METHOD allows, else the signal) and its flight-recorder dump, and pri
 JSON report: {"method", "ranks": [{rank, local_rank, pid, host, text}], "fr": [...]}.
 """
 
-import json
 import os
-import signal
-import socket
 import sys
 import time
 
-SIGNAL = signal.SIGRTMIN + 7 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 DIR_VAR = "DDPTUI_DEBUG_DIR"
 TAG_VAR = "DDPTUI_TAG"
 FR_ENTRIES = 64  # the newest entries of each rank's dump that the report carries
@@ -36,21 +32,30 @@ def _private(path, flags):
     return os.open(path, flags, 0o600)
 
 
+def _signal():
+    """A real-time signal no library uses (SIGUSR2 where there are none)."""
+    import signal
+
+    return signal.SIGRTMIN + 7 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
+
+
 def _identity():
     """(rank, local rank) of a worker; None for torchrun's agent or a helper process."""
     env = os.environ
+    if "LOCAL_RANK" in env and "RANK" in env:
+        who = int(env["RANK"]), int(env["LOCAL_RANK"])
+    elif "SLURM_PROCID" in env and "SLURM_LOCALID" in env and "SLURM_STEP_ID" in env:
+        who = int(env["SLURM_PROCID"]), int(env["SLURM_LOCALID"])
+    else:
+        return None
     try:
         with open("/proc/self/cmdline", "rb") as f:
             cmdline = f.read()
     except OSError:
         cmdline = b""
     if b"torchrun" in cmdline or b"torch.distributed.run" in cmdline:
-        return None
-    if "LOCAL_RANK" in env and "RANK" in env:
-        return int(env["RANK"]), int(env["LOCAL_RANK"])
-    if "SLURM_PROCID" in env and "SLURM_LOCALID" in env and "SLURM_STEP_ID" in env:
-        return int(env["SLURM_PROCID"]), int(env["SLURM_LOCALID"])
-    return None
+        return None  # the agent (under srun it has the task's variables too)
+    return who
 
 
 def _install():
@@ -59,6 +64,8 @@ def _install():
     if who is None:
         return
     import faulthandler
+    import json
+    import socket
     import threading
 
     stacks = os.path.join(base, "stacks")
@@ -66,8 +73,9 @@ def _install():
     stem = os.path.join(stacks, f"{socket.gethostname()}-{os.getpid()}")
     out = open(stem + ".txt", "a", opener=_private)  # noqa: SIM115 - for the process's life
     _keep.append(out)
-    faulthandler.register(SIGNAL, file=out, all_threads=True, chain=False)
-    about = {"pid": os.getpid(), "rank": who[0], "local_rank": who[1], "signal": int(SIGNAL)}
+    signal = _signal()
+    faulthandler.register(signal, file=out, all_threads=True, chain=False)
+    about = {"pid": os.getpid(), "rank": who[0], "local_rank": who[1], "signal": int(signal)}
     with open(stem + ".ready", "w", opener=_private) as f:
         json.dump(about, f)
     thread = threading.Thread(target=_dump_on_request, args=(base, who[0]), daemon=True)
@@ -265,6 +273,9 @@ def _await_dumps(base, ranks, asked, limit_s=4.0):
 
 def collect(base, tag, method="auto"):
     """Print this node's stacks and flight-recorder dumps as one JSON line."""
+    import json
+    import socket
+
     base = os.path.expanduser(base)
     stacks = os.path.join(base, "stacks")
     host = socket.gethostname()
@@ -310,14 +321,14 @@ def collect(base, tag, method="auto"):
 
 def _next_sitecustomize():
     """Import the sitecustomize this one hides, if there is one further down the path."""
-    import importlib.util
-
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         if os.path.abspath(entry or ".") == here:
             continue
         candidate = os.path.join(entry or ".", "sitecustomize.py")
         if os.path.isfile(candidate):
+            import importlib.util
+
             loader = importlib.util.spec_from_file_location("_sitecustomize_next", candidate)
             if loader and loader.loader:
                 module = importlib.util.module_from_spec(loader)
