@@ -135,3 +135,16 @@ def test_crash_victims_are_classified_and_the_culprit_first(tmp_path: Path) -> N
     assert not any(f["root_cause"] for f in failures[1:])
     assert all(t["clean"] for t in events if t["event"] == "teardown")
     assert not pids_with_tag(summary["run_id"])
+
+
+def test_py_spy_where_it_may_attach_gives_the_same_story(tmp_path: Path) -> None:
+    """As root (ptrace allowed) `--stacks-method py-spy` reads the stacks from outside."""
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state")}
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless"]
+    argv += ["--hang-timeout", str(TIMEOUT), "--stacks-method", "py-spy", HANG, "--sleep-rank", "1"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    stall = [e for e in _until_stacks(proc) if e["event"] == "stall"][-1]
+    assert stall["method"] == "py-spy" and stall["suspects"] == [1]
+    assert stall["groups"][0]["stack"][0].endswith("hang.py:28 in sleep_forever")
+    rest = _stop(proc)
+    assert all(t["clean"] for t in rest if t["event"] == "teardown")
