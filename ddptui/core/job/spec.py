@@ -118,7 +118,7 @@ class JobSpec(_Model):
     @classmethod
     def _env_names(cls, env: dict[str, str]) -> dict[str, str]:
         for name in env:
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"invalid environment variable name {name!r}")
         return env
 
@@ -126,7 +126,7 @@ class JobSpec(_Model):
     @classmethod
     def _secret_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
         for name in names:
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise ValueError(f"invalid environment variable name {name!r}")
         return names
 
@@ -190,7 +190,7 @@ def parse_env_pairs(
     env: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise SpecError(f"malformed --env {pair!r}: expected NAME=VALUE or NAME")
         if not sep:
             if name not in here:

@@ -74,3 +74,10 @@ def test_hostfile_with_comments_and_slots(tmp_path: Path) -> None:
     f.write_text("worker-1 gpus=8\n")
     with pytest.raises(SpecError, match=r"hosts:1: unexpected 'gpus=8'"):
         read_hostfile(f)
+
+
+def test_an_env_name_ending_in_a_newline_is_refused_on_one_line() -> None:
+    """`$` matches before a final newline; found by fuzzing the --env parser."""
+    with pytest.raises(SpecError) as caught:
+        parse_env_pairs(["A\n=1"])
+    assert "\n" not in str(caught.value)
