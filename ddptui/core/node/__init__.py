@@ -20,9 +20,27 @@ from typing import Any
 JOB_LINE = b'JOB = ""  # the console puts the job here (base64 JSON), never on the command line\n'
 
 
+# A line of a node program that imports from a file sent ahead of it in the same program.
+SENT_AHEAD = b"  # sent ahead of this program\n"
+_FUTURE = b"from __future__ import annotations\n"
+
+
+def _joined(*names: str) -> bytes:
+    """Several node programs as one, in order: a later file's imports of the earlier ones
+    (lines ending in SENT_AHEAD) and its `from __future__` line (only the first may have
+    one) are left out, as their names are already defined above it."""
+    parts = []
+    for index, name in enumerate(names):
+        lines = resources.files(__name__).joinpath(name).read_bytes().splitlines(keepends=True)
+        keep = [ln for ln in lines if not ln.endswith(SENT_AHEAD) and (not index or ln != _FUTURE)]
+        parts.append(b"".join(keep))
+    return b"\n".join(parts)
+
+
 def job_helper_source() -> bytes:
-    """The job helper's source: `python3 - VERB ...` with this on stdin."""
-    return resources.files(__name__).joinpath("job_helper.py").read_bytes()
+    """The job helper's program (the reaper, then job_helper.py): `python3 - VERB ...` with
+    this on stdin."""
+    return _joined("reaper.py", "job_helper.py")
 
 
 def worker_hook_source() -> bytes:

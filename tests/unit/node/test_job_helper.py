@@ -127,3 +127,12 @@ def test_a_tail_after_a_quiet_spell_still_copies_everything(tmp_path: Path) -> N
     assert proc.wait(timeout=30) == 0
     assert out == b"second\n"
     assert err.strip().splitlines()[-1] == b'{"exit": 0}'
+
+
+def test_the_helper_is_one_program_that_imports_nothing_of_ddptui() -> None:
+    """The node has no ddptui: the reaper is sent ahead of the helper in one program."""
+    source = job_helper_source()
+    compile(source, "job_helper", "exec")
+    imports = [ln for ln in source.splitlines() if ln.lstrip().startswith((b"import ", b"from "))]
+    assert imports and not [ln for ln in imports if b"ddptui" in ln]
+    assert source.count(b"from __future__ import annotations") == 1

@@ -1,0 +1,156 @@
+"""Provides the node side of teardown: find every process of a job by its tag, stop it, and
+list what is left (the proof a node is clean); containers of the job removed the same way.
+
+Runs on the nodes as part of the job helper's program (`ddptui.core.node.job_helper_source`
+sends this file ahead of job_helper.py on stdin), so it uses only the standard library.
+
+Why a tag in the environment: torchrun starts every worker in a new session, so the agent's
+process group does not hold the workers, and SIGKILL of the agent orphans them (they are
+re-parented to PID 1 and keep training). Every process of the job inherits `DDPTUI_TAG`, and
+`/proc/PID/environ` keeps it whatever the process tree becomes, so the reaper finds them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from typing import Any
+
+TAG_VAR = "DDPTUI_TAG"
+REAP_POLL_S = 0.05
+AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
+
+
+def _tagged(tag: str) -> list[int]:
+    """PIDs of every process whose environment carries this job's tag."""
+    needle = f"{TAG_VAR}={tag}".encode()
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return ""
+
+
+def _engine(engine: str, *args: str) -> str | None:
+    """Run the container engine's client; its stdout, None when it failed or is missing."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != TAG_VAR}
+    try:
+        done = subprocess.run(
+            [engine, *args], capture_output=True, text=True, timeout=60, env=env, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _holding(container_id: str) -> list[int]:
+    """Processes that keep the container outside it (podman's conmon, docker's shim): their
+    command line names the container's full id."""
+    if not container_id:
+        return []
+    me = os.getpid()
+    return [
+        int(n)
+        for n in os.listdir("/proc")
+        if n.isdigit() and int(n) != me and container_id in _cmdline(int(n)).split()
+    ]
+
+
+def reap(tag: str, grace_arg: str, engine: str = "", name: str = "") -> int:
+    """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
+    `grace` seconds, then list what is still there: the proof the node is clean.
+
+    Once no process of the job has a parent in the job (the workers are gone, only agents
+    shutting down remain), they get AGENT_GRACE_S more, not the rest of `grace`: an agent
+    whose workers are gone has nothing left to stop, and killing it orphans nobody.
+
+    With a container (`engine`, `name`): its processes carry the tag too and are seen from
+    here in /proc, so the same signals stop them; then the container is removed (a killed
+    `run` client leaves it to conmon) and its conmon/shim must be gone and the engine must
+    no longer list it.
+    """
+    grace = float(grace_arg)
+    container_id = ""
+    if name:
+        container_id = (_engine(engine, "inspect", "--format", "{{.Id}}", name) or "").strip()
+    holders = _holding(container_id)
+    pids = [p for p in _tagged(tag) if is_alive(p)]
+    found = len(pids)
+    seen = {p: _cmdline(p) for p in [*pids, *holders][:40]}
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        time.sleep(REAP_POLL_S)
+        pids = [p for p in _tagged(tag) if is_alive(p)]
+        if pids and not any(_parent(p) in pids for p in pids):
+            deadline = min(deadline, time.monotonic() + AGENT_GRACE_S)
+    killed = list(pids)
+    _signal_all(pids, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while pids and time.monotonic() < deadline:
+        time.sleep(REAP_POLL_S)
+        pids = [p for p in _tagged(tag) if is_alive(p)]
+    report: dict[str, Any] = {"found": found, "killed": killed}
+    if name:
+        _engine(engine, "rm", "-f", name)
+        deadline = time.monotonic() + 5.0
+        while (left := [p for p in holders if is_alive(p)]) and time.monotonic() < deadline:
+            time.sleep(REAP_POLL_S)
+        _signal_all(left, signal.SIGKILL)
+        left = [p for p in _holding(container_id) if is_alive(p)]
+        names = _engine(engine, "ps", "-a", "--format", "{{.Names}}")
+        report["container"] = {
+            "engine": engine,
+            "name": name,
+            "id": container_id[:12],
+            "holders": holders,
+            # None: the engine could not be asked, so the container is not proven gone
+            "listed": None if names is None else name in names.split(),
+        }
+        pids += [p for p in left if p not in pids]
+    report["leftover"] = pids
+    report["names"] = {str(p): seen.get(p) or _cmdline(p) for p in [*killed, *pids]}
+    print(json.dumps(report))
+    return 0
