@@ -1,5 +1,5 @@
 """The shape of the code holds: the core runs without the UI, the layers and contracts of
-pyproject's import-linter section hold, no import cycle."""
+pyproject's import-linter section hold, no import cycle, no module grows past a room's size."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from tests.cases import ROOT
 
 PACKAGE = ROOT / "ddptui"
+MAX_LINES = 400
 
 
 def test_core_and_headless_do_not_import_textual() -> None:
@@ -96,3 +97,12 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_no_import_cycle_in_the_package() -> None:
     assert find_cycle(import_graph()) is None
+
+
+def test_every_module_is_a_small_room() -> None:
+    big = {
+        str(p.relative_to(ROOT)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not big, f"split these by role (over {MAX_LINES} lines): {big}"

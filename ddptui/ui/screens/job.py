@@ -15,8 +15,7 @@ from textual.worker import Worker, WorkerState
 
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.monitor.failures import jump_targets
-from ddptui.core.runs.run_dir import RunDir, node_log_name
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
 from ddptui.ui.messages import (
     AllocationUpdate,
@@ -31,10 +30,10 @@ from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.job_navigation import RankNavigation
 from ddptui.ui.screens.job_stall import StallActions
 from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.footer import SteadyFooter
-from ddptui.ui.widgets.grid_cells import find_cell
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
@@ -49,7 +48,7 @@ NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
-class JobScreen(StallActions, LogScreen):
+class JobScreen(StallActions, RankNavigation, LogScreen):
     """Owns the Session: launches it in a worker, renders its events, tears it down."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -192,71 +191,8 @@ class JobScreen(StallActions, LogScreen):
         if yes:
             self.detach()
 
-    def action_jump_error(self) -> None:
-        """Show the first error line of the chosen rank, else of each failed rank in turn.
-
-        The order is the failures' (first observed first); each press moves on to the next.
-        """
-        targets = jump_targets(self.ranks, self.root_cause.failures)
-        chosen = [t for t in targets if (t.node, t.local_rank) == self.selected]
-        if self.selected is not None and not chosen:
-            node, local_rank = self.selected
-            self.notify(f"{node} local rank {local_rank} has no error line", timeout=4)
-            return
-        if not targets:
-            self.notify("no rank has an error line (yet)", timeout=3)
-            return
-        if chosen:
-            target = chosen[0]
-        else:
-            target = targets[self._jumps % len(targets)]
-            self._jumps += 1
-        who = f"rank {target.rank} on {target.node}" if target.rank is not None else target.node
-        if self.logs.jump_to(target.node, target.seq):
-            self.notify(f"{who}: {target.summary}", timeout=6)
-            return
-        where = self._node_log_path(target.node)
-        self.notify(
-            f"{who}: its first error line ({target.seq}) is older than the console keeps; "
-            f"the full log is {where}",
-            severity="warning",
-            timeout=10,
-        )
-
     def action_toggle_commands(self) -> None:
         self.job_panel.fold(not self.job_panel.folded)
-
-    def go_to(self, target: str) -> None:
-        """Choose the rank `target` names (`local1`, `local1/2`, `r5`), show it in the grid
-        and its node's log."""
-        cell = find_cell(self.grid.rows, target)
-        if cell is None:
-            self.notify(f"no node or rank {target!r}", severity="error")
-            return
-        self._choose((cell.node, cell.local_rank))
-        line = self.grid.line_of(cell.node, cell.local_rank)
-        if line is not None:
-            y = self.grid.virtual_region.y + line
-            self.query_one("#side").scroll_to(y=max(0, y - 2), animate=False)
-        self.logs.show(cell.node)
-
-    def _choose(self, chosen: tuple[str, int] | None) -> None:
-        self.selected = chosen
-        self.grid.select(*(chosen or (None, 0)))
-        self._show_details()
-
-    def _show_details(self) -> None:
-        cell = self.grid.cell(*self.selected) if self.selected is not None else None
-        last = None
-        if cell is not None:
-            last = self.logs.store.last_text(cell.node, cell.rank)
-        self.details.show_rank(cell, last)
-
-    def _node_log_path(self, node: str) -> str:
-        if self.session is None or self.session.plan is None:
-            return "in the run directory"
-        index = list(self.session.plan.node_names).index(node)
-        return str(self.session.run.nodes_dir / node_log_name(index, node))
 
     def _learn_keys(self) -> None:
         """Panels that name a key show the one the keymap gives it."""
