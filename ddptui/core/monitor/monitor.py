@@ -109,6 +109,12 @@ class Monitor:
         """The node's agent ended: its ranks not yet final end with it."""
         return self.board.node_exited(node, exit_code, by_teardown)
 
+    def step_rate(self, node: str, local_rank: int, now: float | None = None) -> float | None:
+        """The rank's recent progress in steps (or progress lines) per second, None until it
+        has printed enough progress lines to tell."""
+        cell = self.board.cell(node, local_rank)
+        return cell.progress.rate(time.time() if now is None else now) if cell else None
+
     def winding_down(self, node: str) -> bool:
         """Whether a rank of this node has failed: its agent stops the others and exits."""
         return any(cell.state == RankState.FAILED for cell in self.board.cells.get(node, []))

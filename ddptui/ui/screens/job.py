@@ -44,6 +44,7 @@ from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 FLUSH_INTERVAL_S = 1 / 15
+DETAILS_INTERVAL_S = 1.0  # the chosen rank's step rate moves without any state change
 NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
@@ -130,6 +131,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
     def on_mount(self) -> None:
         self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
         self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
+        self.set_interval(DETAILS_INTERVAL_S, self.refresh_details)
         self.logs.active_view.focus()
         self.call_after_refresh(self._learn_keys)
         if self.attach is not None:

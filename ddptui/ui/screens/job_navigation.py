@@ -80,12 +80,20 @@ class RankNavigation(Screen[None]):
         self.grid.select(*(chosen or (None, 0)))
         self._show_details()
 
+    def refresh_details(self) -> None:
+        """The chosen rank's details again (its step rate moves while its state stays)."""
+        if self.selected is not None:
+            self._show_details()
+
     def _show_details(self) -> None:
         cell = self.grid.cell(*self.selected) if self.selected is not None else None
-        last = None
+        last, rate = None, None
         if cell is not None:
             last = self.logs.store.last_text(cell.node, cell.rank)
-        self.details.show_rank(cell, last)
+            monitor = self.session.monitor if self.session is not None else None
+            if monitor is not None:
+                rate = monitor.step_rate(cell.node, cell.local_rank)
+        self.details.show_rank(cell, last, rate)
 
     def _node_log_path(self, node: str) -> str:
         if self.session is None or self.session.plan is None:

@@ -1,4 +1,4 @@
-"""Provides RankDetails: the chosen rank's state, cause and last line, under the grid."""
+"""Provides RankDetails: the chosen rank's state, step rate, cause and last line, under the grid."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from ddptui.core.monitor.diagnosis import signal_name
 from ddptui.ui.widgets.grid_cells import RankGridCell
 
 
-def describe_rank(cell: RankGridCell, last_line: str | None) -> Text:
-    """`rank 5 · local1 L1 · failed (exit -9, SIGKILL)`, then its cause and its last line."""
+def describe_rank(
+    cell: RankGridCell, last_line: str | None, steps_per_s: float | None = None
+) -> Text:
+    """`rank 5 · local1 L1 · running · 2.40 steps/s`, then its cause and its last line."""
     text = Text()
     who = f"rank {cell.rank}" if cell.rank is not None else "no rank yet"
     text.append(who, style="bold")
@@ -20,6 +22,8 @@ def describe_rank(cell: RankGridCell, last_line: str | None) -> Text:
         killed = signal_name(cell.exit_code)
         state += f" (exit {cell.exit_code}" + (f", {killed})" if killed else ")")
     text.append(state, style="bold")
+    if steps_per_s is not None:
+        text.append(f" · {steps_per_s:.2f} steps/s")
     if cell.restarts:
         text.append(f" · restarted {cell.restarts}×")
     if cell.suspect:
@@ -49,6 +53,11 @@ class RankDetails(Static):
     }
     """
 
-    def show_rank(self, cell: RankGridCell | None, last_line: str | None = None) -> None:
+    def show_rank(
+        self,
+        cell: RankGridCell | None,
+        last_line: str | None = None,
+        steps_per_s: float | None = None,
+    ) -> None:
         self.set_class(cell is not None, "-shown")
-        self.update(describe_rank(cell, last_line) if cell is not None else "")
+        self.update(describe_rank(cell, last_line, steps_per_s) if cell is not None else "")

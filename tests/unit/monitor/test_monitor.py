@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
@@ -127,3 +129,15 @@ def test_a_node_whose_rank_failed_is_winding_down_and_a_healthy_one_is_not() -> 
     assert not m.winding_down("n0") and not m.winding_down("n1")
     m.feed("n1", (DATA / "crash_node1.log").read_bytes())
     assert m.winding_down("n1") and not m.winding_down("n0")
+
+
+def test_a_ranks_step_rate_comes_from_its_progress_lines() -> None:
+    """The chosen rank's details show it; None until enough progress lines were seen."""
+    m = Monitor(["n0"], 1)
+    for second, epoch in ((100.0, 1), (101.0, 2)):
+        m.feed("n0", f"[ddptui:0:0]:Epoch {epoch} | Batchsize: 32\n".encode(), now=second)
+    assert m.step_rate("n0", 0, now=102.0) is None
+    for second, epoch in ((102.0, 3), (103.0, 4)):
+        m.feed("n0", f"[ddptui:0:0]:Epoch {epoch} | Batchsize: 32\n".encode(), now=second)
+    assert m.step_rate("n0", 0, now=104.0) == pytest.approx(0.75)  # 3 epochs in 4 s
+    assert m.step_rate("elsewhere", 0) is None
