@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual.widgets import Static
+
 from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.ui.messages import RankUpdates
 from ddptui.ui.relay import SessionRelay
@@ -154,3 +156,18 @@ def test_rank_changes_gather_in_one_message_until_it_is_taken() -> None:
     relay.emit(RankChanged(0, "n0", 0, RankState.DONE, 0))
     assert len(posted) == 2 and isinstance(posted[1], RankUpdates)
     assert [e.state for e in posted[1].take()] == [RankState.DONE]
+
+
+async def test_the_status_says_which_of_how_many_logs_when_the_tabs_are_cut() -> None:
+    """At 80 columns 24 nodes' tabs do not fit: the status line says `(3/25)`."""
+    many = NodeLogDeck([f"node{i:02d}" for i in range(24)])
+    async with WidgetHost(many).run_test(size=(80, 24)) as pilot:
+        many.show("node02")
+        await pilot.pause(0.1)
+        assert "node02 (3/25)" in str(many.query_one("#log-status", Static).render())
+    few = NodeLogDeck(["local0", "local1"])
+    async with WidgetHost(few).run_test(size=(80, 24)) as pilot:
+        few.show("local1")
+        await pilot.pause(0.1)
+        status = str(few.query_one("#log-status", Static).render())
+        assert "local1" in status and "/3)" not in status

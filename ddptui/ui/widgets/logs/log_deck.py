@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Static, TabbedContent, TabPane
+from textual.widgets import Static, Tab, TabbedContent, TabPane
 
 from ddptui.core.events import NodeState
 from ddptui.ui.widgets.logs.log_filter import LogFilter, compile_pattern
@@ -304,7 +304,18 @@ class NodeLogDeck(Vertical):
         if not self.is_mounted:
             return
         # One row of fixed height: no layout of the whole screen for a new status.
-        self._status.update(describe_view(self.active_view, self.saved_to), layout=False)
+        view = self.active_view
+        place = (self.views.index(view) + 1, len(self.views)) if self._tabs_cut() else None
+        self._status.update(describe_view(view, self.saved_to, place), layout=False)
+
+    def on_resize(self) -> None:
+        self._show_status()
+
+    def _tabs_cut(self) -> bool:
+        """Whether the tab bar is wider than the deck, so that some logs' tabs are out of
+        sight: then the status line says which of how many logs shows."""
+        wanted = sum(tab.label.cell_length + 2 for tab in self.query(Tab))  # padding 0 1
+        return wanted > self.size.width
 
 
 def _entries_for(
@@ -320,10 +331,15 @@ def _entries_for(
     return [entry for entry in batch if entry.node in nodes]
 
 
-def describe_view(view: LogView, saved_to: Path | None = None) -> Text:
-    """The status line under the logs: which view, its filter and search, the toggles."""
+def describe_view(
+    view: LogView, saved_to: Path | None = None, place: tuple[int, int] | None = None
+) -> Text:
+    """The status line under the logs: which view (`place`: the Nth of M logs), its filter
+    and search, the toggles."""
     text = Text()
     text.append(view.label, style="bold")
+    if place is not None:
+        text.append(f" ({place[0]}/{place[1]})")
 
     def flag(name: str, on: bool) -> None:
         text.append(f"  {name} ")
