@@ -219,9 +219,7 @@ class HelperBackend(Backend):
         except (TransportError, IndexError, ValueError) as exc:
             return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
         leftover = tuple(report["leftover"])
-        detail = f"{report['found']} process(es) found"
-        if report["killed"]:
-            detail += f", {len(report['killed'])} needed SIGKILL"
+        detail = f"{report['found']} process(es) found"  # reap_detail names any SIGKILLed
         return TeardownReport(
             command.node, reap_clean(report), leftover, detail + reap_detail(report)
         )
