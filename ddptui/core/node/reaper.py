@@ -141,6 +141,12 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "") -> int:
         _signal_all(left, signal.SIGKILL)
         left = [p for p in _holding(container_id) if is_alive(p)]
         names = _engine(engine, "ps", "-a", "--format", "{{.Names}}")
+        deadline = time.monotonic() + 10.0
+        while names is not None and name in names.split() and time.monotonic() < deadline:
+            # "removal in progress", or an rm that raced the end of its processes: again
+            time.sleep(0.2)
+            _engine(engine, "rm", "-f", name)
+            names = _engine(engine, "ps", "-a", "--format", "{{.Names}}")
         report["container"] = {
             "engine": engine,
             "name": name,
