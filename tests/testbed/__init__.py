@@ -6,7 +6,8 @@ hosts (isolated namespaces on one machine) to drive.  See fixtures.py for pytest
 
 from __future__ import annotations
 
-from .netns import Testbed, TestbedError, check_prerequisites
+from .commands import TestbedError, check_prerequisites
+from .netns import Testbed
 from .processes import pids_in_netns
 from .slurm import SlurmCluster
 from .sshd import SshServers

@@ -13,8 +13,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from .commands import TestbedError, check_prerequisites
 from .containers import DockerDaemon, Podman, build_image, podman_store
-from .netns import Testbed, TestbedError, check_prerequisites
+from .netns import Testbed
 from .slurm import SLURM_TOOLS, SlurmCluster
 from .sshd import SSH_TOOLS
 from .stale import cleanup_stale

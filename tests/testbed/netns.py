@@ -22,47 +22,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .iproute import fit_neighbour_table, ip_batch
+from .commands import TestbedError, _batch, _sh, check_prerequisites
+from .iproute import fit_neighbour_table
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
 
-REQUIRED_TOOLS = ("ip", "unshare", "nsenter")
 IFNAME = "eth0"  # interface name inside every host/head namespace
 _COUNTER = itertools.count()
 MAX_HOSTS_24 = 200
 MAX_HOSTS_16 = 1000  # a Linux bridge takes at most 1024 ports
 _CLONE_NEWNET = 0x40000000
-
-
-class TestbedError(RuntimeError):
-    """Raised when the testbed cannot be built or a prerequisite is missing."""
-
-    __test__ = False  # not a pytest test class
-
-
-def check_prerequisites(tools: Sequence[str] = REQUIRED_TOOLS) -> None:
-    """Fail loudly (never skip) when not root or a needed tool is missing."""
-    problems = []
-    if os.geteuid() != 0:
-        problems.append("must run as root (network namespaces, sshd, slurmd)")
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        problems.append("missing tools on PATH: " + ", ".join(missing))
-    if problems:
-        raise TestbedError("testbed prerequisites not met: " + "; ".join(problems))
-
-
-def _batch(ns: str | None, commands: Sequence[str]) -> None:
-    error = ip_batch(ns, commands)
-    if error is not None:
-        raise TestbedError(error)
-
-
-def _sh(argv: Sequence[str], timeout: float = 30) -> str:
-    """Run a setup command; raise with its stderr on failure."""
-    cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    if cp.returncode != 0:
-        raise TestbedError(f"{' '.join(argv)} failed ({cp.returncode}): {cp.stderr.strip()}")
-    return cp.stdout
 
 
 class Testbed:

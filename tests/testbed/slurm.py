@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .netns import TestbedError
+from .commands import TestbedError
 from .processes import _terminate, _wait_gone
 
 if TYPE_CHECKING:

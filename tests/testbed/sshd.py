@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from .commands import TestbedError
 from .containers import podman_env_words
-from .netns import TestbedError
 
 if TYPE_CHECKING:
     from .netns import Testbed
