@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.sshrun import rank_steps
-from tests.integration.test_containers_local import TRAINER, _cmd
+from tests.integration.test_containers_local import TRAINER, _cmd, until_running
 from tests.procs import pids_with_tag
 from tests.testbed.containers import Podman, pids_naming
 
@@ -71,20 +71,7 @@ def test_killed_docker_clients_then_teardown_removes_the_containers(
         cwd=tmp_path,
         env=env(tmp_path, docker),
     )
-    assert proc.stdout is not None
-    running: set[int] = set()
-    run_id = ""
-    deadline = time.monotonic() + 240
-    while len(running) < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["event"] == "plan":
-            run_id = event["run_id"]
-        if event["event"] == "rank" and event["state"] == "running":
-            running.add(event["rank"])
-    assert len(running) == 4
+    run_id = until_running(proc)
     containers = docker.containers(f"ddptui-{run_id}")
     assert len(containers) == 2
     ids = list(containers.values())

@@ -108,6 +108,25 @@ def test_ranks_green_in_containers_and_nothing_left(
     assert_nothing_left(podman, run_id)
 
 
+def until_running(proc: subprocess.Popen[str], ranks: int = 4) -> str:
+    """Read a headless run's events until `ranks` ranks run; its run id."""
+    assert proc.stdout is not None
+    running: set[int] = set()
+    run_id = ""
+    deadline = time.monotonic() + 240
+    while len(running) < ranks and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["event"] == "plan":
+            run_id = event["run_id"]
+        if event["event"] == "rank" and event["state"] == "running":
+            running.add(event["rank"])
+    assert len(running) == ranks
+    return run_id
+
+
 def test_killed_podman_client_leaves_the_container_to_conmon_and_teardown_ends_it(
     tmp_path: Path, podman: Podman
 ) -> None:
@@ -122,20 +141,7 @@ def test_killed_podman_client_leaves_the_container_to_conmon_and_teardown_ends_i
         cwd=tmp_path,
         env=env(tmp_path, podman),
     )
-    assert proc.stdout is not None
-    running: set[int] = set()
-    run_id = ""
-    deadline = time.monotonic() + 240
-    while len(running) < 4 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["event"] == "plan":
-            run_id = event["run_id"]
-        if event["event"] == "rank" and event["state"] == "running":
-            running.add(event["rank"])
-    assert len(running) == 4
+    run_id = until_running(proc)
     containers = podman.containers(f"ddptui-{run_id}")
     assert sorted(containers) == [f"ddptui-{run_id}.0", f"ddptui-{run_id}.1"]
     assert len(pids_naming(containers.values())) == 2  # one conmon each
