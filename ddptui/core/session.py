@@ -25,6 +25,7 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.monitor.failures import explanation
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
@@ -362,9 +363,10 @@ class Session:
             if cell.rank is None and self._last_error:
                 detail = self._last_error  # the backend's own words (srun refused, ...)
             else:
+                said = explanation(cell.cause, cell.diagnoses) or cell.error
                 detail = (
                     f"rank {cell.rank} on {cell.node} failed first "
-                    f"(exit {cell.exit_code}){': ' + cell.error if cell.error else ''}"
+                    f"(exit {cell.exit_code}){': ' + said if said else ''}"
                 )
         summary = RunSummary(
             ok,

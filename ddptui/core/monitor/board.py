@@ -19,6 +19,7 @@ from ddptui.core.monitor.diagnosis import (
     HUNG,
     PEER_LOST,
     RENDEZVOUS_KINDS,
+    explaining_lines,
     signal_name,
     stragglers,
 )
@@ -112,7 +113,11 @@ class RankBoard:
         self.failures.append(record)
         ordered = order_failures(self.failures, final=False)
         told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
-        return [FailureReport(told, tuple(ordered))]
+        events: list[Event] = []
+        if cell is not None:  # what the error file says beyond the exception line
+            for diagnosis in explaining_lines(fact.traceback):
+                events += self.diagnose(cell, diagnosis)
+        return [*events, FailureReport(told, tuple(ordered))]
 
     def ordered_failures(self) -> list[FailureRecord]:
         """torchrun's failure records as the story tells them at the end: the culprit first."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import signal
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ddptui.core.events import Diagnosis
@@ -18,6 +18,7 @@ from ddptui.core.events import Diagnosis
 # Kinds, most specific first; `peer_lost` is usually a consequence of another rank's death.
 COLLECTIVE_TIMEOUT = "collective_timeout"
 CUDA_OOM = "cuda_oom"
+DUPLICATE_GPU = "duplicate_gpu"  # NCCL: two ranks of one communicator on one GPU
 RENDEZVOUS_CONNECT = "rendezvous_connect"
 RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
 PORT_IN_USE = "port_in_use"
@@ -29,6 +30,7 @@ EXITED = "exit"  # the agent saw the worker end (the only trace a SIGKILL leaves
 KINDS = (
     COLLECTIVE_TIMEOUT,
     CUDA_OOM,
+    DUPLICATE_GPU,
     RENDEZVOUS_CONNECT,
     RENDEZVOUS_TIMEOUT,
     PORT_IN_USE,
@@ -52,6 +54,9 @@ _WATCHDOG = re.compile(
 )
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (\d+)ms for (\w+) operation to complete")
 _OOM = re.compile(r"CUDA out of memory\.(?: Tried to allocate ([\d.]+ [KMGTP]?i?B))?")
+_DUPLICATE_GPU = re.compile(
+    r"Duplicate GPU detected\s*:\s*rank (\d+) and rank (\d+) both on CUDA device (\w+)"
+)
 _CONNECT_TIMEOUT = re.compile(
     r"client socket has timed out after (\d+)ms while trying to connect to \(([^,]+), (\d+)\)"
 )
@@ -84,6 +89,15 @@ def _oom(m: re.Match[str]) -> str:
     return f"CUDA out of memory{tried}"
 
 
+def _duplicate_gpu(m: re.Match[str]) -> str:
+    return (
+        f"two ranks on one GPU: ranks {m.group(1)} and {m.group(2)} both on the GPU at PCI bus "
+        f"{m.group(3)} (NCCL `invalid usage`): give each rank its own GPU — at most as many "
+        f"processes per node as it has GPUs (--nproc-per-node), and a disjoint "
+        f"CUDA_VISIBLE_DEVICES for jobs that share a machine"
+    )
+
+
 def _connect_timeout(m: re.Match[str]) -> str:
     return (
         f"cannot reach the rendezvous store at {m.group(2)}:{m.group(3)} "
@@ -113,6 +127,7 @@ _RULES: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], str]], ...] 
     (COLLECTIVE_TIMEOUT, _WATCHDOG, _watchdog),
     (COLLECTIVE_TIMEOUT, _GLOO_TIMEOUT, _gloo_timeout),
     (CUDA_OOM, _OOM, _oom),
+    (DUPLICATE_GPU, _DUPLICATE_GPU, _duplicate_gpu),
     (PORT_IN_USE, _PORT_IN_USE, _port_in_use),
     (RENDEZVOUS_CONNECT, _CONNECT_TIMEOUT, _connect_timeout),
     (RENDEZVOUS_CONNECT, _VALIDATE, _validate),
@@ -141,6 +156,7 @@ _CLUES = (
     "watchdog caught",
     "timed out",
     "out of memory",
+    "duplicate gpu",
     "eaddrinuse",
     "already in use",
     "tcp client failed",
@@ -166,6 +182,22 @@ def recognise(text: str, seq: int | None = None) -> Diagnosis | None:
         if match:
             return Diagnosis(kind, describe(match), text.strip()[:500], seq)
     return None
+
+
+# Kinds whose line explains an exception that says little by itself (NCCL's `invalid usage`
+# is followed by its "Last error:" line), read from torchrun's error file too.
+EXPLAINING = frozenset({DUPLICATE_GPU})
+
+
+def explaining_lines(lines: Sequence[str]) -> list[Diagnosis]:
+    """What the explaining lines among `lines` (an error file's traceback) say."""
+    found = []
+    for line in lines:
+        if may_report_failure(line):
+            diagnosis = recognise(line)
+            if diagnosis is not None and diagnosis.kind in EXPLAINING:
+                found.append(diagnosis)
+    return found
 
 
 def signal_name(exit_code: int | None) -> str | None:

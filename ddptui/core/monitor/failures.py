@@ -18,6 +18,7 @@ from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 from ddptui.core.monitor.diagnosis import (
     COLLECTIVE_TIMEOUT,
     CUDA_OOM,
+    DUPLICATE_GPU,
     HUNG,
     PEER_LOST,
     STRAGGLER,
@@ -27,6 +28,7 @@ from ddptui.core.monitor.diagnosis import (
 # What a rank's failure was, as the summary's per-rank `cause` says it.
 EXCEPTION = "exception"  # its own Python exception
 OOM = "cuda_oom"
+SHARED_GPU = DUPLICATE_GPU  # two ranks on one GPU: NCCL refuses the communicator
 WATCHDOG = "watchdog_timeout"  # a collective timed out (the NCCL watchdog's SIGABRT)
 STOPPED = "stopped_by_launcher"  # SIGTERM from its agent (or srun) after a peer failed
 PEER = "peer_closed"  # a peer closed the connection: another rank went first
@@ -59,6 +61,8 @@ def cause_of(
         return TEARDOWN
     if CUDA_OOM in kinds or "CUDA out of memory" in error:
         return OOM
+    if DUPLICATE_GPU in kinds or "Duplicate GPU detected" in error:
+        return SHARED_GPU
     if _PEER_WORDS.search(error):
         return PEER
     if COLLECTIVE_TIMEOUT in kinds:
@@ -74,6 +78,14 @@ def cause_of(
     if exit_code < 0 or exit_code > 128:
         return KILLED
     return EXIT
+
+
+def explanation(cause: str, diagnoses: Iterable[Diagnosis]) -> str:
+    """The words that explain a failure better than its exception line, if its output had
+    them (two ranks on one GPU: NCCL says only `invalid usage` in the exception)."""
+    if cause == SHARED_GPU:
+        return next((d.summary for d in diagnoses if d.kind == DUPLICATE_GPU), "")
+    return ""
 
 
 def is_victim(cause: str) -> bool:

@@ -24,6 +24,7 @@ CAUSE_WORDS = {  # failures.cause_of's names, as the panel says them
     "watchdog_timeout": "collective timed out",
     "stopped_by_teardown": "stopped by the teardown",
     "agent_exited": "its agent ended",
+    "duplicate_gpu": "two ranks on one GPU",
 }
 MAX_NOTED = 12
 

@@ -64,6 +64,7 @@ RULE_EXAMPLES = [
     "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Timed out waiting "
     "5000ms for recv operation to complete",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "Duplicate GPU detected : rank 3 and rank 1 both on CUDA device 70",
     "RuntimeError: The server socket has failed to listen on any local network address. "
     "port: 29534, useIpv6: 0, code: -98, name: EADDRINUSE, message: address already in use",
     "OSError: [Errno 98] Address already in use",
