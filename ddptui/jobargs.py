@@ -78,6 +78,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="run without torch's flight recorder (on by default for NCCL and gloo)",
     )
     job.add_argument(
+        "--gpu-sample-ms",
+        type=int,
+        metavar="MS",
+        help="sample every node's GPUs this often while the job runs (default 1000; 0: off)",
+    )
+    job.add_argument(
         "--stacks-method",
         choices=["auto", "signal", "py-spy"],
         help="how stacks are taken: py-spy where it may attach, else a signal (auto)",
@@ -148,6 +154,7 @@ def cli_fields(
             "hang_timeout": args.hang_timeout,
             "flight_recorder": args.flight_recorder,
             "stacks_method": args.stacks_method,
+            "gpu_sample_ms": args.gpu_sample_ms,
             "progress_pattern": args.progress_pattern,
         }
     )

@@ -193,13 +193,78 @@ class PlanReady(Event):
 
 
 @dataclass(frozen=True)
+class GpuStat:
+    """One GPU in one sample: what it does, and which of the job's ranks use it."""
+
+    index: int
+    util: int | None  # percent
+    mem_used_mib: int | None
+    mem_total_mib: int | None
+    power_w: float | None
+    temp_c: int | None
+    ranks: tuple[int, ...] = ()
+    uuid: str = ""
+
+    @property
+    def mem_ratio(self) -> float | None:
+        if self.mem_used_mib is None or not self.mem_total_mib:
+            return None
+        return self.mem_used_mib / self.mem_total_mib
+
+
+@dataclass(frozen=True)
+class GpuFlag:
+    """Something a rank's GPU says that its output does not: `busy_no_progress` (a kernel
+    spins while the rank makes no progress: a collective waiting for a peer), `idle` (the rank
+    runs, its GPU does nothing), `mem_high` (the GPU's memory is near its limit)."""
+
+    kind: str
+    gpu: int
+    rank: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class GpuReport(Event):
+    """A node's GPUs in one sample: `{"event": "gpu", "node", "gpus": [GpuStat...], "flags"}`."""
+
+    node: str
+    gpus: tuple[GpuStat, ...]
+    flags: tuple[GpuFlag, ...] = ()
+
+    kind = "gpu"
+
+
+@dataclass(frozen=True)
+class GpuHolder:
+    pid: int  # a process of the job that still holds a GPU after teardown
+    gpu: int | None
+    mem_mib: int
+    command: str
+
+
+@dataclass(frozen=True)
+class GpuProof:
+    """A node's GPUs after teardown: none held by the job, memory back to its level before
+    the job (`mem_before_mib`: the first sample's; empty without samples)."""
+
+    clean: bool
+    mem_used_mib: tuple[tuple[int, int], ...]  # (GPU index, MiB)
+    mem_before_mib: tuple[tuple[int, int], ...] = ()
+    held: tuple[GpuHolder, ...] = ()
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class TeardownReport(Event):
-    """Proof for one node that nothing of the job is left running there."""
+    """Proof for one node that nothing of the job is left running there (and, on a node with
+    GPUs, that no GPU is still held: `gpu`)."""
 
     node: str
     clean: bool
     leftover_pids: tuple[int, ...] = ()
     detail: str = ""
+    gpu: GpuProof | None = None
 
     kind = "teardown"
 

@@ -156,6 +156,7 @@ class Session:
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
         self.monitor = Monitor(plan.node_names, plan.nproc_per_node, self.spec.progress_pattern)
+        self.backend.gpu_sink = self._gpu_sample
         for command in plan.commands:
             self.node_exit[command.node] = None
             self.emit(NodeChanged(command.node, NodeState.WAITING))
@@ -163,6 +164,11 @@ class Session:
                 path = self.run.node_log(command.index, command.node)
                 self._logs[command.node] = open_private(path, "wb" if self.attaching else "ab")
         for event in self.monitor.initial_events():
+            self.emit(event)
+
+    def _gpu_sample(self, node: str, record: dict[str, Any]) -> None:
+        assert self.monitor is not None
+        for event in self.monitor.gpu_sample(node, record):
             self.emit(event)
 
     async def _start_node(self, command: NodeCommand) -> None:

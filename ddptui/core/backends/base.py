@@ -10,15 +10,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.gpu import judge_gpus, memory_before
 from ddptui.core.node import job_helper_source, with_job, worker_hook_source
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
+GpuSampleSink = Callable[[str, dict[str, Any]], None]
 REAP_GRACE_S = 3.0
 START_TIMEOUT_S = 60.0
 
@@ -43,6 +46,17 @@ class Backend(ABC):
         self.spec = spec
         self.run = run
         self.emit = emit
+        # The session's reader of GPU samples (node, sample); None: they are dropped.
+        self.gpu_sink: GpuSampleSink | None = None
+        # Each node's GPU memory before the job (its first sample), for the teardown proof.
+        self.gpu_before: dict[str, str] = {}
+
+    def gpu_sample(self, node: str, record: dict[str, Any]) -> None:
+        """A node's GPU sample arrived: the first is the level memory must return to."""
+        if node not in self.gpu_before:
+            self.gpu_before[node] = memory_before(record)
+        if self.gpu_sink is not None:
+            self.gpu_sink(node, record)
 
     @abstractmethod
     async def allocate(self) -> list[NodeTarget]:
@@ -147,6 +161,7 @@ class HelperBackend(Backend):
             "log": self.node_log_path(command),
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
+            "gpu_sample_ms": self.spec.gpu_sample_ms,
         }
         transport = self.transport(command.node)
         argv, stdin = self._argv("launch"), with_job(self._helper_source, job)
@@ -162,20 +177,27 @@ class HelperBackend(Backend):
         self._launches[command.node] = launch
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        """The node's log to `on_chunk`; its GPU samples, taken out of the stream, to
+        `gpu_sample` (the log's bytes and offsets are the node's own)."""
         launch = self._launches.pop(command.node, None)
+        demux = GpuDemux(on_chunk, lambda record: self.gpu_sample(command.node, record))
+        gpu_ms = str(self.spec.gpu_sample_ms)
         try:
             if launch is not None and offset == 0:
-                result = await launch.follow(on_chunk)
+                result = await launch.follow(demux.feed)
             else:
                 if launch is not None:
                     await launch.close()
+                log = self.node_log_path(command)
                 result = await self.transport(command.node).stream(
-                    self._argv("tail", self.node_log_path(command), str(offset)),
-                    on_chunk,
+                    self._argv("tail", log, str(offset), command.tag, gpu_ms),
+                    demux.feed,
                     stdin=self._helper_source,
                 )
         except TransportError:
+            demux.flush()
             return None
+        demux.flush()
         for line in reversed(result.stderr.strip().splitlines()):
             if line.startswith('{"exit"'):
                 return int(json.loads(line)["exit"])
@@ -196,14 +218,17 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
         return report
 
-    async def reap_tag(self, transport: Transport, tag: str) -> dict[str, Any]:
+    async def reap_tag(
+        self, transport: Transport, tag: str, gpu_before: str = ""
+    ) -> dict[str, Any]:
         """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover",
-        "names", and "container" when the node's command runs in one}.
+        "names", "container" when the node's command runs in one, "gpu" on a node with
+        GPUs}.
 
         Raises TransportError, or IndexError/ValueError when the shim printed no report.
         """
         result = await transport.run(
-            self._argv("reap", *reap_args(self.spec, tag)),
+            self._argv("reap", *reap_args(self.spec, tag, gpu_before)),
             stdin=self._helper_source,
             timeout=90,
         )
@@ -215,20 +240,29 @@ class HelperBackend(Backend):
         if launch is not None:  # started, never followed (another node failed to start)
             await launch.close()
         try:
-            report = await self.reap_tag(self.transport(command.node), command.tag)
+            before = self.gpu_before.get(command.node, "")
+            report = await self.reap_tag(self.transport(command.node), command.tag, before)
         except (TransportError, IndexError, ValueError) as exc:
             return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
-        leftover = tuple(report["leftover"])
-        detail = f"{report['found']} process(es) found"  # reap_detail names any SIGKILLed
-        return TeardownReport(
-            command.node, reap_clean(report), leftover, detail + reap_detail(report)
-        )
+        return teardown_report(command.node, report)
 
 
-def reap_args(spec: JobSpec, tag: str) -> list[str]:
-    """The node shim's `reap` arguments: the tag, the grace, and the node's container."""
+def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
+    """The node shim's reap report as the teardown proof: processes, container, GPUs."""
+    gpu = judge_gpus(report["gpu"]) if report.get("gpu") else None
+    detail = f"{report['found']} process(es) found"  # reap_detail names any SIGKILLed
+    detail += reap_detail(report) + (f"; {gpu.detail}" if gpu else "")
+    clean = reap_clean(report) and (gpu is None or gpu.clean)
+    return TeardownReport(node, clean, tuple(report["leftover"]), detail, gpu)
+
+
+def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
+    """The node shim's `reap` arguments: the tag, the grace, the node's container, and each
+    GPU's memory before the job (`0:503,1:503`, MiB) when it is known."""
     args = [tag, str(REAP_GRACE_S)]
     container = node_container(spec, tag)
+    if gpu_before:
+        return [*args, *(container or ("", "")), gpu_before]
     return [*args, *container] if container else args
 
 

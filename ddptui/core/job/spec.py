@@ -87,6 +87,8 @@ class JobSpec(_Model):
     hang_timeout: float = Field(120.0, ge=0)
     flight_recorder: bool = True  # torch's flight recorder on (NCCL, gloo), dumps gathered
     stacks_method: Literal["auto", "signal", "py-spy"] = "auto"  # auto: py-spy where it may
+    # Each node's GPUs are sampled this often while the job runs (ms); 0: off.
+    gpu_sample_ms: int = Field(1000, ge=0)
     # What a rank's progress lines look like (first number = step), for straggler detection.
     progress_pattern: str = DEFAULT_PROGRESS_PATTERN
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]

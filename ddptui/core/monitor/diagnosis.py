@@ -260,6 +260,18 @@ class StepRate:
         while len(self._samples) > 2 and now - self._samples[0][0] > self.window_s:
             self._samples.popleft()
 
+    @property
+    def last_at(self) -> float:
+        """When the last progress line came (0: none yet)."""
+        return self._samples[-1][0] if self._samples else 0.0
+
+    @property
+    def interval(self) -> float:
+        """The mean time between the window's progress lines (0: fewer than two)."""
+        if len(self._samples) < 2:
+            return 0.0
+        return (self._samples[-1][0] - self._samples[0][0]) / (len(self._samples) - 1)
+
     def rate(self, now: float) -> float | None:
         """Progress per second from the window's first sample until `now`.
 

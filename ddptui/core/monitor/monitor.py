@@ -41,6 +41,7 @@ from ddptui.core.monitor.framing import (
     RankAttributor,
     worker_ended,
 )
+from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
 from ddptui.core.monitor.stall import StallWatch
@@ -75,6 +76,7 @@ class Monitor:
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
+        self.gpu = GpuWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = re.compile(progress_pattern) if progress_pattern else None
 
@@ -98,6 +100,15 @@ class Monitor:
     ) -> list[Event]:
         """Every node's stacks report (or why there is none): groups, suspects, gaps."""
         return self.stall.stacks_taken(reports, time.time() if now is None else now)
+
+    def gpu_sample(
+        self, node: str, record: Mapping[str, Any], now: float | None = None
+    ) -> list[Event]:
+        """A node's GPU sample (core/node/gpu_sampler.py): its GpuReport, with flags."""
+        if node not in self._readers:
+            return []
+        self.gpu.stalled = self.stall.stalled
+        return self.gpu.sample(node, record, time.time() if now is None else now)
 
     def teardown_started(self) -> None:
         """The operator stops the job: the ranks' ends from now on are its echo, not failures."""

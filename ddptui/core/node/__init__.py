@@ -38,9 +38,9 @@ def _joined(*names: str) -> bytes:
 
 
 def job_helper_source() -> bytes:
-    """The job helper's program (the reaper, then job_helper.py): `python3 - VERB ...` with
-    this on stdin."""
-    return _joined("reaper.py", "job_helper.py")
+    """The job helper's program (the GPU sampler, the reaper, then job_helper.py):
+    `python3 - VERB ...` with this on stdin."""
+    return _joined("gpu_sampler.py", "reaper.py", "job_helper.py")
 
 
 def worker_hook_source() -> bytes:

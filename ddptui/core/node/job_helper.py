@@ -16,9 +16,11 @@ import os
 import select
 import shutil
 import sys
+import threading
 import time
 from typing import Any
 
+from ddptui.core.node.gpu_sampler import GpuSampler  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
 
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
@@ -167,14 +169,33 @@ def _pause(quiet_polls: int, seen_output: bool) -> float:
     return float(min(POLL_MAX_S, POLL_S * 2**quiet_polls))
 
 
-def tail(log_path: str, offset_arg: str) -> int:
+def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> int:
     """Copy the log from `offset` to stdout until the job has ended and all of it is sent.
 
     The exit code goes to stderr as the last line ({"exit": code}) so stdout stays the raw log.
+    With the job's `tag` and a sampling period (`gpu_ms` > 0), the GPU sampler runs alongside
+    and its samples go out on stdout too, each a whole line between log chunks (GPU_MARK).
     """
     paths = _paths(os.path.expanduser(log_path))
-    offset = int(offset_arg)
     out = sys.stdout.buffer
+    lock = threading.Lock()
+
+    def write(data: bytes) -> None:
+        with lock:
+            out.write(data)
+            out.flush()
+
+    sampler = GpuSampler(TAG_VAR, tag, int(gpu_ms), write) if tag and int(gpu_ms) > 0 else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        return _copy_log(paths, int(offset_arg), write)
+    finally:
+        if sampler is not None:
+            sampler.stop()
+
+
+def _copy_log(paths: dict[str, str], offset: int, write: Any) -> int:
     while not os.path.exists(paths["log"]):
         if os.path.exists(paths["exit"]):
             break
@@ -185,15 +206,13 @@ def tail(log_path: str, offset_arg: str) -> int:
         while True:
             chunk = f.read(1 << 16)
             if chunk:
-                out.write(chunk)
-                out.flush()
+                write(chunk)
                 idle, quiet, seen = 0.0, 0, True
                 continue
             if os.path.exists(paths["exit"]):
                 chunk = f.read()
                 if chunk:
-                    out.write(chunk)
-                    out.flush()
+                    write(chunk)
                 break
             pause = _pause(quiet, seen)
             time.sleep(pause)
@@ -291,7 +310,8 @@ def launch() -> int:
     code = start()
     if code != 0:
         return code
-    return tail(json.loads(base64.b64decode(JOB).decode())["log"], "0")
+    job = json.loads(base64.b64decode(JOB).decode())
+    return tail(job["log"], "0", job["tag"], str(job.get("gpu_sample_ms", 0)))
 
 
 VERBS: dict[str, Any] = {

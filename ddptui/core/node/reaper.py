@@ -19,9 +19,13 @@ import signal
 import time
 from typing import Any
 
+from ddptui.core.node.gpu_sampler import gpu_snapshot  # sent ahead of this program
+
 TAG_VAR = "DDPTUI_TAG"
 REAP_POLL_S = 0.05
 AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
+GPU_RETURN_S = 5.0  # how long a GPU's memory gets to come back after the job's processes end
+GPU_MARGIN_MIB = 256  # GPU memory above its level before the job that still counts as returned
 
 
 def _tagged(tag: str) -> list[int]:
@@ -98,13 +102,54 @@ def _holding(container_id: str) -> list[int]:
     ]
 
 
-def reap(tag: str, grace_arg: str, engine: str = "", name: str = "") -> int:
+def _gpu_unreturned(snapshot: dict[str, Any], job: set[int], before: dict[str, int]) -> bool:
+    """Whether a process of the job still holds a GPU, or a GPU's memory is above its level
+    before the job (`before`: index -> MiB). The console judges the report itself
+    (core.monitor.gpu_proof); this only says whether waiting longer may help."""
+    if any(app[0] in job for app in snapshot.get("apps") or []):
+        return True
+    for row in snapshot["rows"]:
+        parts = [p.strip() for p in row.split(",")]
+        known = len(parts) > 3 and parts[0] in before and parts[3].isdigit()
+        if known and int(parts[3]) > before[parts[0]] + GPU_MARGIN_MIB:
+            return True
+    return False
+
+
+def gpu_proof(tag: str, job: set[int], before_arg: str) -> dict[str, Any] | None:
+    """The GPUs once the job's processes are gone: every GPU's row, who holds which, the
+    memory before the job (`0:503,1:503`, MiB by index), and the command line of any holder
+    that is the job's (or carries its tag). None: the node has no GPU."""
+    before = {}
+    for item in filter(None, before_arg.split(",")):
+        index, _, mib = item.partition(":")
+        if mib.isdigit():
+            before[index] = int(mib)
+    snapshot = gpu_snapshot()
+    if snapshot is None:
+        return None
+    deadline = time.monotonic() + GPU_RETURN_S
+    while _gpu_unreturned(snapshot, job, before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        snapshot = gpu_snapshot() or snapshot
+    tagged = set(_tagged(tag))
+    holders = [app for app in snapshot.get("apps") or [] if app[0] in job or app[0] in tagged]
+    snapshot["before"] = before
+    snapshot["held"] = holders
+    snapshot["names"] = {str(app[0]): _cmdline(app[0]) for app in holders}
+    return snapshot
+
+
+def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before: str = "") -> int:
     """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
     `grace` seconds, then list what is still there: the proof the node is clean.
 
     Once no process of the job has a parent in the job (the workers are gone, only agents
     shutting down remain), they get AGENT_GRACE_S more, not the rest of `grace`: an agent
     whose workers are gone has nothing left to stop, and killing it orphans nobody.
+
+    On a node with GPUs the report holds the GPU proof too (gpu_proof), `gpu_before` being
+    each GPU's memory before the job, as the console's first sample saw it.
 
     With a container (`engine`, `name`): its processes carry the tag too and are seen from
     here in /proc, so the same signals stop them; then the container is removed (a killed
@@ -118,6 +163,7 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "") -> int:
     holders = _holding(container_id)
     pids = [p for p in _tagged(tag) if is_alive(p)]
     found = len(pids)
+    first = list(pids)
     seen = {p: _cmdline(p) for p in [*pids, *holders][:40]}
     _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -158,5 +204,10 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "") -> int:
         pids += [p for p in left if p not in pids]
     report["leftover"] = pids
     report["names"] = {str(p): seen.get(p) or _cmdline(p) for p in [*killed, *pids]}
+    gpu = gpu_proof(tag, {*first, *killed, *pids}, gpu_before)
+    if gpu is not None:
+        for pid, command in gpu["names"].items():
+            gpu["names"][pid] = seen.get(int(pid)) or command
+        report["gpu"] = gpu
     print(json.dumps(report))
     return 0

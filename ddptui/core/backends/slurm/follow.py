@@ -18,6 +18,7 @@ from ddptui.core.backends.slurm.srun_output import SrunDemux
 from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import TeardownReport
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.gpu import judge_gpus
 from ddptui.core.runs.run_dir import RunDir, open_private, state_dir
 
 HELPER_TIMEOUT_S = 90.0
@@ -117,4 +118,8 @@ def reap_report(
     detail += reap_detail(report)
     if local:
         detail += f"; srun client(s) on this machine left: {', '.join(map(str, local))}"
-    return TeardownReport(node, reap_clean(report) and not local, leftover, detail)
+    gpu = judge_gpus(report["gpu"]) if report.get("gpu") else None
+    if gpu is not None:
+        detail += f"; {gpu.detail}"
+    clean = reap_clean(report) and not local and (gpu is None or gpu.clean)
+    return TeardownReport(node, clean, leftover, detail, gpu)
