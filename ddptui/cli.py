@@ -119,7 +119,10 @@ def _main(argv: list[str] | None) -> int:
                 raise SpecError("give the script to run, or --profile NAME")
             spec = spec_from_args(args, args.script, args.script_args)
             if spec.backend == "local":
+                from ddptui.core.backends.local import local_gpus
+
                 check_local_script(spec)
+                local_gpus(spec)  # more GPUs than this machine has: refused now
             if args.headless:
                 from ddptui.headless import run_headless
 

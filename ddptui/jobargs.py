@@ -66,6 +66,14 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
     job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
     job.add_argument(
+        "--no-gpu-split",
+        dest="gpu_split",
+        action="store_const",
+        const=False,
+        help="local pseudo-nodes on a GPU machine all see every GPU (by default each gets its "
+        "own: a disjoint CUDA_VISIBLE_DEVICES)",
+    )
+    job.add_argument(
         "--hang-timeout",
         type=float,
         help="seconds with no rank progressing before the job is stalled (default 120; 0: off)",
@@ -151,6 +159,7 @@ def cli_fields(
             "activate": args.activate,
             "socket_ifname": args.socket_ifname,
             "max_restarts": args.max_restarts,
+            "gpu_split": args.gpu_split,
             "hang_timeout": args.hang_timeout,
             "flight_recorder": args.flight_recorder,
             "stacks_method": args.stacks_method,

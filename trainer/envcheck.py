@@ -3,7 +3,7 @@
 Output (one line each, one ``os.write`` per line)::
 
     envcheck host=H local_rank=L rank=R group_rank=G local_world_size=LW world_size=W \
-backend=B device=D
+backend=B device=D [visible=CUDA_VISIBLE_DEVICES] [gpu=PCI_BUS_ID]
     envcheck rank=R allreduce=ok sum=S          (or allreduce=FAIL ... expected=E, exit 1)
     envcheck rank=R heartbeat=N                 (with --sleep, once a second)
 
@@ -58,6 +58,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _gpu_words(device: object) -> str:
+    """` visible=...` when CUDA_VISIBLE_DEVICES is set, ` gpu=<PCI bus id>` on a GPU: which
+    physical GPU a rank holds, whatever its `cuda:N` index."""
+    words = ""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        words += f" visible={visible or '-'}"
+    if getattr(device, "type", "") == "cuda":
+        import torch
+
+        try:
+            props = torch.cuda.get_device_properties(device)
+            domain, bus_no, dev = props.pci_domain_id, props.pci_bus_id, props.pci_device_id
+            bus = f"{domain:04x}:{bus_no:02x}:{dev:02x}.0"
+        except (AttributeError, RuntimeError):
+            bus = "?"
+        words += f" gpu={bus}"
+    return words
+
+
 def _fail(rank: int) -> None:
     raise RuntimeError(f"envcheck: deliberate failure on rank {rank} (--fail-rank)")
 
@@ -71,7 +91,7 @@ def main() -> int:
     _dist.say(
         f"envcheck host={socket.gethostname()} local_rank={ident.local_rank} rank={ident.rank} "
         f"group_rank={ident.group_rank} local_world_size={ident.local_world_size} "
-        f"world_size={ident.world_size} backend={backend} device={device}"
+        f"world_size={ident.world_size} backend={backend} device={device}{_gpu_words(device)}"
     )
     d = _dist.setup(timeout_s=args.timeout, ident=ident)
     rank, world = ident.rank, ident.world_size

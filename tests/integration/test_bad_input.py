@@ -22,7 +22,16 @@ RUN = ["run", "--headless"]
 class Bad:
     argv: list[str]
     message: str  # a part of the one line; `{tmp}` stands for the test's directory
-    files: dict[str, bytes] = field(default_factory=dict)  # written under the test directory
+    # written under the test directory; those under bin/ are programs found first on PATH
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+# `nvidia-smi --list-gpus` of a 2 x H100 machine (tests/data/gpu/h100x2_first), played back
+TWO_GPUS = {
+    "bin/nvidia-smi": b"#!/bin/sh\n"
+    b"echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-af5b2fab-eee7-f1e0-23d2-b7ff33aec7f1)'\n"
+    b"echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-97a62be1-75d7-7c32-92f1-157eb0ce6154)'\n"
+}
 
 
 CATALOGUE: dict[str, Bad] = {
@@ -120,6 +129,18 @@ CATALOGUE: dict[str, Bad] = {
     "--nodes 0": Bad([*RUN, "--nodes", "0", SCRIPT], "nodes: Input should be greater than"),
     "--backend nope": Bad([*RUN, "--backend", "nope", SCRIPT], "unknown backend 'nope'"),
     "script missing": Bad([*RUN, "missing.py"], "script not found: missing.py"),
+    "more GPUs than the machine has": Bad(
+        [*RUN, SCRIPT],
+        "the job needs 4 GPUs (2 pseudo-node(s) x 2 process(es)), but 2 GPU(s) on this "
+        "machine gives 2: use --nodes 1 --nproc-per-node 2, --nodes 2 --nproc-per-node 1, "
+        "or run on the CPU with --env CUDA_VISIBLE_DEVICES=",
+        TWO_GPUS,
+    ),
+    "more GPUs than CUDA_VISIBLE_DEVICES gives": Bad(
+        [*RUN, "--nproc-per-node", "1", "--env", "CUDA_VISIBLE_DEVICES=1", SCRIPT],
+        "but CUDA_VISIBLE_DEVICES=1 (--env) gives 1",
+        TWO_GPUS,
+    ),
 }
 
 
@@ -129,10 +150,14 @@ def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, case: s
     for name, data in bad.files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
+        if name.startswith("bin/"):
+            (tmp_path / name).chmod(0o755)
     runs = tmp_path / "state" / "runs"
     before = sorted(runs.iterdir()) if runs.is_dir() else []
     env = {k: v for k, v in os.environ.items() if k != "DDPTUI_TEST_UNSET"}
     env.update(DDPTUI_STATE_DIR=str(tmp_path / "state"), DDPTUI_CONFIG_DIR=str(tmp_path / "cfg"))
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in bad.argv]
     proc = subprocess.run(
         [sys.executable, "-m", "ddptui.cli", *argv],

@@ -32,7 +32,8 @@ TIMEOUT_S = 180.0
 IDENT_RE = re.compile(
     r"^envcheck host=(?P<host>\S+) local_rank=(?P<local_rank>\d+) rank=(?P<rank>\d+) "
     r"group_rank=(?P<group_rank>\d+) local_world_size=(?P<local_world_size>\d+) "
-    r"world_size=(?P<world_size>\d+) backend=(?P<backend>\S+) device=(?P<device>\S+)$"
+    r"world_size=(?P<world_size>\d+) backend=(?P<backend>\S+) device=(?P<device>\S+)"
+    r"(?: visible=(?P<visible>\S+))?(?: gpu=(?P<gpu>\S+))?$"
 )
 ALLREDUCE_RE = re.compile(r"^envcheck rank=(?P<rank>\d+) allreduce=ok sum=(?P<sum>\d+)$")
 HEARTBEAT_RE = re.compile(r"^envcheck rank=(?P<rank>\d+) heartbeat=(?P<beat>\d+)$")

@@ -7,7 +7,7 @@ import importlib
 
 from ddptui.core.backends.base import Backend, BackendError, Emit
 from ddptui.core.job.plan import LaunchPlan, NodeTarget, build_plan
-from ddptui.core.job.spec import JobSpec
+from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.runs.run_dir import RunDir
 
 _BACKENDS = {
@@ -46,7 +46,11 @@ def preview_plan(spec: JobSpec, run_id: str, port: int) -> LaunchPlan:
     """
     nodes = placeholder_nodes(spec)
     if spec.backend == "local":
-        from ddptui.core.backends.local import local_plan
+        from ddptui.core.backends.local import local_gpus, local_plan
 
-        return local_plan(spec, nodes, run_id, port)
+        try:
+            gpus = local_gpus(spec)
+        except SpecError:
+            gpus = None  # the launch refuses it, with the counts
+        return local_plan(spec, nodes, run_id, port, gpus)
     return build_plan(spec, nodes, run_id, port)

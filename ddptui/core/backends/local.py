@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
+from ddptui.core.job.gpus import CUDA_VISIBLE, split_gpus
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
-from ddptui.core.job.spec import JobSpec, check_local_script
+from ddptui.core.job.spec import JobSpec, SpecError, check_local_script
 from ddptui.core.runs.run_dir import RunDir, state_dir
 
 LOOPBACK = "127.0.0.1"
@@ -47,9 +50,40 @@ def container_engine(spec: JobSpec) -> str | None:
     return c.engine if c is not None and c.engine != "pyxis" else None
 
 
-def local_plan(spec: JobSpec, nodes: Sequence[NodeTarget], run_id: str, port: int) -> LaunchPlan:
+def machine_gpus() -> int:
+    """How many GPUs this machine has, as `nvidia-smi --list-gpus` counts them (the console
+    never imports torch); 0 without nvidia-smi or when it fails (no working driver)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        done = subprocess.run(
+            [smi, "--list-gpus"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    if done.returncode != 0:
+        return 0
+    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
+
+
+def local_gpus(spec: JobSpec, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
+    """Each pseudo-node's CUDA_VISIBLE_DEVICES (job/gpus.py), or None for a CPU job; a job
+    that needs more GPUs than this machine gives it is a SpecError, before anything starts."""
+    if spec.backend != "local" or spec.container is not None or not spec.gpu_split:
+        return None
+    return split_gpus(spec, machine_gpus(), os.environ if environ is None else environ)
+
+
+def local_plan(
+    spec: JobSpec,
+    nodes: Sequence[NodeTarget],
+    run_id: str,
+    port: int,
+    gpus: Sequence[str] | None = None,
+) -> LaunchPlan:
     """This machine's plan: its own torchrun (or the image's, in containers), an absolute
-    working directory, gloo on `lo`."""
+    working directory, gloo on `lo`, and each pseudo-node's own GPUs (`gpus`, by node)."""
     contained = container_engine(spec) is not None
     spec = spec.model_copy(
         update={
@@ -64,6 +98,9 @@ def local_plan(spec: JobSpec, nodes: Sequence[NodeTarget], run_id: str, port: in
         port,
         socket_ifnames={n.name: "lo" for n in nodes},
         container_hosts={n.name: n.address for n in nodes} if contained else None,
+        node_env={n.name: {CUDA_VISIBLE: g} for n, g in zip(nodes, gpus, strict=True)}
+        if gpus
+        else None,
     )
 
 
@@ -76,6 +113,7 @@ class LocalBackend(HelperBackend):
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         self._transport = LocalTransport()
+        self._gpus: tuple[str, ...] | None = None
 
     async def allocate(self) -> list[NodeTarget]:
         check_local_script(self.spec)
@@ -87,8 +125,15 @@ class LocalBackend(HelperBackend):
                 "torch is not installed here; the local backend runs torchrun on this machine "
                 "(pip install 'ddptui[node]')"
             )
+        try:
+            self._gpus = local_gpus(self.spec)
+        except SpecError as exc:
+            raise BackendError(str(exc)) from None
         nodes = self._nodes()
-        self.emit(AllocationChanged("granted", None, tuple(n.name for n in nodes), "this machine"))
+        where = "this machine"
+        if self._gpus:
+            where += ", GPUs " + " | ".join(self._gpus)
+        self.emit(AllocationChanged("granted", None, tuple(n.name for n in nodes), where))
         return nodes
 
     async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
@@ -116,7 +161,7 @@ class LocalBackend(HelperBackend):
         return self.spec.rdzv_port or free_port()
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        return local_plan(self.spec, nodes, self.run.run_id, port)
+        return local_plan(self.spec, nodes, self.run.run_id, port, self._gpus)
 
     def python(self) -> str:
         return sys.executable

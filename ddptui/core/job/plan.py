@@ -224,6 +224,7 @@ def build_plan(
     local_addrs: bool = True,
     socket_ifnames: Mapping[str, str] | None = None,
     container_hosts: Mapping[str, str] | None = None,
+    node_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> LaunchPlan:
     """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
 
@@ -231,6 +232,7 @@ def build_plan(
     never depends on DNS (a node that cannot resolve rank 0's hostname retries forever).
     `container_hosts` (node -> loopback address) gives each node's container the node's name
     as its hostname, resolving to that address (containers sharing one machine's network).
+    `node_env` (node -> variables) adds what differs between nodes (a pseudo-node's GPUs).
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
@@ -239,6 +241,7 @@ def build_plan(
         tag = f"{run_id}.{index}"
         ifname = (socket_ifnames or {}).get(node.name)
         env = node_environment(spec, ifname)
+        env.update((node_env or {}).get(node.name, {}))
         argv = torchrun_argv(
             spec, len(nodes), run_id, endpoint, node.address if local_addrs else None
         )

@@ -83,6 +83,8 @@ class JobSpec(_Model):
     container: ContainerSpec | None = None
     socket_ifname: str | None = None
     max_restarts: int = Field(0, ge=0)
+    # Local pseudo-nodes on a GPU machine: a disjoint CUDA_VISIBLE_DEVICES each (job/gpus.py).
+    gpu_split: bool = True
     # No rank progressed for this long: the job is stalled (its stacks are taken); 0: off.
     hang_timeout: float = Field(120.0, ge=0)
     flight_recorder: bool = True  # torch's flight recorder on (NCCL, gloo), dumps gathered

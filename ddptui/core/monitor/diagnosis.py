@@ -89,12 +89,23 @@ def _oom(m: re.Match[str]) -> str:
     return f"CUDA out of memory{tried}"
 
 
+def pci_of_nccl_bus_id(bus_id: str) -> str:
+    """NCCL prints a GPU's bus id as the hex digits of `DDDD:BB:DD.F` run together (`70` is
+    0000:00:07.0): back to the form nvidia-smi shows."""
+    value = int(bus_id, 16)
+    return f"{value >> 20:04x}:{(value >> 12) & 0xFF:02x}:{(value >> 4) & 0xFF:02x}.{value & 0xF:x}"
+
+
 def _duplicate_gpu(m: re.Match[str]) -> str:
+    try:
+        where = f"the GPU at PCI {pci_of_nccl_bus_id(m.group(3))}"
+    except ValueError:
+        where = "one GPU"
     return (
-        f"two ranks on one GPU: ranks {m.group(1)} and {m.group(2)} both on the GPU at PCI bus "
-        f"{m.group(3)} (NCCL `invalid usage`): give each rank its own GPU — at most as many "
-        f"processes per node as it has GPUs (--nproc-per-node), and a disjoint "
-        f"CUDA_VISIBLE_DEVICES for jobs that share a machine"
+        f"two ranks on one GPU: ranks {m.group(1)} and {m.group(2)} both on {where} "
+        f"(NCCL `invalid usage`): give each rank its own GPU — at most as many processes per "
+        f"node as it has GPUs (--nproc-per-node), and a disjoint CUDA_VISIBLE_DEVICES for "
+        f"jobs that share a machine"
     )
 
 

@@ -33,11 +33,18 @@ def test_the_last_error_line_is_recognised_with_the_ranks_and_the_fix() -> None:
     found = [d for line in lines if (d := dx.recognise(line)) is not None]
     assert {d.kind for d in found} == {dx.DUPLICATE_GPU}
     first = next(d for d in found if "ranks 1 and 3" in d.summary)
-    assert "two ranks on one GPU" in first.summary and "bus 70" in first.summary
+    assert "two ranks on one GPU" in first.summary and "PCI 0000:00:07.0" in first.summary
     assert "--nproc-per-node" in first.summary and "CUDA_VISIBLE_DEVICES" in first.summary
     assert all(dx.may_report_failure(d.line) for d in found)
     # the exception line alone (no NCCL_DEBUG) is no duplicate GPU: invalid usage has causes
     assert dx.recognise(FAILURES[0]["traceback"][-4]) is None
+
+
+def test_nccl_bus_ids_read_as_nvidia_smi_shows_them() -> None:
+    # nvidia_smi_q.txt of the same machine: its GPUs are 00000000:00:06.0 and 00000000:00:07.0
+    assert dx.pci_of_nccl_bus_id("60") == "0000:00:06.0"
+    assert dx.pci_of_nccl_bus_id("70") == "0000:00:07.0"
+    assert dx.pci_of_nccl_bus_id("1b000") == "0000:1b:00.0"
 
 
 def test_cause_of_the_capture_failures_is_duplicate_gpu() -> None:

@@ -1,0 +1,69 @@
+"""Provides the GPU split of one machine among pseudo-nodes: a disjoint CUDA_VISIBLE_DEVICES each.
+
+The local backend runs every pseudo-node as its own torchrun agent on one machine. Each agent
+numbers its ranks from local rank 0, and scripts put local rank L on `cuda:L`, so without a
+split every pseudo-node's rank 0 lands on GPU 0 and NCCL refuses the communicator ("Duplicate
+GPU detected"). Pseudo-node i gets the devices [i * nproc, (i + 1) * nproc) of what the job
+may see: the operator's own CUDA_VISIBLE_DEVICES (in --env, else the console's environment),
+else every GPU of the machine. A job that needs more GPUs than that is refused before launch.
+
+A job is a GPU job when the machine has GPUs and CUDA_VISIBLE_DEVICES does not hide them
+(`--env CUDA_VISIBLE_DEVICES=` runs it on the CPU, with gloo, as the trainer scripts choose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ddptui.core.job.spec import JobSpec, SpecError
+
+CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
+_HIDDEN = ("", "-1", "none", "NoDevFiles")  # values that hide every GPU from CUDA
+
+
+def hides_gpus(value: str) -> bool:
+    """True when CUDA_VISIBLE_DEVICES=value leaves CUDA no device (the job runs on CPU)."""
+    return value.strip() in _HIDDEN
+
+
+def visible_devices(
+    spec: JobSpec, machine_gpus: int, environ: Mapping[str, str]
+) -> tuple[list[str], str]:
+    """The devices the job may use and where that list came from (for messages)."""
+    for where, env in (("--env", spec.env), ("this environment", environ)):
+        if CUDA_VISIBLE in env:
+            value = env[CUDA_VISIBLE]
+            if hides_gpus(value):
+                return [], f"{CUDA_VISIBLE}={value!r} ({where})"
+            devices = [d.strip() for d in value.split(",") if d.strip()]
+            return devices, f"{CUDA_VISIBLE}={value} ({where})"
+    return [str(i) for i in range(machine_gpus)], f"{machine_gpus} GPU(s) on this machine"
+
+
+def split_gpus(
+    spec: JobSpec, machine_gpus: int, environ: Mapping[str, str]
+) -> tuple[str, ...] | None:
+    """Each pseudo-node's CUDA_VISIBLE_DEVICES, or None when the job does not use GPUs (no GPU
+    here, GPUs hidden, containers, or `gpu_split` off). Too few GPUs is a SpecError."""
+    if machine_gpus <= 0 or not spec.gpu_split or spec.container is not None:
+        return None
+    devices, source = visible_devices(spec, machine_gpus, environ)
+    if not devices:
+        return None
+    need = spec.nodes * spec.nproc_per_node
+    if need > len(devices):
+        fits = ", ".join(_fits(len(devices)))
+        raise SpecError(
+            f"the job needs {need} GPUs ({spec.nodes} pseudo-node(s) x {spec.nproc_per_node} "
+            f"process(es)), but {source} gives {len(devices)}: use {fits}, or run on the CPU "
+            f"with --env {CUDA_VISIBLE}="
+        )
+    per = spec.nproc_per_node
+    return tuple(",".join(devices[i * per : (i + 1) * per]) for i in range(spec.nodes))
+
+
+def _fits(gpus: int) -> list[str]:
+    """Shapes that fit `gpus` GPUs, the widest node first."""
+    return [f"--nodes {gpus // n} --nproc-per-node {n}" for n in (gpus, 1) if gpus // n >= 1][
+        : 1 if gpus == 1 else 2
+    ]

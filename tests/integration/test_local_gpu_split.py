@@ -1,0 +1,76 @@
+"""Pseudo-nodes on a GPU machine get their own GPUs: real `ddptui run --headless`, real
+torchrun, with a stand-in `nvidia-smi` that lists 4 GPUs (this machine has none; torch runs on
+the CPU and ignores CUDA_VISIBLE_DEVICES, so the job still runs, on gloo). What is checked is
+what the console does with the count: the exact commands, the environment each rank got.
+On real GPUs: bench/gpu_preflight.py (bench/results/gpu_preflight_h100x2.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cases import TRAINER
+
+FOUR_GPUS = "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(4))
+
+
+def _headless(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + FOUR_GPUS)
+    smi.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env.update(DDPTUI_STATE_DIR=str(tmp_path / "state"), PATH=f"{bindir}:{env['PATH']}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--lines", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return proc.returncode, events
+
+
+def _visible_by_rank(events: list[dict]) -> dict[int, str]:
+    seen = {}
+    for e in events:
+        if e["event"] not in ("line", "lines"):
+            continue
+        for text in [e["text"]] if e["event"] == "line" else [x[0] for x in e["lines"]]:
+            m = re.search(r"envcheck host=\S+ local_rank=\d+ rank=(\d+) .* visible=(\S+)", text)
+            if m:
+                seen[int(m[1])] = m[2]
+    return seen
+
+
+def test_each_pseudo_node_sees_only_its_own_gpus(tmp_path: Path) -> None:
+    code, events = _headless(tmp_path, str(TRAINER / "envcheck.py"))
+    summary = events[-1]
+    assert code == 0, summary
+    plan = next(e for e in events if e["event"] == "plan")
+    lines = dict(plan["commands"])
+    assert "CUDA_VISIBLE_DEVICES=0,1 " in lines["local0"]
+    assert "CUDA_VISIBLE_DEVICES=2,3 " in lines["local1"]
+    granted = next(e for e in events if e["event"] == "allocation")
+    assert granted["detail"] == "this machine, GPUs 0,1 | 2,3"
+    assert _visible_by_rank(events) == {0: "0,1", 1: "0,1", 2: "2,3", 3: "2,3"}
+    run_dir = Path(summary["run_dir"])
+    assert "CUDA_VISIBLE_DEVICES=2,3 " in (run_dir / "commands.sh").read_text()
+    saved = json.loads((run_dir / "plan.json").read_text())
+    assert [c["env"]["CUDA_VISIBLE_DEVICES"] for c in saved["commands"]] == ["0,1", "2,3"]
+
+
+def test_hidden_gpus_run_the_job_on_the_cpu_unsplit(tmp_path: Path) -> None:
+    code, events = _headless(
+        tmp_path, "--env", "CUDA_VISIBLE_DEVICES=", "--nodes", "3", str(TRAINER / "envcheck.py")
+    )
+    assert code == 0, events[-1]
+    assert set(_visible_by_rank(events).values()) == {"-"}
