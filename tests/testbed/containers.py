@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,76 +125,3 @@ def build_image(store: Podman) -> Podman:
     if result.returncode != 0:
         raise RuntimeError(f"{BUILD_SCRIPT.name} failed:\n{result.stderr[-3000:]}")
     return Podman(store.root, result.stdout.strip().splitlines()[-1])
-
-
-class DockerDaemon:
-    """dockerd without systemd: its own data root, exec root and socket under the cache, no
-    bridge, no iptables (jobs use the host's network). The test image comes from podman's
-    store (`podman save | docker load`) once; the data root keeps it between runs."""
-
-    def __init__(self, podman: Podman, root: Path = CACHE / "docker") -> None:
-        self.podman = podman
-        self.root = root
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Podman:
-        if shutil.which("dockerd") is None:
-            raise RuntimeError("missing dockerd: apt-get install docker.io")
-        self.root.mkdir(parents=True, exist_ok=True)
-        docker = Podman(self.root, self.podman.image, engine="docker")
-        sock = self.root / "docker.sock"
-        sock.unlink(missing_ok=True)
-        log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - dockerd writes it
-        self.proc = subprocess.Popen(
-            [
-                "dockerd",
-                "--data-root",
-                str(self.root / "data"),
-                "--exec-root",
-                str(self.root / "exec"),
-                "--pidfile",
-                str(self.root / "docker.pid"),
-                "-H",
-                f"unix://{sock}",
-                "--storage-driver",
-                "overlay2",
-                "--iptables=false",
-                "--ip-masq=false",
-                "--bridge=none",
-            ],  # fmt: skip
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while docker.run("info").returncode != 0:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"dockerd did not start: see {self.root / 'dockerd.log'}")
-            time.sleep(0.2)
-        if docker.run("image", "inspect", docker.image).returncode != 0:
-            save = subprocess.Popen(
-                ["podman", "save", "--format", "docker-archive", self.podman.image],
-                stdout=subprocess.PIPE,
-                env={**os.environ, **self.podman.env},
-            )
-            loaded = subprocess.run(
-                ["docker", "load"], stdin=save.stdout, env={**os.environ, **docker.env},
-                capture_output=True, text=True, timeout=900, check=False,
-            )  # fmt: skip
-            save.wait(timeout=60)
-            if loaded.returncode != 0:
-                raise RuntimeError(f"docker load failed: {loaded.stderr[-2000:]}")
-        return docker
-
-    def stop(self) -> None:
-        """SIGTERM dockerd (by PID); then the netns mount it leaves under its exec root."""
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-        for mount in sorted((self.root / "exec" / "netns").glob("*")):
-            subprocess.run(["umount", str(mount)], capture_output=True, check=False)

@@ -14,13 +14,22 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from .commands import TestbedError, check_prerequisites
-from .containers import DockerDaemon, Podman, build_image, podman_store
+from .containers import Podman, build_image, podman_store
+from .dockerd import DockerDaemon, HostDockerds
 from .netns import Testbed
 from .slurm import SLURM_TOOLS, SlurmCluster
 from .sshd import SSH_TOOLS
 from .stale import cleanup_stale
 
-__all__ = ["testbed", "slurm_cluster", "clean_testbed", "make_testbed", "podman", "docker"]
+__all__ = [
+    "testbed",
+    "slurm_cluster",
+    "clean_testbed",
+    "make_testbed",
+    "podman",
+    "docker",
+    "host_dockers",
+]
 
 TESTBED_HOSTS = 3
 
@@ -97,3 +106,16 @@ def docker(podman: Podman) -> Iterator[Podman]:
         pytest.fail(str(e), pytrace=False)
     finally:
         daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def host_dockers(testbed: Testbed, docker: Podman) -> Iterator[dict[str, Podman]]:
+    """A dockerd inside node1 and inside node2 (each host's own namespaces), each holding the
+    test image of `docker` through hard links; their sessions reach them through DOCKER_HOST."""
+    daemons = HostDockerds(testbed, docker, ["node1", "node2"])
+    try:
+        yield daemons.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        daemons.stop()

@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .commands import TestbedError
 from .containers import podman_env_words
+from .dockerd import host_docker_env
 
 if TYPE_CHECKING:
     from .netns import Testbed
@@ -98,6 +99,7 @@ class SshServers:
 
     def _sshd_config(self, host: str) -> str:
         hd = self.dir / host
+        docker = " ".join(f"{k}={v}" for k, v in host_docker_env(self.tb.workdir, host).items())
         return "\n".join(
             [
                 "Port 22",
@@ -118,8 +120,9 @@ class SshServers:
                 "MaxStartups 64:30:128",
                 "MaxSessions 64",
                 "AcceptEnv LANG LC_*",
-                # podman's private store and settings for the tests (see containers.py)
-                f"SetEnv PATH={self.path_env} {podman_env_words()}",
+                # podman's private store and settings for the tests (see containers.py), and
+                # this host's own dockerd (see dockerd.py; only the first SetEnv line counts)
+                f"SetEnv PATH={self.path_env} {podman_env_words()} {docker}",
                 "Subsystem sftp internal-sftp",
                 "LogLevel INFO",
                 "",
