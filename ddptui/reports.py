@@ -149,10 +149,13 @@ def print_stacks(run: RunDir, method: str | None, as_json: bool) -> int:
         print(report.to_json())
         return 0 if report.groups else 1
     print(f"run {run.run_id}: stacks by {report.method}")
+    if report.deadlock:
+        print("deadlock: the groups wait on each other in different collectives")
     for group in report.groups:
-        mark = "suspect" if group.suspect else "       "
+        mark = ("deadlock" if report.deadlock else "suspect") if group.suspect else ""
         count = f"{len(group.ranks)} rank{'s' if len(group.ranks) > 1 else ''}"
-        print(f"{mark} {count:>9}: {group.label}  (ranks {_ranks(group.ranks)})")
+        where = f" · in {group.collective}" if group.collective else ""
+        print(f"{mark:<7} {count:>9}: {group.label}{where}  (ranks {_ranks(group.ranks)})")
     for line in report.collectives:
         print(f"flight recorder: {line}")
     for problem in report.problems:

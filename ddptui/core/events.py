@@ -20,10 +20,11 @@ class RankState(enum.StrEnum):
     DONE = "done"
     FAILED = "failed"
     HUNG = "hung"
+    STOPPED = "stopped"  # ended by the operator's teardown: not a failure of the job
 
     @property
     def final(self) -> bool:
-        return self in (RankState.DONE, RankState.FAILED)
+        return self in (RankState.DONE, RankState.FAILED, RankState.STOPPED)
 
 
 class NodeState(enum.StrEnum):
@@ -37,6 +38,7 @@ class NodeState(enum.StrEnum):
     EXITED = "exited"
     FAILED = "failed"
     STOPPING = "stopping"
+    STOPPED = "stopped"  # its agent ended by the operator's teardown
     DETACHED = "detached"
 
 
@@ -297,15 +299,28 @@ class FailureReport(Event):
 
 
 @dataclass(frozen=True)
+class StallGroup:
+    """Ranks standing in the same frames, and the collective they wait in, if known."""
+
+    ranks: tuple[int, ...]
+    stack: tuple[str, ...]  # the main thread's frames, innermost first
+    collective: str = ""  # "collective 4 (gloo:all_reduce) of group 0"
+
+@dataclass(frozen=True)
 class StallReport(Event):
     """No rank progressed for the hang timeout: the job is stalled. The headless contract:
     `{"event": "stall", "since_s", "suspects", "groups": [{"ranks", "stack"}], "method"}`,
-    sent again whenever it changes (the stacks came, the suspects changed)."""
+    sent again whenever it changes (the stacks came, the suspects changed). Beyond it: each
+    group's `collective` (where the flight recorder saw its ranks wait, "" if unknown),
+    `deadlock` (groups wait on each other in different collectives: every one a suspect)
+    and `flight_recorder` (the collectives some ranks never entered)."""
 
     since_s: float
     suspects: tuple[int, ...] = ()
-    groups: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()  # (ranks, stack)
+    groups: tuple[StallGroup, ...] = ()
     method: str = ""
+    deadlock: bool = False
+    flight_recorder: tuple[str, ...] = ()
 
     kind = "stall"
 
@@ -314,9 +329,15 @@ class StallReport(Event):
             "event": self.kind,
             "since_s": round(self.since_s, 1),
             "suspects": list(self.suspects),
-            "groups": [{"ranks": list(r), "stack": list(s)} for r, s in self.groups],
+            "groups": [
+                {"ranks": list(g.ranks), "stack": list(g.stack), "collective": g.collective}
+                for g in self.groups
+            ],
             "method": self.method,
+            "deadlock": self.deadlock,
+            "flight_recorder": list(self.flight_recorder),
         }
+
 
 
 @dataclass(frozen=True)
@@ -327,6 +348,7 @@ class StackView:
     label: str  # "all_reduce <- main (hang.py:63)"
     stack: tuple[str, ...]
     suspect: bool = False
+    collective: str = ""  # where the flight recorder saw them wait, if it did
 
 
 @dataclass(frozen=True)
@@ -342,6 +364,7 @@ class StacksReport(Event):
     ranks: tuple[tuple[int, str, int, str], ...] = ()  # (rank, node, local rank, full text)
     collectives: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # nodes whose stacks could not be taken, and why
+    deadlock: bool = False  # the groups wait on each other in different collectives
 
     kind = "stacks"
 

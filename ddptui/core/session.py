@@ -276,12 +276,14 @@ class Session:
         for event in self.monitor.end_of_output(node):
             self.emit(event)
         self.node_exit[node] = code
-        state = NodeState.EXITED if code == 0 else NodeState.FAILED
-        self.emit(NodeChanged(node, state, code))
         stopped = self._stop_reason == "operator"
+        state = NodeState.EXITED if code == 0 else NodeState.FAILED
+        if stopped and code != 0:
+            state = NodeState.STOPPED  # the operator's teardown ended it, not a failure
+        self.emit(NodeChanged(node, state, code))
         for event in self.monitor.node_exited(node, code, stopped):
             self.emit(event)
-        if code != 0:
+        if code != 0 and not stopped:
             self._node_failed(node)
 
     def _node_failed(self, node: str) -> None:
@@ -361,7 +363,13 @@ class Session:
         elif stopped_by == "operator" and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
-            if told and told.stall:
+            if told and told.stall and told.stall.deadlock:
+                halves = " and ".join(
+                    f"ranks {', '.join(map(str, g.ranks))} in {g.collective or 'a collective'}"
+                    for g in told.stall.groups
+                )
+                detail += f"; it had stalled in a deadlock: {halves}"
+            elif told and told.stall:
                 who = ", ".join(map(str, told.stall.suspects)) or "none singled out"
                 detail += f"; it had stalled (suspects: {who})"
         elif not detail and told and told.culprit:

@@ -13,9 +13,9 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "stall"
 T0 = 1_795_666_886.0  # 2026-11-26 04:21:26 UTC, as the other replays
 
 
-def stall_events() -> list[Event]:
+def stall_events(monitor: Monitor | None = None) -> list[Event]:
     """What the session would emit: the lines, the stall at once, then the stacks."""
-    monitor = Monitor(["local0"], 2)
+    monitor = monitor or Monitor(["local0"], 2)
     events: list[Event] = [*monitor.initial_events(), NodeChanged("local0", NodeState.RUNNING)]
     log = (DATA / "gloo_skip_node.log").read_bytes()
     end = log.index(b"\n", log.index(b"skips all_reduce")) + 1
@@ -24,3 +24,12 @@ def stall_events() -> list[Event]:
     report = json.loads((DATA / "gloo_skip_collect.json").read_text())
     events += monitor.stacks_taken({"local0": report}, now=T0 + 9)
     return events
+
+
+def torn_down_events() -> list[Event]:
+    """The stall, then the operator's teardown: the node stopped, its ranks with it."""
+    monitor = Monitor(["local0"], 2)
+    events = stall_events(monitor)
+    monitor.teardown_started()
+    events.append(NodeChanged("local0", NodeState.STOPPED, -15))
+    return events + monitor.node_exited("local0", -15, by_teardown=True)

@@ -13,7 +13,7 @@ from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 from .conftest import SIZE, local_spec
 from .replay import feed
-from .stall_replay import T0, stall_events
+from .stall_replay import T0, stall_events, torn_down_events
 
 
 @pytest.fixture(autouse=True)
@@ -66,6 +66,22 @@ async def test_progress_again_clears_the_stall() -> None:
         await pilot.pause()
         assert screen.stacks.stalled_since is None
         assert not screen.stacks.describe().plain.startswith("Stalled")
+
+
+async def test_teardown_of_a_stalled_run_shows_stopped_ranks_not_failures() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, torn_down_events())
+        await pilot.pause()
+        suspect, waiting = screen.grid.cell("local0", 1), screen.grid.cell("local0", 0)
+        assert suspect is not None and waiting is not None
+        assert (waiting.look, waiting.render()) == ("stopped", "r0 ■")
+        assert (suspect.look, suspect.render()) == ("stopped", "r1 ‼suspect")
+        assert screen.grid.counts()["stopped"] == 2 and "failed" not in screen.grid.counts()
+        assert "✗" not in "".join(span.text for line in screen.grid.lines for span in line)
+        assert not screen.root_cause.failures
+        assert "? suspect    1 rank: time.sleep(3600)" in screen.stacks.describe().plain
 
 
 def test_stalled_run_snapshot(snap_compare: Any) -> None:

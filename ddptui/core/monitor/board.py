@@ -81,8 +81,11 @@ class RankBoard:
         return events
 
     def record_failure(self, node: str, fact: WorkerFailed) -> list[Event]:
-        """One entry of torchrun's failure summary, with what the rank itself printed."""
+        """One entry of torchrun's failure summary, with what the rank itself printed; none
+        while the operator tears the job down (its stops are no failures of the job)."""
         cell = self.cell(node, fact.local_rank)
+        if self.tearing_down:
+            return []
         summary_error = next(
             (
                 line.strip()
@@ -106,7 +109,6 @@ class RankBoard:
             traceback=fact.traceback,
             error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
             first_on_node=fact.root_cause,
-            cause=TEARDOWN if self.tearing_down else "",
         )
         if len(self.failures) >= MAX_FAILURES:
             return []
@@ -127,7 +129,10 @@ class RankBoard:
         """The rank the failure story starts with (the summary and the history name it)."""
         failed = [c.failed() for c in self.all_cells() if c.state == RankState.FAILED]
         first = culprit(failed, self.ordered_failures())
-        return self.cell(first.node, first.local_rank) if first else None
+        if first is None:  # nothing failed: a stall's lone suspect, if the teardown ended it
+            odd = [c for c in self.all_cells() if c.suspect and c.state == RankState.STOPPED]
+            return odd[0] if len(odd) == 1 else None
+        return self.cell(first.node, first.local_rank)
 
     def initial_events(self) -> list[Event]:
         return [RankChanged(None, c.node, c.local_rank, c.state) for c in self.all_cells()]
@@ -179,9 +184,19 @@ class RankBoard:
             cell.rank = fact.rank
         if cell.state == RankState.FAILED and cell.exit_code == fact.exit_code:
             return []
-        if (stopped or self.tearing_down) and not cell.known_cause:
-            cell.known_cause = TEARDOWN if self.tearing_down else STOPPED
+        if self.tearing_down:
+            return self.stopped_by_teardown(cell, fact.exit_code)
+        if stopped and not cell.known_cause:
+            cell.known_cause = STOPPED
         return self.move(cell, RankState.FAILED, fact.exit_code)
+
+    def stopped_by_teardown(self, cell: RankCell, exit_code: int | None) -> list[Event]:
+        """The operator's teardown ended this rank: stopped, not failed (an outcome it had
+        before the teardown stays)."""
+        if cell.state.final:
+            return []
+        cell.known_cause = TEARDOWN
+        return self.move(cell, RankState.STOPPED, exit_code, "stopped by teardown")
 
     def node_succeeded(self, node: str) -> list[Event]:
         events: list[Event] = []
@@ -200,12 +215,12 @@ class RankBoard:
                 continue
             if exit_code == 0:
                 events += self.move(cell, RankState.DONE, 0)
+            elif by_teardown or self.tearing_down:
+                events += self.stopped_by_teardown(cell, None)
             else:
-                by_teardown = by_teardown or self.tearing_down
-                why = "stopped by teardown" if by_teardown else f"node agent exited ({exit_code})"
-                if by_teardown:
-                    cell.known_cause = TEARDOWN
-                events += self.move(cell, RankState.FAILED, None, why)
+                events += self.move(
+                    cell, RankState.FAILED, None, f"node agent exited ({exit_code})"
+                )
         return events
 
     def check_hangs(self, now: float, timeout: float) -> list[Event]:

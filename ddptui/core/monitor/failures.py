@@ -38,6 +38,7 @@ KILLED = "signal"  # killed by a signal it did not ask for (SIGKILL: the OOM kil
 EXIT = "exit"  # exited with a code and said nothing more
 AGENT_GONE = "agent_exited"  # its node's agent ended before it reported
 SUSPECT = "stall_suspect"  # the stall's odd one out: its stack differs from the others'
+DEADLOCK = "deadlock"  # in a stall whose groups wait on each other in different collectives
 STALLED = "stalled"  # silent in a stall, neither the suspect nor in a collective
 VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG, STALLED})
 

@@ -43,11 +43,13 @@ class RankCell:
 
     @property
     def cause(self) -> str:
-        """Why this rank ended, if it failed (failures.cause_of), else ""."""
+        """Why this rank ended, if it failed or the teardown stopped it, else ""."""
         if self.state == RankState.DONE:
             return "finished"
         if self.stall_cause and self.known_cause in ("", TEARDOWN):
             return self.stall_cause  # a stalled rank the teardown stopped: what the stall said
+        if self.state == RankState.STOPPED:
+            return TEARDOWN
         if self.state != RankState.FAILED:
             return ""
         kinds = [d.kind for d in self.diagnoses]

@@ -3,7 +3,8 @@
 The node's collector (node/worker_hook.py) sends each worker's stacks as faulthandler or
 py-spy printed them. Ranks whose main threads stand in the same frames form one group; the
 odd group out is the suspect: the ranks not waiting in a collective while others are, else
-the ranks of groups smaller than the largest.
+the ranks of groups smaller than the largest. When every group waits in a collective of its
+own and none is the odd one out, the groups wait on each other: a deadlock, every group named.
 """
 
 from __future__ import annotations
@@ -138,10 +139,13 @@ def ranks_from_report(node: str, report: Mapping[str, Any]) -> list[RankStack]:
     ]
 
 
-def group_stacks(ranks: Iterable[RankStack], missing: set[int] | None = None) -> list[StackGroup]:
+def group_stacks(
+    ranks: Iterable[RankStack], missing: set[int] | None = None, deadlock: bool = False
+) -> list[StackGroup]:
     """Ranks folded by their main thread's frames; suspects marked; the suspects first, then
     the largest groups. `missing`: ranks the flight recorder saw never enter a collective the
-    others are in; their groups are the suspects."""
+    others are in; their groups are the suspects. `deadlock`: the flight recorder saw every
+    missing rank wait in another group's collective; every group waiting is named."""
     by_stack: dict[tuple[str, ...], list[RankStack]] = {}
     for rank in sorted(ranks, key=lambda r: r.rank):
         by_stack.setdefault(tuple(str(f) for f in rank.main), []).append(rank)
@@ -154,14 +158,17 @@ def group_stacks(ranks: Iterable[RankStack], missing: set[int] | None = None) ->
         )
         for stack, members in by_stack.items()
     ]
-    odd = {g.stack for g in groups if set(g.ranks) & missing} if missing else _odd_ones(groups)
+    if missing:
+        odd = {g.stack for g in groups if set(g.ranks) & missing}
+    else:
+        odd = _odd_ones(groups, deadlock)
     marked = [
         StackGroup(g.ranks, g.stack, g.label, g.in_collective, g.stack in odd) for g in groups
     ]
     return sorted(marked, key=lambda g: (not g.suspect, -len(g.ranks), g.ranks))
 
 
-def _odd_ones(groups: Sequence[StackGroup]) -> set[tuple[str, ...]]:
+def _odd_ones(groups: Sequence[StackGroup], deadlock: bool = False) -> set[tuple[str, ...]]:
     if len(groups) < 2:
         return set()
     waiting = [g for g in groups if g.in_collective]
@@ -169,7 +176,14 @@ def _odd_ones(groups: Sequence[StackGroup]) -> set[tuple[str, ...]]:
         return {g.stack for g in groups if not g.in_collective}
     largest = max(len(g.ranks) for g in groups)
     smaller = {g.stack for g in groups if len(g.ranks) < largest}
+    if waiting and (deadlock or not smaller):
+        return {g.stack for g in waiting}  # each waits in its own collective: on each other
     return smaller
+
+
+def is_deadlock(groups: Sequence[StackGroup]) -> bool:
+    """Two or more groups, each waiting in a collective, every one of them a suspect."""
+    return len(groups) > 1 and all(g.suspect and g.in_collective for g in groups)
 
 
 def suspects(groups: Iterable[StackGroup]) -> list[int]:

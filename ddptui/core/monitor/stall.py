@@ -10,11 +10,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ddptui.core.events import Event, RankState, StacksReport, StackView, StallReport
+from ddptui.core.events import (
+    Event,
+    RankState,
+    StacksReport,
+    StackView,
+    StallGroup,
+    StallReport,
+)
 from ddptui.core.monitor.board import RankBoard
-from ddptui.core.monitor.failures import IN_COLLECTIVE, STALLED, SUSPECT
-from ddptui.core.monitor.flight_recorder import analyse
-from ddptui.core.monitor.stacks import RankStack, group_stacks, ranks_from_report, suspects
+from ddptui.core.monitor.failures import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
+from ddptui.core.monitor.flight_recorder import Blocked, analyse, blocked_in, culprits
+from ddptui.core.monitor.stacks import (
+    RankStack,
+    StackGroup,
+    group_stacks,
+    is_deadlock,
+    ranks_from_report,
+    suspects,
+)
 
 ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
 
@@ -27,8 +41,10 @@ class StallWatch:
         self.since: float | None = None  # the last progress, while stalled
         self.last: StallReport | None = None
         self._suspects: tuple[int, ...] = ()
-        self._groups: tuple[tuple[tuple[int, ...], tuple[str, ...]], ...] = ()
+        self._groups: tuple[StallGroup, ...] = ()
         self._method = ""
+        self._deadlock = False
+        self._gaps: tuple[str, ...] = ()
 
     @property
     def stalled(self) -> bool:
@@ -48,6 +64,7 @@ class StallWatch:
             return []
         self.since = last
         self._suspects, self._groups, self._method = (), (), ""
+        self._deadlock, self._gaps = False, ()
         events: list[Event] = []
         detail = f"stalled: no rank progressed for {now - last:.0f} s"
         for cell in active:
@@ -70,7 +87,15 @@ class StallWatch:
 
     def _report(self, now: float) -> StallReport:
         since = now - (self.since or now)
-        report = StallReport(since, self._suspects, self._groups, self._method, ts=now)
+        report = StallReport(
+            since,
+            self._suspects,
+            self._groups,
+            self._method,
+            self._deadlock,
+            self._gaps,
+            ts=now,
+        )
         self.last = report
         return report
 
@@ -91,8 +116,13 @@ class StallWatch:
                 methods.add(str(report.get("method", "")))
             dumps += list(report.get("fr", []))
         gaps = analyse(dumps)
+        blocked = blocked_in(dumps)
         # the flight recorder's word is the sharper one: who never entered the collective
-        groups = group_stacks(ranks, {r for gap in gaps for r in gap.missing})
+        # (and did not wait in another one instead: then the groups wait on each other)
+        missing = culprits(gaps, blocked)
+        groups = group_stacks(ranks, missing, deadlock=bool(gaps) and not missing)
+        deadlock = is_deadlock(groups)
+        waits = {g.stack: _collective(g, blocked) for g in groups}
         method = "+".join(sorted(m for m in methods if m and m != "none")) or "none"
         odd = set(suspects(groups))
         events: list[Event] = []
@@ -101,32 +131,48 @@ class StallWatch:
             if cell.rank is None:
                 continue
             suspect = cell.rank in odd
-            if self.stalled:
+            if self.stalled and deadlock:
+                cell.stall_cause = DEADLOCK if suspect else STALLED
+            elif self.stalled:
                 cell.stall_cause = (
                     SUSPECT if suspect else IN_COLLECTIVE if cell.rank in waiting else STALLED
                 )
             if suspect != cell.suspect:
                 cell.suspect = suspect
-                events.append(cell.changed("suspect: its stack differs" if suspect else ""))
+                why = "deadlock: waits on another group" if deadlock else "suspect: odd stack"
+                events.append(cell.changed(why if suspect else ""))
         texts = tuple(
             (r.rank, r.node, r.local_rank, _text(r.threads)) for r in sorted(ranks, key=_rank)
         )
-        views = tuple(StackView(g.ranks, g.label, g.stack, g.suspect) for g in groups)
+        views = tuple(
+            StackView(g.ranks, g.label, g.stack, g.suspect, waits[g.stack]) for g in groups
+        )
         gap_lines = tuple(g.describe() for g in gaps)
-        events.append(StacksReport(method, views, texts, gap_lines, tuple(problems), ts=now))
+        events.append(
+            StacksReport(method, views, texts, gap_lines, tuple(problems), deadlock, ts=now)
+        )
         self._method = method
         self._suspects = tuple(sorted(odd))
-        self._groups = tuple((g.ranks, g.stack) for g in groups)
+        self._groups = tuple(StallGroup(g.ranks, g.stack, waits[g.stack]) for g in groups)
+        self._deadlock, self._gaps = deadlock, gap_lines
         if self.stalled:
             before = self.last
             stall = self._report(now)
-            if before is None or (before.suspects, before.groups, before.method) != (
-                stall.suspects,
-                stall.groups,
-                stall.method,
-            ):
+            if before is None or _told(before) != _told(stall):
                 events.append(stall)
         return events
+
+
+def _told(report: StallReport) -> tuple[Any, ...]:
+    """What a stall event says, less the time: said again only when this changes."""
+    return (report.suspects, report.groups, report.method, report.deadlock, report.flight_recorder)
+
+
+def _collective(group: StackGroup, blocked: Mapping[int, Blocked]) -> str:
+    """Where the group's ranks wait, if the flight recorder saw every one wait in the same."""
+    where = {blocked.get(rank) for rank in group.ranks}
+    one = where.pop() if len(where) == 1 else None
+    return one.describe() if one is not None and group.in_collective else ""
 
 
 def _rank(stack: Any) -> int:

@@ -15,6 +15,7 @@ GLYPH = {
     RankState.DONE: "✓",
     RankState.FAILED: "✗",
     RankState.HUNG: "!",
+    RankState.STOPPED: "■",  # the operator's teardown ended it: no failure
 }
 STRAGGLER_GLYPH = "»"
 SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out
@@ -26,7 +27,8 @@ class RankGridCell:
     `L<local>` until the rendezvous gives its global rank.
 
     A failed rank shows its exit code, or the signal that killed it (`SIGKILL` for -9/137);
-    a hung one is amber, a straggler orange.
+    a hung one is amber, a straggler orange; one the operator's teardown stopped is grey, with
+    no exit code (its end is the teardown's doing, not a failure of the job).
     """
 
     def __init__(self, node: str, local_rank: int) -> None:

@@ -26,7 +26,9 @@ CELL_NODES = 16
 FOLD_MIN = 3
 MAX_COMPACT_NAME = 20
 # the order states are counted in, the grid's header
-COUNT_ORDER = ("running", "straggler", "hung", "failed", "assigned", "pending", "done")
+COUNT_ORDER = (
+    "running", "straggler", "hung", "failed", "stopped", "assigned", "pending", "done",
+)  # fmt: skip
 COUNT_NAME = {"straggler": "slow"}
 
 

@@ -57,6 +57,8 @@ class RankGrid(Widget):
         "rank-grid--running",
         "rank-grid--done",
         "rank-grid--failed",
+        "rank-grid--stopped",
+        "rank-grid--node-stopped",
         "rank-grid--hung",
         "rank-grid--straggler",
         *(f"rank-grid--count-{look}" for look in COUNT_ORDER),
@@ -78,6 +80,8 @@ class RankGrid(Widget):
         & > .rank-grid--running  { background: $success; color: $text; text-style: bold; }
         & > .rank-grid--done     { background: $success-darken-3; color: $text; text-style: bold; }
         & > .rank-grid--failed   { background: $error; color: $text; text-style: bold; }
+        & > .rank-grid--stopped  { background: $panel-lighten-2; color: $text; text-style: bold; }
+        & > .rank-grid--node-stopped { color: $text-muted; }
         & > .rank-grid--hung     { background: $warning; color: $background; text-style: bold; }
         & > .rank-grid--straggler {
             background: $warning-darken-2; color: $text; text-style: bold;
@@ -86,6 +90,7 @@ class RankGrid(Widget):
         & > .rank-grid--count-failed { color: $error; text-style: bold; }
         & > .rank-grid--count-hung, & > .rank-grid--count-straggler { color: $warning; }
         & > .rank-grid--count-assigned, & > .rank-grid--count-pending { color: $text-muted; }
+        & > .rank-grid--count-stopped { color: $text-muted; }
     }
     """
 

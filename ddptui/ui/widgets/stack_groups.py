@@ -84,14 +84,20 @@ class StackGroupsPanel(VerticalScroll):
             return text
         text.append("Stacks", style="bold")
         text.append(f" · {report.method}\n", style="dim")
+        if report.deadlock:
+            text.append("Deadlock", style="bold magenta")
+            text.append(" · the groups wait on each other in different collectives\n")
         for group in report.groups[:MAX_GROUPS]:
             count = f"{len(group.ranks)} rank{'s' if len(group.ranks) > 1 else ''}"
             if group.suspect:
-                text.append("? suspect ", style="bold magenta")
+                mark = "? deadlock" if report.deadlock else "? suspect "
+                text.append(mark, style="bold magenta")
             else:
                 text.append("          ")
             text.append(f"{count:>9}: ", style="bold")
             text.append(group.label)
+            if group.collective:
+                text.append(f" · in {group.collective}", style="italic")
             text.append(f"  [{_ranks(group.ranks)}]\n", style="dim")
         if len(report.groups) > MAX_GROUPS:
             text.append(f"… {len(report.groups) - MAX_GROUPS} more groups\n", style="dim")

@@ -99,10 +99,25 @@ def test_summary_names_the_culprit_and_each_rank_cause() -> None:
     ]
 
 
-def test_teardown_stops_are_victims_with_their_own_cause() -> None:
+def test_teardown_stops_are_no_failures_but_stopped_ranks_with_their_own_cause() -> None:
     m = Monitor(["n0"], 2)
+    m.board.worker_failed("n0", WorkerFailed(0, 1, 0))
     m.node_exited("n0", -15, by_teardown=True)
-    assert {r.cause for r in m.summary().ranks} == {fx.TEARDOWN}
+    told = m.summary()
+    assert [(r.state, r.cause) for r in told.ranks] == [
+        (RankState.FAILED, fx.EXIT),  # failed before the teardown: it stays failed
+        (RankState.STOPPED, fx.TEARDOWN),
+    ]
+    assert told.culprit is not None and told.culprit.rank == 0
+
+
+def test_torchrun_failure_summary_at_teardown_records_no_failure() -> None:
+    m = Monitor(["n0"], 1)
+    m.teardown_started()
+    events = m.board.worker_failed("n0", WorkerFailed(0, -15, 0))
+    events += m.board.record_failure("n0", WorkerFailed(0, -15, 0))
+    assert [e.state for e in events if isinstance(e, RankChanged)] == [RankState.STOPPED]
+    assert not m.summary().failures
 
 
 def _rank(node: str, lr: int, rank: int, *diagnoses: Diagnosis) -> RankChanged:

@@ -11,7 +11,13 @@ from ddptui.core.monitor import failures as fx
 from ddptui.core.monitor.agent_log import Assigned
 from ddptui.core.monitor.flight_recorder import analyse
 from ddptui.core.monitor.monitor import Monitor
-from ddptui.core.monitor.stacks import group_stacks, parse_stacks, ranks_from_report, suspects
+from ddptui.core.monitor.stacks import (
+    group_stacks,
+    is_deadlock,
+    parse_stacks,
+    ranks_from_report,
+    suspects,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall"
 # trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report
@@ -110,6 +116,8 @@ def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> 
         "suspects": [],
         "groups": [],
         "method": "",
+        "deadlock": False,
+        "flight_recorder": [],
     }
     assert not [e for e in m.tick(108.0, 6.0) if isinstance(e, StallReport)]  # said once
     assert not Monitor(["n0"], 2).tick(1e9, 0)  # 0: off
@@ -136,6 +144,7 @@ def test_stacks_name_the_suspect_and_the_stall_is_said_again() -> None:
     assert told.stall is not None and told.stall.suspects == (1,)
     assert [(r.rank, r.cause) for r in told.ranks] == [(0, fx.IN_COLLECTIVE), (1, fx.SUSPECT)]
     assert told.culprit is not None and told.culprit.rank == 1
+    assert {r.state for r in told.ranks} == {RankState.STOPPED} and not told.failures
 
 
 def test_progress_again_ends_the_stall() -> None:
@@ -153,3 +162,49 @@ def test_a_node_that_gave_no_stacks_is_said() -> None:
     events = m.stacks_taken({"a": {"method": "none", "ranks": []}, "b": "no route to host"})
     report = next(e for e in events if isinstance(e, StacksReport))
     assert report.problems == ("b: no route to host",)
+
+
+# trainer/hang.py --deadlock on 2 nodes x 2 local ranks (gloo): both nodes' raw reports
+GLOO_DEADLOCK = json.loads((DATA / "gloo_deadlock_collect.json").read_text())
+
+
+def _stalled_world(m: Monitor) -> None:
+    for node, ranks in (("local0", (0, 1)), ("local1", (2, 3))):
+        m.board.assign(node, Assigned(0, (0, 1), ranks, 0))
+        lines = [f"[ddptui:{r}:{lr}]:step=1" for lr, r in enumerate(ranks)]
+        m.feed_lines(node, lines, now=100.0)
+    m.board.last_progress = 100.0
+    m.tick(110.0, 6.0)
+
+
+def test_deadlock_names_both_groups_with_their_collectives() -> None:
+    m = Monitor(["local0", "local1"], 2)
+    _stalled_world(m)
+    events = m.stacks_taken(GLOO_DEADLOCK, now=111.0)
+    stall = next(e for e in events if isinstance(e, StallReport)).to_dict()
+    assert stall["deadlock"] and stall["suspects"] == [0, 1, 2, 3]
+    assert {tuple(g["ranks"]): g["collective"] for g in stall["groups"]} == {
+        (0, 1): "collective 4 (gloo:all_reduce) of group 0",
+        (2, 3): "collective 1 (gloo:all_reduce) of group 1",
+    }
+    assert stall["flight_recorder"] == [
+        "ranks 2, 3 never entered collective 4 (gloo:all_reduce [1024]) of group 0"
+    ]
+    report = next(e for e in events if isinstance(e, StacksReport))
+    assert report.deadlock and all(g.suspect for g in report.groups)
+    m.teardown_started()
+    for node in ("local0", "local1"):
+        m.node_exited(node, -9)
+    told = m.summary()
+    assert {r.cause for r in told.ranks} == {fx.DEADLOCK}
+    assert {r.state for r in told.ranks} == {RankState.STOPPED} and told.culprit is None
+
+
+def test_deadlock_from_stacks_alone_when_no_group_is_the_odd_one_out() -> None:
+    ranks = [r for node, report in GLOO_DEADLOCK.items() for r in ranks_from_report(node, report)]
+    groups = group_stacks(ranks)
+    assert [(g.ranks, g.suspect) for g in groups] == [((0, 1), True), ((2, 3), True)]
+    assert is_deadlock(groups)
+    # two ranks in one collective, one in another: the one is the odd one out
+    lone = group_stacks([r for r in ranks if r.rank in (0, 1, 2)])
+    assert suspects(lone) == [2] and not is_deadlock(lone)

@@ -28,6 +28,7 @@ _STATE_MARK = {
     NodeState.EXITED: "✓",
     NodeState.FAILED: "✗",
     NodeState.STOPPING: "■",
+    NodeState.STOPPED: "□",
     NodeState.DETACHED: "⇥",
 }
 
