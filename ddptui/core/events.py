@@ -8,7 +8,10 @@ import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ddptui.core.stall_events import StallReport
 
 
 class RankState(enum.StrEnum):
@@ -296,77 +299,6 @@ class FailureReport(Event):
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "ts": self.ts, "failure": plain(self.failure)}
-
-
-@dataclass(frozen=True)
-class StallGroup:
-    """Ranks standing in the same frames, and the collective they wait in, if known."""
-
-    ranks: tuple[int, ...]
-    stack: tuple[str, ...]  # the main thread's frames, innermost first
-    collective: str = ""  # "collective 4 (gloo:all_reduce) of group 0"
-
-@dataclass(frozen=True)
-class StallReport(Event):
-    """No rank progressed for the hang timeout: the job is stalled. The headless contract:
-    `{"event": "stall", "since_s", "suspects", "groups": [{"ranks", "stack"}], "method"}`,
-    sent again whenever it changes (the stacks came, the suspects changed). Beyond it: each
-    group's `collective` (where the flight recorder saw its ranks wait, "" if unknown),
-    `deadlock` (groups wait on each other in different collectives: every one a suspect)
-    and `flight_recorder` (the collectives some ranks never entered)."""
-
-    since_s: float
-    suspects: tuple[int, ...] = ()
-    groups: tuple[StallGroup, ...] = ()
-    method: str = ""
-    deadlock: bool = False
-    flight_recorder: tuple[str, ...] = ()
-
-    kind = "stall"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "event": self.kind,
-            "since_s": round(self.since_s, 1),
-            "suspects": list(self.suspects),
-            "groups": [
-                {"ranks": list(g.ranks), "stack": list(g.stack), "collective": g.collective}
-                for g in self.groups
-            ],
-            "method": self.method,
-            "deadlock": self.deadlock,
-            "flight_recorder": list(self.flight_recorder),
-        }
-
-
-
-@dataclass(frozen=True)
-class StackView:
-    """One group of ranks standing in the same frames, as the console shows it."""
-
-    ranks: tuple[int, ...]
-    label: str  # "all_reduce <- main (hang.py:63)"
-    stack: tuple[str, ...]
-    suspect: bool = False
-    collective: str = ""  # where the flight recorder saw them wait, if it did
-
-
-@dataclass(frozen=True)
-class StacksReport(Event):
-    """Every rank's stacks, taken on a stall or on request, with the flight recorder's word.
-
-    `ranks` maps a rank to its whole dump (every thread) for the console's stack view;
-    `collectives` says which ranks never entered which collective.
-    """
-
-    method: str
-    groups: tuple[StackView, ...]
-    ranks: tuple[tuple[int, str, int, str], ...] = ()  # (rank, node, local rank, full text)
-    collectives: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()  # nodes whose stacks could not be taken, and why
-    deadlock: bool = False  # the groups wait on each other in different collectives
-
-    kind = "stacks"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from ddptui.core.events import (
     PlanReady,
     RankState,
     RunSummary,
-    StallReport,
     TeardownReport,
 )
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
@@ -29,6 +28,7 @@ from ddptui.core.monitor.failures import explanation
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
+from ddptui.core.stall_events import StallReport
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them

@@ -12,10 +12,9 @@ from ddptui.core.events import (
     Notice,
     RankChanged,
     RunSummary,
-    StacksReport,
-    StallReport,
     TeardownReport,
 )
+from ddptui.core.stall_events import StacksReport, StallReport
 
 
 class SessionMessage(Message):

@@ -15,7 +15,6 @@ from ddptui.core.events import (
     NodeLines,
     RankState,
     RankSummary,
-    StallReport,
 )
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
 from ddptui.core.monitor.agent_log import (
@@ -45,6 +44,7 @@ from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
 from ddptui.core.monitor.stall import StallWatch
+from ddptui.core.stall_events import StallReport
 
 
 class _NodeReader:

@@ -13,10 +13,6 @@ from typing import Any
 from ddptui.core.events import (
     Event,
     RankState,
-    StacksReport,
-    StackView,
-    StallGroup,
-    StallReport,
 )
 from ddptui.core.monitor.board import RankBoard
 from ddptui.core.monitor.failures import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
@@ -29,6 +25,7 @@ from ddptui.core.monitor.stacks import (
     ranks_from_report,
     suspects,
 )
+from ddptui.core.stall_events import StacksReport, StackView, StallGroup, StallReport
 
 ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
 

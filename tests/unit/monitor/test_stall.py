@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddptui.core.events import RankState, StacksReport, StallReport
+from ddptui.core.events import RankState
 from ddptui.core.monitor import failures as fx
 from ddptui.core.monitor.agent_log import Assigned
 from ddptui.core.monitor.flight_recorder import analyse
@@ -18,6 +18,7 @@ from ddptui.core.monitor.stacks import (
     ranks_from_report,
     suspects,
 )
+from ddptui.core.stall_events import StacksReport, StallReport
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall"
 # trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddptui.core.events import StacksReport, StallReport
 from ddptui.core.monitor.flight_recorder import analyse
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
+from ddptui.core.stall_events import StacksReport, StallReport
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2"
 COLLECT = json.loads((DATA / "collect.json").read_text())
