@@ -26,6 +26,7 @@ from bench._common import (
     Table,
     arg_parser,
     command_line,
+    compile_bytecode,
     fmt_s,
     interleaved,
     median,
@@ -142,6 +143,7 @@ def main() -> None:
     reps = 2 if args.quick else args.reps
     report = Report("fanout", "Fan-out: one command on many hosts", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
     t0 = time.monotonic()
     tb = open_testbed(max(sizes))
     report.para(

@@ -20,8 +20,10 @@ tears down: the cut hosts must be reported, the others proven clean.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +37,8 @@ from bench._common import (
     Table,
     arg_parser,
     command_line,
+    compile_bytecode,
+    fmt_ms,
     fmt_s,
     interleaved,
     median,
@@ -176,6 +180,46 @@ def ddptui_run(tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None) -> 
     return sample
 
 
+def ui_run(tb: Testbed, n: int, tmp: Path) -> Sample:
+    """The console itself (bench/_fleet_ui.py) launching on every host, keys probed."""
+    assert tb.ssh is not None
+    argv = [sys.executable, "-m", "bench._fleet_ui", str(n), str(tb.ssh.ssh_config), STANDIN]
+    done = tb.run(
+        tb.head,
+        [*argv, str(tmp)],
+        env=bench_env(tmp / "state-ui"),
+        check=True,
+        timeout=1200,
+    )
+    sample: Sample = json.loads(done.stdout.strip().splitlines()[-1])
+    sample["dirty hosts"] = _clean_after(tb, tb.hosts[:n], 30)[1]
+    print(f"  console run: {sample}", flush=True)
+    return sample
+
+
+def summarize_ui(report: Report, n: int, ui: Sample) -> None:
+    keys = ui["keys"]
+    report.section(f"Keys in the console while it launches on and tears down {n} hosts")
+    table = Table(["phase", "presses", "lost", "p50", "p99"])
+    for phase in ("keys_launch", "keys_teardown", "keys"):
+        k = ui[phase]
+        name = {"keys_launch": "launch", "keys_teardown": "teardown", "keys": "all"}[phase]
+        table.add(name, str(k["n"]), str(k["lost"]), fmt_ms(k["p50"]), fmt_ms(k["p99"]))
+    report.table(table)
+    ok = keys["p99"] < 0.1 and keys["lost"] == 0
+    keys_over = f"{(keys['p99'] - 0.1) * 1000:+.0f}"
+    report.para(
+        f"The real DdpApp under Pilot (160x45), `l` to launch, then `]`, `up`, `end` in turn "
+        f"until every rank runs, then teardown with keys still pressed. Launch took "
+        f"{fmt_s(ui['launch_s'])} in the console (all running: {ui['all_running']}), teardown "
+        f"{fmt_s(ui['teardown_s'])} (every host proven clean: {ui['clean']}; dirty from "
+        f"outside: {ui['dirty hosts']}); frame p99 {fmt_ms(ui['frame_p99'])}; the process's "
+        f"peak RSS {ui['rss_mb']:.0f} MB. Key p99 {fmt_ms(keys['p99'])} with {keys['lost']} "
+        f"lost (target < 100 ms, none lost: "
+        f"{verdict(ok, f'{keys_over} ms over')})."
+    )
+
+
 def by_hand_run(tb: Testbed, n: int, tool: str) -> Sample:
     assert tb.ssh is not None
     cfg = str(tb.ssh.ssh_config)
@@ -209,6 +253,9 @@ def main() -> None:
     parser.add_argument("--no-cut", action="store_true", help="skip the link-cut run")
     parser.add_argument("--tools", default="ddptui,pdsh,clush", help="which of ddptui,pdsh,clush")
     parser.add_argument(
+        "--ui", action="store_true", help="one more run in the console, keys probed (p99)"
+    )
+    parser.add_argument(
         "--ddptui-only-reps",
         type=int,
         default=0,
@@ -219,6 +266,7 @@ def main() -> None:
     reps = 1 if args.quick else args.reps
     report = Report(f"fleet_{n}", f"Fleet: {n} hosts", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
     cleanup_stale()
     t0 = time.monotonic()
     tb = Testbed(n, sshd=True, plain_login=True).start()
@@ -237,6 +285,7 @@ def main() -> None:
             for i in range(args.ddptui_only_reps):
                 runs["ddptui"].append(ddptui_run(tb, n, tmp))
                 print(f"  [extra {i + 1}] ddptui: {runs['ddptui'][-1]}", flush=True)
+            ui = ui_run(tb, n, tmp) if args.ui else None
             cut_sample = None
             if not args.no_cut:
                 cut = tb.hosts[:n][9::10]
@@ -244,6 +293,8 @@ def main() -> None:
                 print(f"  cut run: {cut_sample}", flush=True)
                 tb.reset()
         summarize(report, n, reps, runs, cut_sample)
+        if ui is not None:
+            summarize_ui(report, n, ui)
     finally:
         tb.close()
     report.para(f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")

@@ -22,6 +22,7 @@ from bench._common import (
     Table,
     arg_parser,
     command_line,
+    compile_bytecode,
     fmt_s,
     interleaved,
     median,
@@ -182,6 +183,7 @@ def main() -> None:
     reps = 2 if args.quick else args.reps
     report = Report("launch_to_green", "Launch to all-green", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
     report.para(
         f"N={reps} interleaved repetitions per launch (after one warm-up each); "
         f"{WORLD} ranks (2 nodes x 2 processes), trainer/envcheck.py."

@@ -31,6 +31,7 @@ from bench._common import (
     Table,
     arg_parser,
     command_line,
+    compile_bytecode,
     fmt_s,
     interleaved,
     median,
@@ -116,6 +117,7 @@ def main() -> None:
     reps = 1 if args.quick else args.reps
     report = Report("slurm_scale", f"Slurm at scale: {n} slurmd nodes", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
     cleanup_stale()
     t0 = time.monotonic()
     tb = Testbed(n).start()

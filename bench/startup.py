@@ -3,10 +3,11 @@
 A TCP listener on 127.0.0.1 stands in for the first host (the ssh_config points the host
 there); the clock runs from spawning the tool to the listener accepting its connection, then
 the tool is stopped. ddptui is `ddptui run --headless --backend ssh` with early sockets (the
-first wave's TCP connects go out before the SSH engine is imported) and without them
-(`DDPTUI_EARLY_CONNECT=0`), beside a bare `python3 -c` that only connects (the interpreter's
-floor), `ssh`, `pdsh -R ssh` and `clush`. All interleaved. Then `python -X importtime` of the
-same ddptui command says where the import time goes, by package.
+command line's first wave of TCP connects goes out before the job's models and the SSH engine
+are imported: ddptui/cli_early.py) and without them (`DDPTUI_EARLY_CONNECT=0`: the first
+connect is then the engine's, after every import), beside a bare `python3 -c` that only
+connects (the interpreter's floor), `ssh`, `pdsh -R ssh` and `clush`. All interleaved. Then
+`python -X importtime` of the same ddptui command says where the import time goes, by package.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bench._common import (
     Table,
     arg_parser,
     command_line,
+    compile_bytecode,
     fmt_ms,
     interleaved,
     median,
@@ -138,6 +140,7 @@ def main() -> None:
         "startup", "Start-up: process start to first connection attempt", command_line()
     )
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
     listener = Listener()
     with tempfile.TemporaryDirectory(prefix="ddptui-startup-") as tmp:
         work = Path(tmp)

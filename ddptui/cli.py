@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ddptui import __version__
+from ddptui.cli_early import open_from_argv
 from ddptui.gc_policy import begin_startup, end_startup
 
 if TYPE_CHECKING:
@@ -64,10 +65,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     begin_startup()
+    # The first hosts' TCP connects go out now, before the job's models and the SSH engine
+    # are imported (most of start-up): the backend claims them when it connects.
+    open_from_argv(sys.argv[1:] if argv is None else argv)
     try:
         return _main(argv)
     finally:
         end_startup()
+        if "ddptui.core.backends.ssh.early_connect" in sys.modules:
+            from ddptui.core.backends.ssh.early_connect import discard_preopened
+
+            discard_preopened()
 
 
 def _main(argv: list[str] | None) -> int:

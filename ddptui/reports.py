@@ -178,7 +178,7 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
     if method:
         spec = spec.model_copy(update={"stacks_method": method})
     plan, state = run.read_plan()
-    from ddptui.core.backends import make_backend
+    from ddptui.core.backends.factory import make_backend
     from ddptui.core.monitor.monitor import Monitor
 
     backend = make_backend(spec, run, lambda event: None)

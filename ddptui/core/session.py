@@ -8,8 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, TypeVar
 
-from ddptui.core.backends import make_backend
 from ddptui.core.backends.base import Backend, BackendError
+from ddptui.core.backends.factory import make_backend
 from ddptui.core.events import (
     Event,
     NodeChanged,

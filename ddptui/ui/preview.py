@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ddptui.core.backends import placeholder_nodes, preview_plan
+from ddptui.core.backends.factory import placeholder_nodes, preview_plan
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import JobSpec
 

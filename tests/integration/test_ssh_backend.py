@@ -331,6 +331,9 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
     assert run.code == 1
     assert "rendezvous port 29400 on node1 is not available" in run.summary["detail"]
     assert "--rdzv-port" in run.summary["detail"]
+    # The first node's own `launch` refuses (no probe before): node2 may have started
+    # meanwhile, and teardown leaves nothing of the job on either host.
+    assert not _wait_clean(testbed, ["node1", "node2"])
 
 
 def test_odd_host_names_and_arguments_are_taken_literally(testbed: Testbed, tmp_path: Path) -> None:

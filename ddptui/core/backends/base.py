@@ -162,6 +162,7 @@ class HelperBackend(Backend):
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
             "gpu_sample_ms": self.spec.gpu_sample_ms,
+            **self.start_checks(command),
         }
         transport = self.transport(command.node)
         argv, stdin = self._argv("launch"), with_job(self._helper_source, job)
@@ -173,8 +174,19 @@ class HelperBackend(Backend):
             raise NodeStartError(command.node, str(exc) or "timed out") from None
         if not report.startswith("{"):
             await launch.close()
+            if report.startswith("port-taken "):
+                port = self.start_checks(command)["port_check"][1]
+                raise BackendError(
+                    f"rendezvous port {port} on {command.node} is not available "
+                    f"({report[len('port-taken ') :]}): choose another with --rdzv-port"
+                )
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
+
+    def start_checks(self, command: NodeCommand) -> dict[str, Any]:
+        """What the node helper's `launch` checks or looks up before it starts the node
+        (`port_check`, `ifname_for`: see job_helper.start); none by default."""
+        return {}
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         """The node's log to `on_chunk`; its GPU samples, taken out of the stream, to

@@ -50,8 +50,25 @@ def _write_private(path: str, text: str) -> None:
 
 
 def start() -> int:
-    """Start the command detached from this session; print {"pid", "log"} and return at once."""
+    """Start the command detached from this session; print {"pid", "log"} and return at once.
+
+    What used to be a probe before launch is done here, in the same process: given
+    `port_check` (address, port), refuse to start when the rendezvous port cannot be bound
+    (one line `port-taken REASON`); given `ifname_for` (the address the console reached this
+    node at), point GLOO/NCCL_SOCKET_IFNAME at the interface holding it unless the job's
+    environment names one.
+    """
     job = json.loads(base64.b64decode(JOB).decode())
+    if job.get("port_check"):
+        taken = _port_report(*job["port_check"])
+        if not taken["free"]:
+            sys.stdout.write(f"port-taken {taken['error']}\n")
+            sys.stdout.flush()
+            return 1
+    ifname = _ifname_holding(job["ifname_for"]) if job.get("ifname_for") else None
+    if ifname:
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            job["env"].setdefault(name, ifname)
     log = os.path.expanduser(job["log"])
     paths = _paths(log)
     _private_dirs(os.path.dirname(log))
@@ -63,6 +80,8 @@ def start() -> int:
         os.close(write_fd)
         with os.fdopen(read_fd) as reader:
             report = reader.read()
+        if report.startswith("{") and ifname:
+            report = report[:-1] + f', "ifname": {json.dumps(ifname)}}}'
         sys.stdout.write(report + "\n")
         sys.stdout.flush()
         return 0 if report.startswith("{") else 1
@@ -260,6 +279,16 @@ def _ipv4_of(ifname: str) -> str | None:
         return socket.inet_ntoa(packed[20:24])
 
 
+def _ifname_holding(address: str) -> str | None:
+    """The interface that holds `address` here, if one does."""
+    import socket
+
+    for _, name in socket.if_nameindex():
+        if _ipv4_of(name) == address:
+            return name
+    return None
+
+
 def probe(addr: str = "", number: str = "") -> int:
     """What the console needs to know of a node: its hostname and which interface holds
     which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached);
@@ -284,7 +313,7 @@ def probe(addr: str = "", number: str = "") -> int:
     return 0
 
 
-def _port_report(addr: str, number: str) -> dict[str, Any]:
+def _port_report(addr: str, number: str | int) -> dict[str, Any]:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -13,8 +13,8 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ddptui.core.backends import make_backend
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.factory import make_backend
 from ddptui.core.backends.transport import CommandResult, Transport, TransportError
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.job.spec import JobSpec

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.backends import preview_plan
+from ddptui.core.backends.factory import preview_plan
 from ddptui.core.backends.local import local_gpus, local_plan, machine_gpus
 from ddptui.core.job.gpus import CUDA_VISIBLE, split_gpus
 from ddptui.core.job.plan import NodeTarget

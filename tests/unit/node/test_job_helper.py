@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from ddptui.core.node import job_helper_source
+from ddptui.core.node import job_helper_source, with_job
 from ddptui.core.node.job_helper import TAG_VAR
 
 
@@ -136,3 +136,55 @@ def test_the_helper_is_one_program_that_imports_nothing_of_ddptui() -> None:
     imports = [ln for ln in source.splitlines() if ln.lstrip().startswith((b"import ", b"from "))]
     assert imports and not [ln for ln in imports if b"ddptui" in ln]
     assert source.count(b"from __future__ import annotations") == 1
+
+
+def _launch(tmp_path: Path, **checks: object) -> tuple[str, str]:
+    """`launch` of a job that prints its socket interface variables: (start report, log)."""
+    job = {
+        "argv": [
+            sys.executable,
+            "-c",
+            "import os; print(os.environ.get('GLOO_SOCKET_IFNAME'),"
+            " os.environ.get('NCCL_SOCKET_IFNAME'))",
+        ],
+        "env": checks.pop("env", {}),
+        "cwd": None,
+        "prelude": "",
+        "tag": f"t{os.getpid()}",
+        "log": str(tmp_path / "node.log"),
+        "hook": "",
+        **checks,
+    }
+    cp = subprocess.run(
+        [sys.executable, "-S", "-", "launch"],
+        input=with_job(job_helper_source(), job),
+        capture_output=True,
+        timeout=60,
+    )
+    report, _, log = cp.stdout.decode().partition("\n")
+    return report, log
+
+
+def test_launch_points_gloo_and_nccl_at_the_interface_it_was_reached_on(tmp_path: Path) -> None:
+    report, log = _launch(tmp_path, ifname_for="127.0.0.1")
+    assert json.loads(report)["ifname"] == "lo"
+    assert log.strip() == "lo lo"
+
+
+def test_launch_keeps_an_interface_the_job_names(tmp_path: Path) -> None:
+    report, log = _launch(tmp_path, ifname_for="127.0.0.1", env={"GLOO_SOCKET_IFNAME": "eth9"})
+    assert log.strip() == "eth9 lo"
+    no_match, log = _launch(tmp_path / "again", ifname_for="192.0.2.77")  # held by no interface here
+    assert "ifname" not in json.loads(no_match) and log.strip() == "None None"
+
+
+def test_launch_refuses_to_start_when_the_rendezvous_port_is_taken(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        report, log = _launch(tmp_path, port_check=["127.0.0.1", taken])
+    assert report == "port-taken Address already in use"
+    assert log == "" and not (tmp_path / "node.log").exists()  # nothing started
+    report, log = _launch(tmp_path, port_check=["127.0.0.1", taken])
+    assert json.loads(report)["pid"] > 0 and log.strip() == "None None"

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import posixpath
 from collections.abc import Sequence
 from typing import Any
 
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
-from ddptui.core.backends.ssh.early_connect import EarlySockets, environment_disables
+from ddptui.core.backends.ssh.early_connect import (
+    EarlySockets,
+    environment_disables,
+    take_preopened,
+)
 from ddptui.core.backends.transport import Transport, TransportError
 from ddptui.core.events import AllocationChanged, NodeChanged, NodeState
-from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget, build_plan
+from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 
@@ -38,16 +41,19 @@ class SshBackend(HelperBackend):
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         hosts = list(spec.hosts[: spec.nodes])
-        # The first wave's TCP connects go out before the SSH engine is imported (0.1-0.2 s).
+        # The first wave's TCP connects go out before the SSH engine is imported (0.1-0.2 s);
+        # the command line may have opened them already, before the job's models loaded.
         self._early = EarlySockets()
         if spec.ssh.engine == "asyncssh" and not environment_disables():
-            self._early = EarlySockets.open(hosts[: spec.ssh.fanout], spec.ssh.config_file)
+            early = take_preopened()
+            if early is None or not early.hosts():
+                early = EarlySockets.open(hosts[: spec.ssh.fanout], spec.ssh.config_file)
+            self._early = early
         self._transports = {h: make_transport(h, spec) for h in hosts}
         for transport in self._transports.values():
             offer = getattr(transport, "offer_early", None)
             if offer is not None:
                 offer(self._early)
-        self._probes: dict[str, dict[str, Any]] = {}
         self._addresses: dict[str, str] = {}
 
     def transport(self, node: str) -> Transport:
@@ -99,14 +105,7 @@ class SshBackend(HelperBackend):
                 except TransportError as exc:
                     self.emit(NodeChanged(host, NodeState.FAILED, None, str(exc)))
                     return str(exc)
-                self.emit(
-                    NodeChanged(
-                        host,
-                        NodeState.AUTHENTICATED,
-                        None,
-                        f"{self._probes[host].get('hostname')} at {self._addresses[host]}",
-                    )
-                )
+                self.emit(NodeChanged(host, NodeState.AUTHENTICATED, None, self._addresses[host]))
                 return None
 
         errors = [e for e in await asyncio.gather(*(one(h) for h in hosts)) if e]
@@ -117,46 +116,24 @@ class SshBackend(HelperBackend):
             )
 
     async def _connect(self, host: str) -> None:
+        """Connect only: what a probe used to ask before launch (the interface holding the
+        address reached, whether the rendezvous port is free) the node helper's `launch`
+        works out itself, in the same round trip that starts the node (start_checks)."""
         transport = self._transports[host]
         await transport.connect()
-        address = getattr(transport, "peer_address", None) or host
-        check: tuple[str, ...] = ()
-        if host == next(iter(self._transports)):  # the first host serves the rendezvous
-            check = (address, str(self._port()))
-        result = await transport.run(
-            self._argv("probe", *check), stdin=self._helper_source, timeout=30
-        )
-        if result.exit_code != 0:
-            detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.exit_code}"]
-            raise TransportError(f"{host}: cannot run {self.spec.python} there: {detail[0]}")
-        self._probes[host] = json.loads(result.stdout.strip().splitlines()[-1])
-        self._addresses[host] = address
+        self._addresses[host] = getattr(transport, "peer_address", None) or host
 
     def _port(self) -> int:
         return self.spec.rdzv_port or DEFAULT_RDZV_PORT
 
     async def rdzv_port(self, head: NodeTarget) -> int:
-        port = self._port()
-        report = self._probes.get(head.name, {}).get("port")
-        if not report or (report["port"], report["addr"]) != (port, head.address):
-            result = await self.transport(head.name).run(
-                self._argv("port", head.address, str(port)), stdin=self._helper_source, timeout=30
-            )
-            report = json.loads(result.stdout.strip().splitlines()[-1])
-        if not report["free"]:
-            raise BackendError(
-                f"rendezvous port {port} on {head.name} is not available "
-                f"({report['error']}): choose another with --rdzv-port"
-            )
-        return port
+        return self._port()  # checked on the first node by its `launch` (start_checks)
 
-    def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
-        ifnames = {}
-        for node in nodes:
-            name = self._probes.get(node.name, {}).get("ifaces", {}).get(node.address)
-            if name:
-                ifnames[node.name] = name
-        return build_plan(self.spec, nodes, self.run.run_id, port, socket_ifnames=ifnames)
+    def start_checks(self, command: NodeCommand) -> dict[str, Any]:
+        checks: dict[str, Any] = {"ifname_for": command.address}
+        if command.index == 0:  # the first node serves the rendezvous
+            checks["port_check"] = [command.address, self._port()]
+        return checks
 
     async def release(self) -> None:
         self._early.close()

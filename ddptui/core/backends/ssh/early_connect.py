@@ -14,15 +14,20 @@ any host, and the engine connects as it always does.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import fnmatch
-import ipaddress
 import os
 import socket
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import asyncio
+
+# asyncio is imported where it is used: the CLI opens the sockets before anything else loads
+# (ddptui/cli_early.py), and this module is all it imports for that.
 
 # Keywords that change where or how the connection goes in ways this reader does not follow.
 _UNSUPPORTED = frozenset(
@@ -107,11 +112,13 @@ def _expand(value: str, host: str) -> str | None:
 
 
 def _numeric(name: str) -> bool:
-    try:
-        ipaddress.ip_address(name)
-    except ValueError:
-        return False
-    return True
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, name)
+        except OSError:
+            continue
+        return True
+    return False
 
 
 class EarlySockets:
@@ -168,6 +175,8 @@ class EarlySockets:
         if port != expected_port or hostname != address:
             sock.close()
             return None
+        import asyncio
+
         try:
             await asyncio.wait_for(_writable(sock), timeout)
         except BaseException:  # timed out or cancelled: the socket is no one's
@@ -192,6 +201,8 @@ class EarlySockets:
 
 async def _writable(sock: socket.socket) -> None:
     """Wait until a non-blocking connect has finished (successfully or not)."""
+    import asyncio
+
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
@@ -205,6 +216,30 @@ async def _writable(sock: socket.socket) -> None:
         await done
     finally:
         loop.remove_writer(fd)
+
+
+_preopened: EarlySockets | None = None
+
+
+def preopen(hosts: Sequence[str], config_file: str | None) -> None:
+    """Open the sockets now, from the command line, for the SSH backend to take later."""
+    global _preopened
+    discard_preopened()
+    _preopened = EarlySockets.open(hosts, config_file)
+
+
+def take_preopened() -> EarlySockets | None:
+    """The sockets `preopen` started, once (None if it did not run)."""
+    global _preopened
+    early, _preopened = _preopened, None
+    return early
+
+
+def discard_preopened() -> None:
+    """Close sockets that no backend took (the job turned out not to use SSH)."""
+    early = take_preopened()
+    if early is not None:
+        early.close()
 
 
 def environment_disables() -> bool:

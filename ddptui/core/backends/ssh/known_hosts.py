@@ -145,9 +145,23 @@ class HostKeyCheck:
     evidence: tuple[KnownKey, ...] = ()  # the lines that decided it
 
 
+def _literal_names(patterns: str) -> list[str] | None:
+    """The names a line's patterns list, lower-cased, when every one is a plain name (no
+    wildcard, negation or hash): such a line matches exactly those names."""
+    names = patterns.split(",")
+    if any(n[:1] == "!" or n.startswith("|1|") or "*" in n or "?" in n for n in names):
+        return None
+    return [n.lower() for n in names]
+
+
 class KnownHosts:
     """Every known_hosts file OpenSSH would read for a host (user files, then global
-    files), read once; unreadable files and malformed lines are skipped as ssh skips them."""
+    files), read once; unreadable files and malformed lines are skipped as ssh skips them.
+
+    Lines listing plain names are indexed by name: with one line per host, looking a host up
+    would otherwise test every line's patterns, for every host (quadratic at hundreds of
+    hosts). Lines with wildcards, negations or hashed names are still tested one by one.
+    """
 
     def __init__(self, user_files: Sequence[str], global_files: Sequence[str] = ()) -> None:
         self.user_files = list(user_files)
@@ -155,13 +169,23 @@ class KnownHosts:
         self.keys: list[KnownKey] = []
         for path in [*self.user_files, *self.global_files]:
             self.keys += _read(path)
+        self._by_name: dict[str, list[int]] = {}
+        self._patterned: list[int] = []
+        for index, key in enumerate(self.keys):
+            literal = _literal_names(key.patterns)
+            if literal is None:
+                self._patterned.append(index)
+            for name in literal or ():
+                self._by_name.setdefault(name, []).append(index)
 
     @property
     def files(self) -> list[str]:
         return [*self.user_files, *self.global_files]
 
     def matching(self, names: Sequence[str], marker: str | None = None) -> list[KnownKey]:
-        return [k for k in self.keys if k.marker == marker and patterns_match(k.patterns, names)]
+        found = {i for name in names for i in self._by_name.get(name.lower(), ())}
+        found.update(i for i in self._patterned if patterns_match(self.keys[i].patterns, names))
+        return [self.keys[i] for i in sorted(found) if self.keys[i].marker == marker]
 
     def known_types(self, names: Sequence[str]) -> set[str]:
         """Key types already known for the host: the ones to ask it for (as ssh does)."""
@@ -248,9 +272,21 @@ class KnownHosts:
         return path
 
 
+_read_cache: dict[str, tuple[tuple[int, int, int], list[KnownKey]]] = {}
+
+
 def _read(path: str) -> list[KnownKey]:
+    """The file's usable lines; a file unchanged since it was last read (same inode, size
+    and mtime) is not read again (every host's connection reads the same files)."""
     with contextlib.suppress(OSError):
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _read_cache.get(path)
+        if cached is not None and cached[0] == stamp:
+            return list(cached[1])
         text = Path(path).read_bytes().decode(errors="replace")
         found = (parse_line(path, n, raw) for n, raw in enumerate(text.splitlines(), start=1))
-        return [k for k in found if k is not None]
+        keys = [k for k in found if k is not None]
+        _read_cache[path] = (stamp, keys)
+        return list(keys)
     return []

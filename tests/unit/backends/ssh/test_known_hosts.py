@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from ddptui.core.backends.ssh.known_hosts import (
+    REVOKED,
     KnownHosts,
     Verdict,
     files_from_config,
@@ -93,3 +94,29 @@ def test_recording_appends_once_under_a_lock(tmp_path: Path) -> None:
     fresh = KnownHosts([str(tmp_path / "new" / "known_hosts")])
     written = fresh.record(NAMES, "ssh-ed25519", KEY_A)
     assert written is not None and (Path(written).stat().st_mode & 0o777) == 0o600
+
+
+def test_plain_and_patterned_lines_match_in_file_order_and_a_rewrite_is_reread(
+    tmp_path: Path,
+) -> None:
+    """Plain names are looked up by name, patterns tested; both in the file's order, as
+    ssh reads them; case does not matter; a file changed since is read again."""
+
+    def key(n: int) -> str:
+        return base64.b64encode(f"key-{n}".encode() * 4).decode()
+
+    path = tmp_path / "known_hosts"
+    path.write_text(
+        f"node*,!node9 ssh-ed25519 {key(1)}\n"
+        f"NODE1,10.0.0.1 ssh-ed25519 {key(2)}\n"
+        f"node2 ssh-ed25519 {key(3)}\n"
+        f"@revoked node1 ssh-ed25519 {key(4)}\n"
+    )
+    known = KnownHosts([str(path)])
+    assert [k.line for k in known.matching(("node1",))] == [1, 2]
+    assert [k.line for k in known.matching(("10.0.0.1",))] == [2]
+    assert [k.line for k in known.matching(("node9",))] == []
+    assert [k.line for k in known.matching(("node1",), REVOKED)] == [4]
+    with path.open("a") as f:
+        f.write(f"node9 ssh-ed25519 {key(5)}\n")
+    assert [k.line for k in KnownHosts([str(path)]).matching(("node9",))] == [5]
