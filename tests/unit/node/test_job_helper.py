@@ -174,7 +174,7 @@ def test_launch_points_gloo_and_nccl_at_the_interface_it_was_reached_on(tmp_path
 def test_launch_keeps_an_interface_the_job_names(tmp_path: Path) -> None:
     report, log = _launch(tmp_path, ifname_for="127.0.0.1", env={"GLOO_SOCKET_IFNAME": "eth9"})
     assert log.strip() == "eth9 lo"
-    no_match, log = _launch(tmp_path / "again", ifname_for="192.0.2.77")  # held by no interface here
+    no_match, log = _launch(tmp_path / "again", ifname_for="192.0.2.77")  # on no interface
     assert "ifname" not in json.loads(no_match) and log.strip() == "None None"
 
 
