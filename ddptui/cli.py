@@ -47,6 +47,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_job_flags(preflight)
     preflight.add_argument("--headless", action="store_true", help="JSON lines on stdout")
+    preflight.add_argument(
+        "--no-gang",
+        dest="gang",
+        action="store_false",
+        help="skip the gang test (a short all-reduce across the job, launched as the job is)",
+    )
+    preflight.add_argument(
+        "--gang-min-busbw",
+        type=float,
+        default=0.0,
+        metavar="GBPS",
+        help="a node whose gang-test busbw is under this (GB/s) fails; without it, only a node "
+        "under half the others' median does",
+    )
     preflight.add_argument("script", nargs="?", help="also check the script is on every node")
     preflight.add_argument("script_args", nargs=argparse.REMAINDER)
     history = sub.add_parser("history", help="list past runs, newest first")
@@ -121,7 +135,7 @@ def _main(argv: list[str] | None) -> int:
             from ddptui.reports import run_preflight
 
             spec = spec_from_args(args, args.script, args.script_args)
-            return run_preflight(spec, args.headless)
+            return run_preflight(spec, args.headless, gang=args.gang, min_busbw=args.gang_min_busbw)
         if args.command == "run":
             if not args.script and not args.profile:
                 raise SpecError("give the script to run, or --profile NAME")

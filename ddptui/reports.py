@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import sqlite3
@@ -11,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from ddptui.core.events import Event
+from ddptui.core.events import Event, Notice
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.preflight.preflight import (
     CHECKS,
@@ -103,8 +104,17 @@ def preflight_text(results: Sequence[CheckResult], summary: PreflightSummary) ->
     return lines
 
 
-def run_preflight(spec: JobSpec, headless: bool, out: TextIO | None = None) -> int:
-    """Check every node of the job; exit 0 only if no check failed."""
+def run_preflight(
+    spec: JobSpec,
+    headless: bool,
+    out: TextIO | None = None,
+    *,
+    gang: bool = True,
+    min_busbw: float = 0.0,
+) -> int:
+    """Check every node of the job, then the gang test; exit 0 only if no check failed."""
+    from ddptui.gang_run import run_gang
+
     stream = out or sys.stdout
     results: list[CheckResult] = []
 
@@ -114,12 +124,15 @@ def run_preflight(spec: JobSpec, headless: bool, out: TextIO | None = None) -> i
         if headless:
             stream.write(event.to_json() + "\n")
             stream.flush()
+        elif isinstance(event, Notice):
+            stream.write(f"... {event.message}\n")
         elif not isinstance(event, CheckResult | PreflightSummary):
             stream.write(f"... {getattr(event, 'state', '')} {getattr(event, 'detail', '')}\n")
             stream.flush()
 
     async def main() -> PreflightSummary:
-        preflight = Preflight(spec, emit)
+        runner = functools.partial(run_gang, notify=emit) if gang else None
+        preflight = Preflight(spec, emit, gang=runner, gang_min_busbw=min_busbw)
         task = asyncio.ensure_future(preflight.run())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -108,7 +108,7 @@ def _gpu_facts() -> dict[str, Any]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return {"present": False}
-    query = "--query-gpu=name,driver_version,memory.total"
+    query = "--query-gpu=name,driver_version,memory.total,pci.bus_id"
     try:
         done = subprocess.run(
             [smi, query, "--format=csv,noheader"], capture_output=True, text=True, timeout=60
@@ -119,7 +119,97 @@ def _gpu_facts() -> dict[str, Any]:
         lines = (done.stdout + done.stderr).strip().splitlines() or [f"exit {done.returncode}"]
         return {"present": True, "error": lines[0]}
     gpus = [[p.strip() for p in line.split(",")] for line in done.stdout.strip().splitlines()]
-    return {"present": True, "gpus": gpus}
+    return {"present": True, "gpus": gpus, "health": _gpu_health(smi), "xid": _xids()}
+
+
+def _gpu_health(smi: str) -> dict[str, Any]:
+    """CUDA driver version, uncorrectable ECC errors and row remapping per GPU: from NVML
+    (nvidia-ml-py's `pynvml`) when this python has it, else from `nvidia-smi -q`."""
+    try:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]
+
+        pynvml.nvmlInit()
+    except Exception:  # no binding, or no driver for it: the text report says the same
+        return _smi_health(smi)
+    try:
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion_v2())
+        report: dict[str, Any] = {"source": "nvml", "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}"}
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpu: dict[str, Any] = {"index": index}
+            with contextlib.suppress(pynvml.NVMLError):
+                gpu["ecc_uncorrected"] = int(
+                    pynvml.nvmlDeviceGetTotalEccErrors(
+                        handle,
+                        pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                        pynvml.NVML_VOLATILE_ECC,
+                    )
+                )
+            with contextlib.suppress(pynvml.NVMLError):
+                _, _, pending, failed = pynvml.nvmlDeviceGetRemappedRows(handle)
+                gpu.update(remap_pending=bool(pending), remap_failed=bool(failed))
+            gpus.append(gpu)
+        report["gpus"] = gpus
+        return report
+    except Exception as exc:
+        return {"source": "nvml", "error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _smi_health(smi: str) -> dict[str, Any]:
+    import subprocess
+
+    try:
+        done = subprocess.run([smi, "-q"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"source": "nvidia-smi", "error": str(exc)}
+    return parse_smi_q(done.stdout)
+
+
+def parse_smi_q(text: str) -> dict[str, Any]:
+    """The health facts of `nvidia-smi -q`'s report: its CUDA version; per GPU the volatile
+    uncorrectable ECC errors (N/A counts nothing) and whether row remapping is pending/failed."""
+    import re
+
+    cuda = re.search(r"^CUDA Version\s*:\s*(\S+)", text, re.MULTILINE)
+    report: dict[str, Any] = {"source": "nvidia-smi", "cuda": cuda.group(1) if cuda else None}
+    blocks = re.split(r"^GPU [0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]\s*$", text,
+                      flags=re.MULTILINE)[1:]  # fmt: skip
+    gpus = []
+    for index, block in enumerate(blocks):
+        gpu: dict[str, Any] = {"index": index}
+        volatile = re.search(r"^\s+Volatile\s*$(.*?)^\s+Aggregate\s*$", block, re.M | re.S)
+        if volatile:
+            counts = re.findall(r"Uncorrectable[^:]*:\s*(\d+)", volatile.group(1))
+            gpu["ecc_uncorrected"] = sum(int(c) for c in counts)
+        remap = re.search(r"^\s+Remapped Rows\s*$(.*?)^\s+Bank Remap", block, re.M | re.S)
+        if remap:
+            gpu["remap_pending"] = bool(re.search(r"Pending\s*:\s*Yes", remap.group(1)))
+            failed = re.search(r"Remapping Failure Occurred\s*:\s*Yes", remap.group(1))
+            gpu["remap_failed"] = bool(failed)
+        gpus.append(gpu)
+    report["gpus"] = gpus
+    return report
+
+
+def _xids() -> dict[str, Any]:
+    """The GPU driver's Xid reports in the kernel log (`NVRM: Xid (PCI:...): 79, ...`), when
+    this user may read it; unreadable is said, not taken for none."""
+    import re
+    import subprocess
+
+    try:
+        done = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"readable": False, "why": str(exc)}
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return {"readable": False, "why": why}
+    found = re.findall(r"NVRM: Xid \(PCI:([^)]+)\): (\d+)", done.stdout)
+    return {"readable": True, "xids": [[pci, int(code)] for pci, code in found][-20:]}
 
 
 def _disk_facts(path: str) -> dict[str, Any]:

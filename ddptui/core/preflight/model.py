@@ -22,6 +22,7 @@ CHECKS = (
     "clock",
     "disk",
     "script",
+    "gang",  # a short all-reduce across the job's processes, launched as the job is
 )
 MAX_SKEW_S = 2.0
 MIN_FREE = 1 << 30
@@ -55,6 +56,13 @@ class Observations:
     resolved: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     listen: dict[str, Any] | None = None
     connects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the job's --env
+    # Pseudo-nodes sharing one machine (local backend): they share its GPUs; else 1.
+    nodes_per_machine: int = 1
+    gpu_split: bool = True
+    gang: Any = None  # gang.GangRun, when the all-reduce test ran
+    gang_skipped: str = "not run"
+    gang_min_busbw: float = 0.0  # GB/s; 0: only nodes far below the others are slow
 
     @property
     def live(self) -> list[NodeTarget]:

@@ -5,7 +5,8 @@ python, after its activation step, asked in a process of its own: the console ne
 torch), gpu (CUDA devices and driver; no `nvidia-smi` is "no GPU", not a failure), rdzv-port
 (a listener on the first node's rendezvous port, reached from every node), hostname (the
 127.0.1.1 trap, and nodes disagreeing about each other's addresses), clock (skew against the
-first node), disk (free space where the run's files go) and script (present on the node).
+first node), disk (free space where the run's files go) and script (present on the node);
+last, gang: a short all-reduce across the job's processes, launched as the job is (gang.py).
 Every failure says how to fix it. The rules are pure functions of what the nodes reported
 (`evaluate`), so they are tested without a cluster.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import shlex
 import time
@@ -23,9 +25,11 @@ from dataclasses import dataclass
 
 from ddptui.core.backends.base import BackendError
 from ddptui.core.events import Event
+from ddptui.core.job.gpus import CUDA_VISIBLE
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeTarget
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.preflight.access import NodeAccess, NodeAccessError, make_access
+from ddptui.core.preflight.gang import NEEDED, GangRunner, gang_spec
 from ddptui.core.preflight.model import CHECKS, FAIL, SKIP, WARN, Finding, Observations, worst
 from ddptui.core.preflight.rules import evaluate
 
@@ -68,6 +72,9 @@ def as_result(finding: Finding) -> CheckResult:
 
 def observations_for(spec: JobSpec, nodes: list[NodeTarget], port: int) -> Observations:
     launcher = spec.launcher if spec.slurm.launch == "torchrun" or spec.backend != "slurm" else ""
+    env = dict(spec.env)
+    if spec.backend == "local" and CUDA_VISIBLE in os.environ:
+        env.setdefault(CUDA_VISIBLE, os.environ[CUDA_VISIBLE])  # the pseudo-nodes inherit it
     return Observations(
         nodes=nodes,
         port=port,
@@ -76,6 +83,9 @@ def observations_for(spec: JobSpec, nodes: list[NodeTarget], port: int) -> Obser
         launcher="" if spec.backend == "local" else launcher,
         container=spec.container.image if spec.container else None,
         script=spec.script,
+        env=env,
+        nodes_per_machine=spec.nodes if spec.backend == "local" else 1,
+        gpu_split=spec.gpu_split and spec.container is None,
     )
 
 
@@ -87,10 +97,14 @@ class Preflight:
         spec: JobSpec,
         emit: Callable[[Event], None],
         access: NodeAccess | None = None,
+        gang: GangRunner | None = None,
+        gang_min_busbw: float = 0.0,
     ) -> None:
         self.spec = spec
         self.emit = emit
         self.access = access or make_access(spec, emit)
+        self.gang = gang
+        self.gang_min_busbw = gang_min_busbw
         self.results: list[CheckResult] = []
         self._token = "ddptui-preflight-" + secrets.token_hex(4)
 
@@ -113,6 +127,7 @@ class Preflight:
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.access.close())
+        await self._gang(obs)
         early = {(r.node, r.check) for r in self.results}
         for result in evaluate(obs):
             if (result.node, result.check) not in early:
@@ -132,6 +147,24 @@ class Preflight:
             self._port(obs, reachable),
         )
         return obs
+
+    async def _gang(self, obs: Observations) -> None:
+        """The all-reduce test, as a job of its own once the nodes are given back, if the
+        checks it needs passed (else it is skipped, saying which failed where)."""
+        obs.gang_min_busbw = self.gang_min_busbw
+        if self.gang is None:
+            obs.gang_skipped = "not run (--no-gang)"
+            return
+        blocking = [
+            f"{f.check} on {f.node}"
+            for f in evaluate(obs, checks=[c for c in CHECKS if c in NEEDED])
+            if f.status == FAIL
+        ]
+        if blocking or not obs.live:
+            obs.gang_skipped = "not run: " + (", ".join(blocking[:3]) or "no node reached")
+            obs.gang_skipped += " failed" if blocking else ""
+            return
+        obs.gang = await self.gang(gang_spec(self.spec))
 
     def _default_port(self) -> int:
         if self.spec.backend == "local":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from ddptui.core.preflight.gang import check_gang
+from ddptui.core.preflight.gpu_rules import check_gpu
 from ddptui.core.preflight.model import (
     CHECKS,
     FAIL,
@@ -112,67 +113,6 @@ def check_torch(obs: Observations) -> list[Finding]:
     return out
 
 
-def _gpus(obs: Observations, node: str) -> list[list[str]]:
-    return list(obs.facts[node].get("gpu", {}).get("gpus") or [])
-
-
-def check_gpu(obs: Observations) -> list[Finding]:
-    out = skip_dead(obs, "gpu")
-    live = [n.name for n in obs.live]
-    broken = {n for n in live if obs.facts[n].get("gpu", {}).get("error")}
-    with_gpus = [n for n in live if _gpus(obs, n)]
-    drivers = {n: _gpus(obs, n)[0][1] for n in with_gpus if len(_gpus(obs, n)[0]) > 1}
-    ref_driver, have = reference(drivers, live) if drivers else ("", [])
-    for name in live:
-        gpu, probe, gpus = obs.facts[name].get("gpu", {}), obs.probe(name), _gpus(obs, name)
-        if name in broken:
-            fix = (
-                "the NVIDIA driver is not working here: check `nvidia-smi`; reinstall or reload "
-                "the driver (reboot after a driver upgrade)"
-            )
-            out.append(Finding(name, "gpu", FAIL, f"nvidia-smi failed: {gpu['error']}", fix))
-        elif not gpus:
-            if with_gpus:
-                fix = "give the job nodes of one kind (Slurm: --gres=gpu:N, a GPU partition)"
-                detail = f"no GPU here, but {on_nodes(with_gpus)} has GPUs"
-                out.append(Finding(name, "gpu", FAIL, detail, fix))
-            else:
-                out.append(Finding(name, "gpu", OK, "no GPU (CPU job: gloo)"))
-        else:
-            out += _gpu_node(obs, name, gpus, probe, (ref_driver, have))
-    return out
-
-
-def _gpu_node(
-    obs: Observations,
-    name: str,
-    gpus: list[list[str]],
-    probe: dict[str, Any],
-    driver_ref: tuple[str, list[str]],
-) -> list[Finding]:
-    count, model = len(gpus), gpus[0][0]
-    driver = gpus[0][1] if len(gpus[0]) > 1 else "?"
-    cuda = probe.get("cuda_build")
-    detail = f"{count} x {model}, driver {driver}" + (f", torch CUDA {cuda}" if cuda else "")
-    findings = []
-    if "torch" in probe and not probe.get("cuda_available"):
-        build = f"CUDA {cuda}" if cuda else "a CPU-only build"
-        fix = "install a CUDA build of torch that this driver supports"
-        why = f"{count} GPU(s), but torch {probe['torch']} ({build}) cannot use them"
-        findings.append(Finding(name, "gpu", FAIL, why, fix))
-    if obs.nproc_per_node > count:
-        fix = f"--nproc-per-node {count} (NCCL needs a GPU per rank)"
-        why = f"{obs.nproc_per_node} processes per node, {count} GPU(s)"
-        findings.append(Finding(name, "gpu", WARN, why, fix))
-    ref, have = driver_ref
-    if ref and driver != ref:
-        fix = "install the same NVIDIA driver on every node"
-        findings.append(
-            Finding(name, "gpu", WARN, f"driver {driver}; {ref} on {on_nodes(have)}", fix)
-        )
-    return findings or [Finding(name, "gpu", OK, detail)]
-
-
 def check_disk(obs: Observations) -> list[Finding]:
     out = skip_dead(obs, "disk")
     for node in obs.live:
@@ -219,6 +159,7 @@ RULES: dict[str, Rule] = {
     "clock": check_clock,
     "disk": check_disk,
     "script": check_script,
+    "gang": check_gang,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -112,7 +113,12 @@ class PreflightScreen(Screen[None]):
             self.post_message(self.Checked(event))
 
         access = self.access(self.spec, emit) if self.access else None
-        return await Preflight(self.spec, emit, access).run()
+        gang = None
+        if access is None:  # the real nodes: the gang test too (a job of its own)
+            from ddptui.gang_run import run_gang
+
+            gang = functools.partial(run_gang, notify=emit)
+        return await Preflight(self.spec, emit, access, gang=gang).run()
 
     def show(self, event: Event) -> None:
         """Render one thing the preflight reported (also how tests feed fixed results)."""

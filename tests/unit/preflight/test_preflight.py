@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -44,6 +45,11 @@ def test_headless_preflight_of_the_default_job_is_json_lines_and_passes(tmp_path
     assert {e["status"] for e in checks} == {"ok"}
     torch = next(e for e in checks if e["check"] == "torch")
     assert torch["detail"].startswith("2.")  # the version python3 -c reported on the node
+    # the gang test ran as a job of its own (real torchrun, gloo) and each node reported
+    gang = [e["detail"] for e in checks if e["check"] == "gang"]
+    assert len(gang) == 2
+    said = re.compile(r"its 2 ranks [\d.]+ GB/s; all 4 ranks [\d.]+ GB/s \(gloo")
+    assert all(said.match(d) for d in gang), gang
     assert seen[-1]["event"] == "preflight" and seen[-1]["ok"] is True
 
 
@@ -59,6 +65,9 @@ def test_a_squatted_rendezvous_port_fails_with_a_fix(tmp_path: Path) -> None:
     assert "Address already in use" in bad[0]["detail"]
     assert "--rdzv-port" in bad[0]["fix"]
     assert events(out)[-1]["failed"] == ["local0: rdzv-port"]
+    skipped = [e for e in events(out) if e["event"] == "check" and e["check"] == "gang"]
+    assert {e["status"] for e in skipped} == {"skip"}
+    assert skipped[0]["detail"] == "not run: rdzv-port on local0 failed"
 
 
 @pytest.mark.parametrize("headless", [True, False])
@@ -75,7 +84,8 @@ def test_a_missing_script_is_a_failed_check(tmp_path: Path, headless: bool) -> N
         header = next(line for line in lines if line.startswith("NODE"))
         assert header.split() == ["NODE", *CHECKS]
         row = next(line for line in lines if line.startswith("local0")).split()
-        assert row[1:] == ["✓"] * (len(CHECKS) - 1) + ["✗"]
+        script = CHECKS.index("script")
+        assert row[1:] == ["✓"] * script + ["✗"] + ["✓"] * (len(CHECKS) - script - 1)
         assert any(f"✗ local0 script: {tmp_path / 'missing.py'} not found" in x for x in lines)
         assert any(x.strip().startswith("fix: copy it to every node") for x in lines)
         assert lines[-1].startswith("NOT ready: 1 check(s) failed")

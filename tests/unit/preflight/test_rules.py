@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ddptui.core.job.plan import NodeTarget
+from ddptui.core.preflight.gang import GangRun, parse_line
 from ddptui.core.preflight.preflight import CHECKS, Observations, evaluate
 from ddptui.core.preflight.rules import Finding
 
@@ -56,6 +57,13 @@ def healthy() -> Observations:
         }
         obs.connects[node.name] = {"ok": True, "ms": 1.5}
     obs.listen = {"listening": True, "error": ""}
+    line = "ddptui-gang group_rank={} host=node{} backend=gloo ranks=2 world=6 bytes=4194304 "
+    obs.gang = GangRun(
+        {
+            node.name: parse_line(line.format(i, i + 1) + "node_busbw=0.279 all_busbw=0.198")
+            for i, node in enumerate(NODES)
+        }
+    )
     return obs
 
 
@@ -142,7 +150,9 @@ def test_gpus() -> None:
     obs.nproc_per_node = 8
     for i in (1, 2, 3):
         obs.facts[f"node{i}"] = facts(i, gpu=gpus, python=cuda)
-    assert failures(obs)["node1", "gpu"].fix.startswith("--nproc-per-node 4")
+    too_many = failures(obs)["node1", "gpu"]
+    assert too_many.status == "fail" and too_many.detail == "8 processes per node, 4 GPU(s) here"
+    assert too_many.fix.startswith("--nproc-per-node 4")
 
 
 def test_rendezvous_port_in_use_or_unreachable() -> None:

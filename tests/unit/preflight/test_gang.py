@@ -1,0 +1,69 @@
+"""The gang test's judgement: each node's busbw, a slow node named, a failed test said.
+
+The lines are as trainer/gang_check.py prints them; the figures are from real runs (gloo on
+this 2-core VM: `ddptui preflight`; NCCL on 2 x H100: bench/results/gpu_preflight_h100x2.md).
+"""
+
+from __future__ import annotations
+
+from ddptui.core.job.plan import NodeTarget
+from ddptui.core.preflight.gang import GangNode, GangRun, check_gang, judge, parse_line
+from ddptui.core.preflight.model import Observations
+
+CPU_LINE = (
+    "[ddptui:0:0]:ddptui-gang group_rank={g} host=vm backend=gloo ranks=2 world=4 "
+    "bytes=4194304 node_busbw={own} all_busbw=0.198"
+)
+
+
+def nodes(*figures: str) -> dict[str, GangNode]:
+    found = {}
+    for g, own in enumerate(figures):
+        line = parse_line(CPU_LINE.format(g=g, own=own))
+        assert line is not None
+        found[f"n{g}"] = line
+    return found
+
+
+def test_a_line_reads_back() -> None:
+    got = parse_line(CPU_LINE.format(g=1, own="0.279"))
+    assert got == GangNode(1, "vm", "gloo", 2, 4, 4194304, 0.279, 0.198)
+    single = parse_line(CPU_LINE.format(g=0, own="-"))
+    assert single is not None and single.node_busbw is None
+    assert parse_line("envcheck rank=0 allreduce=ok sum=10") is None
+
+
+def test_nodes_alike_pass_with_their_figures() -> None:
+    found = judge(nodes("0.279", "0.212"), ["n0", "n1"])
+    assert [f.status for f in found] == ["ok", "ok"]
+    assert found[0].detail.startswith("its 2 ranks 0.279 GB/s; all 4 ranks 0.198 GB/s (gloo")
+
+
+def test_a_node_under_half_the_others_median_is_named() -> None:
+    found = judge(nodes("0.279", "0.061", "0.25", "0.26"), ["n0", "n1", "n2", "n3"])
+    assert [f.status for f in found] == ["ok", "fail", "ok", "ok"]
+    assert found[1].detail.startswith(
+        "slow node: 0.061 GB/s among its 2 ranks, under half the other nodes' median 0.26 GB/s"
+    )
+    assert "nvidia-smi topo -m" in found[1].fix
+
+
+def test_a_floor_names_every_node_under_it() -> None:
+    found = judge(nodes("0.279", "0.212"), ["n0", "n1"], min_busbw=0.25)
+    assert [f.status for f in found] == ["ok", "fail"]
+    assert found[1].detail.startswith("0.212 GB/s under the 0.25 GB/s asked")
+    single = judge(nodes("-", "-"), ["n0", "n1"], min_busbw=1.0)
+    assert [f.status for f in single] == ["warn", "warn"]  # which node it is cannot be told
+
+
+def test_a_node_without_a_line_and_a_failed_run_fail() -> None:
+    assert judge(nodes("0.279"), ["n0", "n1"])[1].detail == "no result from this node"
+    obs = Observations([NodeTarget("n0", "a"), NodeTarget("n1", "b")], 1)
+    obs.facts = {"n0": {}, "n1": {}}
+    obs.gang = GangRun(nodes("0.279"), error="rank 2 on n1 failed first (exit 1)", run_id="r9")
+    found = check_gang(obs)
+    assert [(f.node, f.status) for f in found] == [("n1", "fail")]
+    assert "r9" in found[0].fix and found[0].detail.endswith("failed first (exit 1)")
+    obs.gang = None
+    obs.gang_skipped = "not run: torch on n0 failed"
+    assert {f.detail for f in check_gang(obs)} == {"not run: torch on n0 failed"}
