@@ -100,3 +100,28 @@ def test_killed_docker_clients_then_teardown_removes_the_containers(
             f"container ddptui-{run_id}.{index} removed, its conmon/shim (1) gone" in (t["detail"])
         )
     assert_nothing_left(docker, run_id, ids)
+
+
+def test_daemon_named_only_by_the_jobs_env_is_the_one_teardown_asks(
+    tmp_path: Path, docker: Podman
+) -> None:
+    """DOCKER_HOST given to the job alone (`--env`), not to the console or the node helper's
+    session: the containers run on that daemon, and teardown asks that same daemon (as the
+    job's `docker run` client has it) to remove them."""
+    console_env = {k: v for k, v in env(tmp_path, docker).items() if k != "DOCKER_HOST"}
+    proc = subprocess.Popen(
+        argv(docker, "--env", f"DOCKER_HOST={docker.env['DOCKER_HOST']}",
+             str(TRAINER / "envcheck.py"), "--sleep", "300"),
+        stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=console_env,
+    )  # fmt: skip
+    run_id = until_running(proc)
+    containers = docker.containers(f"ddptui-{run_id}")
+    assert len(containers) == 2
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    teardown = sorted((e for e in events if e["event"] == "teardown"), key=lambda e: e["node"])
+    assert [t["clean"] for t in teardown] == [True, True], teardown
+    for index, t in enumerate(teardown):
+        assert f"container ddptui-{run_id}.{index} removed, its conmon/shim (1) gone" in t["detail"]
+    assert_nothing_left(docker, run_id, list(containers.values()))

@@ -24,6 +24,10 @@ from ddptui.core.node.gpu_sampler import gpu_snapshot  # sent ahead of this prog
 TAG_VAR = "DDPTUI_TAG"
 REAP_POLL_S = 0.05
 AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
+ENGINE_VARS = (  # what points a docker/podman client at its daemon, store or settings
+    "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
+    "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF",
+)  # fmt: skip
 GPU_RETURN_S = 5.0  # how long a GPU's memory gets to come back after the job's processes end
 GPU_MARGIN_MIB = 256  # GPU memory above its level before the job that still counts as returned
 
@@ -75,11 +79,32 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _engine(engine: str, *args: str) -> str | None:
+def engine_env(pids: list[int], engine: str) -> dict[str, str]:
+    """The environment for the engine's client at teardown: this helper's, with the variables
+    that choose the engine's daemon or store (ENGINE_VARS) as the job's own `run` client has
+    them, when it is still there. The job's environment may differ from the helper's session
+    (the operator's --env, what --activate exported), and teardown must ask the daemon that
+    runs the container. A killed client leaves the session's values."""
+    env = {k: v for k, v in os.environ.items() if k != TAG_VAR}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                items = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if os.path.basename(argv0) == engine:
+            pairs = (item.partition("=") for item in items)
+            client = {k: v for k, _, v in pairs if k in ENGINE_VARS}
+            return {**{k: v for k, v in env.items() if k not in ENGINE_VARS}, **client}
+    return env
+
+
+def _engine(engine: str, env: dict[str, str], *args: str) -> str | None:
     """Run the container engine's client; its stdout, None when it failed or is missing."""
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if k != TAG_VAR}
     try:
         done = subprocess.run(
             [engine, *args], capture_output=True, text=True, timeout=60, env=env, check=False
@@ -154,14 +179,15 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before:
     With a container (`engine`, `name`): its processes carry the tag too and are seen from
     here in /proc, so the same signals stop them; then the container is removed (a killed
     `run` client leaves it to conmon) and its conmon/shim must be gone and the engine must
-    no longer list it.
+    no longer list it; the engine is asked with the job's own client's settings (engine_env).
     """
     grace = float(grace_arg)
-    container_id = ""
-    if name:
-        container_id = (_engine(engine, "inspect", "--format", "{{.Id}}", name) or "").strip()
-    holders = _holding(container_id)
     pids = [p for p in _tagged(tag) if is_alive(p)]
+    container_id = ""
+    env = engine_env(pids, engine) if name else {}
+    if name:
+        container_id = (_engine(engine, env, "inspect", "--format", "{{.Id}}", name) or "").strip()
+    holders = _holding(container_id)
     found = len(pids)
     first = list(pids)
     seen = {p: _cmdline(p) for p in [*pids, *holders][:40]}
@@ -180,19 +206,19 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before:
         pids = [p for p in _tagged(tag) if is_alive(p)]
     report: dict[str, Any] = {"found": found, "killed": killed}
     if name:
-        _engine(engine, "rm", "-f", name)
+        _engine(engine, env, "rm", "-f", name)
         deadline = time.monotonic() + 5.0
         while (left := [p for p in holders if is_alive(p)]) and time.monotonic() < deadline:
             time.sleep(REAP_POLL_S)
         _signal_all(left, signal.SIGKILL)
         left = [p for p in _holding(container_id) if is_alive(p)]
-        names = _engine(engine, "ps", "-a", "--format", "{{.Names}}")
+        names = _engine(engine, env, "ps", "-a", "--format", "{{.Names}}")
         deadline = time.monotonic() + 10.0
         while names is not None and name in names.split() and time.monotonic() < deadline:
             # "removal in progress", or an rm that raced the end of its processes: again
             time.sleep(0.2)
-            _engine(engine, "rm", "-f", name)
-            names = _engine(engine, "ps", "-a", "--format", "{{.Names}}")
+            _engine(engine, env, "rm", "-f", name)
+            names = _engine(engine, env, "ps", "-a", "--format", "{{.Names}}")
         report["container"] = {
             "engine": engine,
             "name": name,
