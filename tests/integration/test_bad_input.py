@@ -131,14 +131,14 @@ CATALOGUE: dict[str, Bad] = {
     "script missing": Bad([*RUN, "missing.py"], "script not found: missing.py"),
     "more GPUs than the machine has": Bad(
         [*RUN, SCRIPT],
-        "the job needs 4 GPUs (2 pseudo-node(s) x 2 process(es)), but 2 GPU(s) on this "
-        "machine gives 2: use --nodes 1 --nproc-per-node 2, --nodes 2 --nproc-per-node 1, "
-        "or run on the CPU with --env CUDA_VISIBLE_DEVICES=",
+        "the job needs 4 GPUs (2 pseudo-nodes x 2 processes), this machine has 2: use --nodes 1 "
+        "--nproc-per-node 2, --nodes 2 --nproc-per-node 1, or run on the CPU with "
+        "--env CUDA_VISIBLE_DEVICES=",
         TWO_GPUS,
     ),
     "more GPUs than CUDA_VISIBLE_DEVICES gives": Bad(
         [*RUN, "--nproc-per-node", "1", "--env", "CUDA_VISIBLE_DEVICES=1", SCRIPT],
-        "but CUDA_VISIBLE_DEVICES=1 (--env) gives 1",
+        "CUDA_VISIBLE_DEVICES=1 (--env) gives it 1",
         TWO_GPUS,
     ),
 }

@@ -29,15 +29,19 @@ def hides_gpus(value: str) -> bool:
 def visible_devices(
     spec: JobSpec, machine_gpus: int, environ: Mapping[str, str]
 ) -> tuple[list[str], str]:
-    """The devices the job may use and where that list came from (for messages)."""
+    """The devices the job may use, and what gives them (`... gives it N` in messages)."""
     for where, env in (("--env", spec.env), ("this environment", environ)):
         if CUDA_VISIBLE in env:
             value = env[CUDA_VISIBLE]
             if hides_gpus(value):
-                return [], f"{CUDA_VISIBLE}={value!r} ({where})"
+                return [], f"{CUDA_VISIBLE}={value!r} ({where}) gives it"
             devices = [d.strip() for d in value.split(",") if d.strip()]
-            return devices, f"{CUDA_VISIBLE}={value} ({where})"
-    return [str(i) for i in range(machine_gpus)], f"{machine_gpus} GPU(s) on this machine"
+            return devices, f"{CUDA_VISIBLE}={value} ({where}) gives it"
+    return [str(i) for i in range(machine_gpus)], "this machine has"
+
+
+def counted(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else ("es" if noun.endswith("s") else "s"))
 
 
 def split_gpus(
@@ -53,10 +57,10 @@ def split_gpus(
     need = spec.nodes * spec.nproc_per_node
     if need > len(devices):
         fits = ", ".join(_fits(len(devices)))
+        shape = f"{counted(spec.nodes, 'pseudo-node')} x {counted(spec.nproc_per_node, 'process')}"
         raise SpecError(
-            f"the job needs {need} GPUs ({spec.nodes} pseudo-node(s) x {spec.nproc_per_node} "
-            f"process(es)), but {source} gives {len(devices)}: use {fits}, or run on the CPU "
-            f"with --env {CUDA_VISIBLE}="
+            f"the job needs {need} GPUs ({shape}), {source} {len(devices)}: use {fits}, "
+            f"or run on the CPU with --env {CUDA_VISIBLE}="
         )
     per = spec.nproc_per_node
     return tuple(",".join(devices[i * per : (i + 1) * per]) for i in range(spec.nodes))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddptui.core.job.gpus import CUDA_VISIBLE, hides_gpus
+from ddptui.core.job.gpus import CUDA_VISIBLE, counted, hides_gpus
 from ddptui.core.preflight.model import (
     FAIL,
     OK,
@@ -90,11 +90,11 @@ def _hidden(obs: Observations) -> bool:
 
 
 def _visible(obs: Observations, count: int) -> tuple[int, str]:
-    """How many GPUs the job may use on a node, and what says so."""
+    """How many GPUs the job may use on a node, and what gives them."""
     value = obs.env.get(CUDA_VISIBLE)
     if value is not None:
-        return len([d for d in value.split(",") if d.strip()]), f"{CUDA_VISIBLE}={value}"
-    return count, f"{count} GPU(s)"
+        return len([d for d in value.split(",") if d.strip()]), f"{CUDA_VISIBLE}={value} gives"
+    return count, "the node has"
 
 
 def _gpu_node(obs: Observations, name: str, gpus: list[list[str]]) -> list[Finding]:
@@ -128,15 +128,13 @@ def _count(obs: Observations, name: str, count: int) -> list[Finding]:
     if need <= usable:
         return []
     if machine > 1:
-        why = (
-            f"the job needs {need} GPUs ({machine} pseudo-nodes x {obs.nproc_per_node} "
-            f"processes) on this machine, {source} gives {usable}"
-        )
+        shape = f"{counted(machine, 'pseudo-node')} x {counted(obs.nproc_per_node, 'process')}"
+        why = f"the job needs {need} GPUs here ({shape}), {source} {usable}"
         fix = f"--nodes {max(1, usable // obs.nproc_per_node)} or --nproc-per-node " + str(
             max(1, usable // machine)
         )
     else:
-        why = f"{obs.nproc_per_node} processes per node, {source} here"
+        why = f"{counted(obs.nproc_per_node, 'process')} per node, {source} {usable} GPU(s)"
         fix = f"--nproc-per-node {usable} (NCCL needs a GPU per rank)"
     return [Finding(name, "gpu", FAIL, why, fix + f", or a CPU job: --env {CUDA_VISIBLE}=")]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import stat
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from ddptui.core.job.gpus import CUDA_VISIBLE, split_gpus
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.job.spec import JobSpec, SpecError, make_spec
 
-CAPTURE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_first"
+CAPTURE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_preflight"
 
 
 def spec(nodes: int = 2, nproc: int = 2, **fields: object) -> JobSpec:
@@ -37,8 +36,9 @@ def test_too_many_gpus_asked_is_refused_with_the_counts() -> None:
     with pytest.raises(SpecError) as err:
         split_gpus(spec(2, 2), 2, {})
     said = str(err.value)
-    assert "needs 4 GPUs (2 pseudo-node(s) x 2 process(es))" in said
-    assert "2 GPU(s) on this machine gives 2" in said
+    assert said.startswith(
+        "the job needs 4 GPUs (2 pseudo-nodes x 2 processes), this machine has 2:"
+    )
     assert "--nodes 1 --nproc-per-node 2" in said and "--nodes 2 --nproc-per-node 1" in said
     assert f"--env {CUDA_VISIBLE}=" in said and "\n" not in said
 
@@ -49,7 +49,11 @@ def test_the_operators_cuda_visible_devices_is_split() -> None:
     uuids = spec(1, 2, env={CUDA_VISIBLE: "GPU-a, GPU-b"})
     assert split_gpus(uuids, 4, {}) == ("GPU-a,GPU-b",)
     assert split_gpus(spec(2, 1), 8, {CUDA_VISIBLE: "6,7"}) == ("6", "7")  # the console's
-    with pytest.raises(SpecError, match=r"CUDA_VISIBLE_DEVICES=5 \(--env\) gives 1"):
+    with pytest.raises(
+        SpecError,
+        match=r"needs 2 GPUs \(2 pseudo-nodes x 1 process\), "
+        r"CUDA_VISIBLE_DEVICES=5 \(--env\) gives it 1:",
+    ):
         split_gpus(spec(2, 1, env={CUDA_VISIBLE: "5"}), 8, {})
 
 
@@ -88,12 +92,8 @@ def _stand_in_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listing: str)
 
 
 def h100_listing() -> str:
-    """`nvidia-smi --list-gpus` of the 2 x H100 machine, in its format, from its `-q` capture."""
-    text = (CAPTURE / "nvidia_smi_q.txt").read_text()
-    names = re.findall(r"Product Name\s+: (.+)", text)
-    uuids = re.findall(r"GPU UUID\s+: (\S+)", text)
-    pairs = enumerate(zip(names, uuids, strict=True))
-    return "".join(f"GPU {i}: {n} (UUID: {u})\n" for i, (n, u) in pairs)
+    """`nvidia-smi --list-gpus` as a 2 x H100 machine printed it (bench/gpu_preflight.py)."""
+    return (CAPTURE / "nvidia_smi_list_gpus.txt").read_text()
 
 
 def test_the_machine_gpu_count_comes_from_nvidia_smi(

@@ -100,3 +100,24 @@ def test_error_file_alone_explains_it_when_the_worker_lines_were_lost() -> None:
     cell = monitor.board.cell(f["node"], f["local_rank"])
     assert cell is not None and dx.DUPLICATE_GPU in [d.kind for d in cell.diagnoses]
     assert cell.cause == fx.SHARED_GPU
+
+
+PREFLIGHT = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_preflight"
+
+
+def test_the_raw_node_logs_of_a_second_h100_run_replay_to_the_same_story() -> None:
+    """`--nodes 2 --nproc-per-node 1 --no-gpu-split` on 2 x H100 (bench/gpu_preflight.py):
+    each node's whole log, bytes as they came, through the Monitor."""
+    monitor = Monitor(["local0", "local1"], 1)
+    for index, node in enumerate(("local0", "local1")):
+        monitor.feed(node, (PREFLIGHT / f"duplicate_2x1_00{index}-{node}.log").read_bytes(), 1.0)
+        monitor.end_of_output(node)
+    told = monitor.summary()
+    assert told.culprit is not None and told.culprit.cause == fx.SHARED_GPU
+    assert {r.cause for r in told.ranks} == {fx.SHARED_GPU}
+    said = fx.explanation(told.culprit.cause, told.culprit.diagnoses)
+    assert "both on the GPU at PCI 0000:00:06.0" in said
+    # and what the console itself said in that run's summary
+    events = (PREFLIGHT / "duplicate_2x1.jsonl").read_text().splitlines()
+    summary = json.loads(events[-1])
+    assert summary["event"] == "summary" and "two ranks on one GPU" in summary["detail"]

@@ -6,6 +6,8 @@ this 2-core VM: `ddptui preflight`; NCCL on 2 x H100: bench/results/gpu_prefligh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.preflight.gang import GangNode, GangRun, check_gang, judge, parse_line
 from ddptui.core.preflight.model import Observations
@@ -67,3 +69,29 @@ def test_a_node_without_a_line_and_a_failed_run_fail() -> None:
     obs.gang = None
     obs.gang_skipped = "not run: torch on n0 failed"
     assert {f.detail for f in check_gang(obs)} == {"not run: torch on n0 failed"}
+
+
+H100 = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_preflight"
+
+
+def _h100(log: str) -> GangNode:
+    found = [g for line in (H100 / log).read_text().splitlines() if (g := parse_line(line))]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_nccl_figures_from_2_x_h100() -> None:
+    one_node = _h100("preflight_1x2_000-local0.log")
+    assert (one_node.backend, one_node.ranks, one_node.nbytes) == ("nccl", 2, 64 << 20)
+    [ok] = judge({"local0": one_node}, ["local0"], min_busbw=100.0)
+    assert ok.status == "ok" and ok.detail.startswith("its 2 ranks 235.313 GB/s; all 2 ranks")
+    two = {
+        "local0": _h100("preflight_2x1_000-local0.log"),
+        "local1": _h100("preflight_2x1_001-local1.log"),
+    }
+    assert {g.node_busbw for g in two.values()} == {None}
+    found = judge(two, ["local0", "local1"])
+    assert [f.status for f in found] == ["ok", "ok"]
+    assert "one process per node" in found[0].detail
+    # the same figures against a floor above them: every node is flagged, none can be named
+    assert {f.status for f in judge(two, ["local0", "local1"], min_busbw=300.0)} == {"warn"}

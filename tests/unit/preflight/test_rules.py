@@ -151,7 +151,10 @@ def test_gpus() -> None:
     for i in (1, 2, 3):
         obs.facts[f"node{i}"] = facts(i, gpu=gpus, python=cuda)
     too_many = failures(obs)["node1", "gpu"]
-    assert too_many.status == "fail" and too_many.detail == "8 processes per node, 4 GPU(s) here"
+    assert (
+        too_many.status == "fail"
+        and too_many.detail == "8 processes per node, the node has 4 GPU(s)"
+    )
     assert too_many.fix.startswith("--nproc-per-node 4")
 
 
