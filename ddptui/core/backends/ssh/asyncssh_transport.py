@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import asyncssh
 from asyncssh.public_key import get_default_public_key_algs
 
+from ddptui.core.backends.ssh.config_slice import config_for
 from ddptui.core.backends.ssh.early_connect import EarlySockets
 from ddptui.core.backends.ssh.known_hosts import (
     DEFAULT_PORT,
@@ -48,14 +50,16 @@ class AsyncsshTransport(Transport):
         """Use the socket `early` opened to this host, if the config leads to the same place."""
         self._early = early
 
-    def _connect_kwargs(self) -> dict[str, Any]:
+    def _connect_kwargs(self, whole: bool = False) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "connect_timeout": self.options.connect_timeout,
             "keepalive_interval": KEEPALIVE_S,
             "keepalive_count_max": KEEPALIVE_MAX,
         }
-        if self.options.config_file:
-            kwargs["config"] = [self.options.config_file]
+        config = self.options.config_file or os.path.expanduser("~/.ssh/config")
+        if self.options.config_file or os.access(config, os.R_OK):
+            # this host's part of the file: asyncssh parses it for every connection
+            kwargs["config"] = [config if whole else config_for(config, self.host)]
         if self.options.user:
             kwargs["username"] = self.options.user
         return kwargs
@@ -84,8 +88,11 @@ class AsyncsshTransport(Transport):
         kwargs = self._connect_kwargs()
         try:
             options = self._options(kwargs)
-        except asyncssh.ConfigParseError as exc:
-            raise TransportError(f"{self.host}: bad ssh config: {exc}") from None
+        except asyncssh.ConfigParseError:
+            try:  # the whole file, for an error that names its own lines
+                options = self._options(self._connect_kwargs(whole=True))
+            except asyncssh.ConfigParseError as exc:
+                raise TransportError(f"{self.host}: bad ssh config: {exc}") from None
         known = self._known_hosts(options)
         check = _HostKeyCheck(self.host, known, self.options)
         names = host_names(self.host, str(options.host), port=int(options.port))
