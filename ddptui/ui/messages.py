@@ -8,6 +8,7 @@ from ddptui.core.events import (
     AllocationChanged,
     Event,
     FailureReport,
+    GpuReport,
     NodeChanged,
     Notice,
     RankChanged,
@@ -86,6 +87,12 @@ class StallUpdate(SessionMessage):
     event: StallReport
 
 
+class GpuUpdate(SessionMessage):
+    """A node's GPU sample, with the flags it raised (each one kept: the panel draws the run)."""
+
+    event: GpuReport
+
+
 class StacksUpdate(SessionMessage):
     """Every rank's stacks, folded into groups, with the flight recorder's word."""
 
@@ -95,6 +102,7 @@ class StacksUpdate(SessionMessage):
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     StallReport: StallUpdate,
     StacksReport: StacksUpdate,
+    GpuReport: GpuUpdate,
     NodeChanged: NodeUpdate,
     AllocationChanged: AllocationUpdate,
     TeardownReport: TeardownUpdate,

@@ -20,6 +20,7 @@ from ddptui.core.session import Session
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
+    GpuUpdate,
     NodeUpdate,
     NoticeUpdate,
     RankUpdates,
@@ -34,6 +35,7 @@ from ddptui.ui.screens.job_navigation import RankNavigation
 from ddptui.ui.screens.job_stall import StallActions
 from ddptui.ui.screens.log_keys import LogScreen
 from ddptui.ui.widgets.footer import SteadyFooter
+from ddptui.ui.widgets.gpu_panel import GpuPanel
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
@@ -61,6 +63,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         Binding("J", "open_prompt('goto')", "Go to rank", show=False, id="grid.goto"),
         Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
+        Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
     ]
 
     class RunEnded(Message):
@@ -92,6 +95,8 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.root_cause = RootCausePanel(id="root-cause")
         self.stacks = StackGroupsPanel(id="stacks")
         self.details = RankDetails(id="rank-details")
+        self.gpus = GpuPanel(id="gpus")
+        self._gpu_flags: set[tuple[str, int | None, str]] = set()
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
         self.ranks: dict[tuple[str, int], RankChanged] = {}
@@ -116,6 +121,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
                 side.border_title = "Ranks"
                 yield self.grid
                 yield self.details
+                yield self.gpus
                 yield self.stacks
                 yield self.root_cause
                 yield self.outcome
@@ -287,6 +293,22 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.stall_progress(changes)
         if self.selected is not None:
             self._show_details()
+
+    def on_gpu_update(self, message: GpuUpdate) -> None:
+        """A node's GPUs: into the grid's cells and the panel; a new flag also as a notice."""
+        event = message.event
+        self.grid.show_gpu(event)
+        self.gpus.show_report(event)
+        for flag in event.flags:
+            key = (event.node, flag.rank, flag.kind)
+            if key not in self._gpu_flags:
+                self._gpu_flags.add(key)
+                self.outcome.add_notice(Notice("warning", f"{event.node}: {flag.detail}"))
+
+    def action_toggle_gpus(self) -> None:
+        """The GPU panel: every GPU's utilisation and memory over the run."""
+        if self.gpus.toggle():
+            self.gpus.scroll_visible()
 
     def on_failure_update(self, message: FailureUpdate) -> None:
         self.root_cause.show_failures(message.event.ordered)

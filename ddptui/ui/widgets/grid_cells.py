@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ddptui.core.events import Diagnosis, NodeState, RankChanged, RankState
+from ddptui.core.events import Diagnosis, GpuFlag, GpuStat, NodeState, RankChanged, RankState
 from ddptui.core.monitor.diagnosis import signal_name
 
 GLYPH = {
@@ -19,6 +19,8 @@ GLYPH = {
 }
 STRAGGLER_GLYPH = "»"
 SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out
+BARS = " ▁▂▃▄▅▆▇█"
+MEM_FLAG = "mem_high"
 
 
 class RankGridCell:
@@ -43,6 +45,8 @@ class RankGridCell:
         self.straggler = False
         self.suspect = False
         self.selected = False
+        self.gpu: GpuStat | None = None  # its GPU's latest sample, when telemetry comes
+        self.gpu_flag: GpuFlag | None = None
         self.history: list[tuple[float, RankState]] = [(time.time(), RankState.PENDING)]
 
     @property
@@ -84,6 +88,38 @@ class RankGridCell:
             return f"{self.label} {SUSPECT_GLYPH}suspect"
         return f"{self.label} {glyph}"
 
+    def show_gpu(self, gpu: GpuStat | None, flag: GpuFlag | None) -> None:
+        self.gpu = gpu
+        self.gpu_flag = flag
+
+    @property
+    def gpu_text(self) -> str:
+        """` 97% 41/80G`: the GPU's utilisation and memory used/total in GiB ("" without)."""
+        gpu = self.gpu
+        if gpu is None:
+            return ""
+        util = "--" if gpu.util is None else str(gpu.util)
+        used = "?" if gpu.mem_used_mib is None else f"{gpu.mem_used_mib / 1024:.0f}"
+        total = "?" if gpu.mem_total_mib is None else f"{gpu.mem_total_mib / 1024:.0f}"
+        return f"{util:>3}% {used}/{total}G"
+
+    @property
+    def gpu_short(self) -> str:
+        """`97%▆`: utilisation, and memory as a bar's height, for the narrow grid."""
+        gpu = self.gpu
+        if gpu is None:
+            return ""
+        ratio = gpu.mem_ratio or 0.0
+        util = "--" if gpu.util is None else str(gpu.util)
+        return f"{util}%{BARS[min(len(BARS) - 1, round(ratio * (len(BARS) - 1)))]}"
+
+    @property
+    def gpu_look(self) -> str:
+        """`gpu-high` (memory near full), `gpu-flag` (busy without progress, idle), `gpu`."""
+        if self.gpu_flag is None:
+            return "gpu"
+        return "gpu-high" if self.gpu_flag.kind == MEM_FLAG else "gpu-flag"
+
     @property
     def tooltip(self) -> str:
         where = f"{self.node} local rank {self.local_rank}"
@@ -100,6 +136,14 @@ class RankGridCell:
         if self.detail:
             lines.append(self.detail)
         lines += [f"• {d.summary}" for d in self.diagnoses]
+        if self.gpu is not None:
+            gpu = self.gpu
+            lines.append(
+                f"GPU {gpu.index}: {gpu.util}% · {gpu.mem_used_mib}/{gpu.mem_total_mib} MiB · "
+                f"{gpu.power_w} W · {gpu.temp_c}°C"
+            )
+        if self.gpu_flag is not None:
+            lines.append(f"⚠ {self.gpu_flag.detail}")
         return "\n".join(lines)
 
 

@@ -57,6 +57,8 @@ def layout(rows: Sequence[NodeRow], width: int, nproc: int) -> list[Line]:
         return cell_lines(rows)
     name_width = compact_name_width(rows, width)
     label_width = max((len(c.label) for r in rows for c in r.cells), default=0) + 1
+    if any(c.gpu is not None for r in rows for c in r.cells):
+        label_width = max(label_width, 5)  # room for `97%▆` under each label
     if len(rows) <= CELL_NODES and name_width + 1 + nproc * (label_width + 1) <= width:
         return [line for row in rows for line in short_lines(row, name_width, label_width)]
     return compact_lines(rows, width)
@@ -74,7 +76,12 @@ def short_lines(row: NodeRow, name_width: int, label_width: int) -> list[Line]:
         spans.append(Span(f"↻{row.restarts} ", "restarts"))
     for cell in row.cells:
         spans += [Span(f"{cell.label}{cell.glyph}".ljust(label_width), cell.look, cell), Span(" ")]
-    return [tuple(spans)]
+    if not any(cell.gpu is not None for cell in row.cells):
+        return [tuple(spans)]
+    under = [Span(" " * len(spans[0].text) + (" " * len(spans[1].text) if row.restarts else ""))]
+    for cell in row.cells:
+        under += [Span(cell.gpu_short[:label_width].ljust(label_width), cell.gpu_look), Span(" ")]
+    return [tuple(spans), tuple(under)]
 
 
 def cell_lines(rows: Sequence[NodeRow]) -> list[Line]:
@@ -90,8 +97,20 @@ def cell_lines(rows: Sequence[NodeRow]) -> list[Line]:
         ]
         for cell in row.cells:
             spans += [Span(cell.render()[:CELL_WIDTH].center(CELL_WIDTH), cell.look, cell), gap]
-        lines += [tuple(spans), ()]
+        lines += [tuple(spans), gpu_line(row)]
     return lines
+
+
+def gpu_line(row: NodeRow) -> Line:
+    """Under a node's cells, each rank's GPU: ` 97% 41/80G` (the blank line between nodes
+    when there is no telemetry)."""
+    if not any(cell.gpu is not None for cell in row.cells):
+        return ()
+    spans = [Span(" " * CELLS_START)]
+    for cell in row.cells:
+        text = cell.gpu_text[:CELL_WIDTH].center(CELL_WIDTH)
+        spans += [Span(text, cell.gpu_look if cell.gpu else None), Span(" " * CELL_GAP)]
+    return tuple(spans)
 
 
 def restarts_text(row: NodeRow) -> str:

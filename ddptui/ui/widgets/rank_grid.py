@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ddptui.core.events import NodeState, RankChanged, RankState
+from ddptui.core.events import GpuReport, NodeState, RankChanged, RankState
 from ddptui.ui.widgets.grid_cells import NodeRow, RankGridCell
 from ddptui.ui.widgets.grid_layout import (
     COUNT_ORDER,
@@ -61,6 +61,9 @@ class RankGrid(Widget):
         "rank-grid--node-stopped",
         "rank-grid--hung",
         "rank-grid--straggler",
+        "rank-grid--gpu",
+        "rank-grid--gpu-flag",
+        "rank-grid--gpu-high",
         *(f"rank-grid--count-{look}" for look in COUNT_ORDER),
     }
 
@@ -86,6 +89,9 @@ class RankGrid(Widget):
         & > .rank-grid--straggler {
             background: $warning-darken-2; color: $text; text-style: bold;
         }
+        & > .rank-grid--gpu { color: $text-muted; }
+        & > .rank-grid--gpu-flag { color: $warning; text-style: bold; }
+        & > .rank-grid--gpu-high { background: $error; color: $text; text-style: bold; }
         & > .rank-grid--count-running, & > .rank-grid--count-done { color: $success; }
         & > .rank-grid--count-failed { color: $error; text-style: bold; }
         & > .rank-grid--count-hung, & > .rank-grid--count-straggler { color: $warning; }
@@ -143,6 +149,23 @@ class RankGrid(Widget):
             row.restarts = event.restarts
         if cell is self._hovered:
             self.tooltip = cell.tooltip
+
+    def show_gpu(self, event: GpuReport) -> None:
+        """A node's GPU sample: each rank's cell shows its GPU, and a flag the GPU raised."""
+        row = self._rows.get(event.node)
+        if row is None:
+            return
+        flags = {(f.gpu, f.rank): f for f in event.flags}
+        on_gpu = {rank: gpu for gpu in event.gpus for rank in gpu.ranks}
+        for cell in row.cells:
+            gpu = on_gpu.get(cell.rank) if cell.rank is not None else None
+            flag = None
+            if gpu is not None:
+                flag = flags.get((gpu.index, cell.rank)) or flags.get((gpu.index, None))
+            cell.show_gpu(gpu, flag)
+        if any(cell is self._hovered for cell in row.cells) and self._hovered is not None:
+            self.tooltip = self._hovered.tooltip
+        self._changed()
 
     def show_node(self, node: str, state: NodeState, exit_code: int | None) -> None:
         row = self._rows.get(node)
