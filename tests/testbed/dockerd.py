@@ -163,8 +163,10 @@ class DockerDaemon:
             subprocess.run(["umount", str(mount)], capture_output=True, check=False)
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    proc.terminate()
+def _stop(proc: subprocess.Popen[Any], *, signalled: bool = False) -> None:
+    """SIGTERM (unless sent already), then SIGKILL after 30 s."""
+    if not signalled:
+        proc.terminate()
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -174,7 +176,7 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
 
 class HostDockerds:
     """A dockerd in each of `hosts` of the testbed, holding the test image of `seed` (the
-    local daemon's, shared by hard links: see share_image). Stopped by PID; their state,
+    local daemon's, its layers shared: see share_image). Stopped by PID; their state,
     under the testbed's dir, is removed. The daemons and their containerd count as the
     testbed's daemons, so "nothing left on the host" still means nothing of the job."""
 
@@ -229,7 +231,7 @@ class HostDockerds:
                 self.docker[host].run("rm", "-f", *left)
             proc.terminate()  # all at once: each takes a second or two to stop its containerd
         for host, proc in self.procs.items():
-            _stop(proc)
+            _stop(proc, signalled=True)
             shutil.rmtree(self.docker[host].root, ignore_errors=True)
         self.tb.daemon_pids -= self.pids | {proc.pid for proc in self.procs.values()}
         for log in self._logs:
