@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ddptui.core.stall_events import StallReport
+    from ddptui.core.stall_events import FlightRecorderReport, StallReport
 
 
 class RankState(enum.StrEnum):
@@ -330,12 +330,15 @@ class RunSummary(Event):
     stopped_by: str = "finished"  # finished | failure | operator | detached | error
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
+    flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
 
     kind = "summary"
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["stall"] = self.stall.to_dict() if self.stall else None
+        recorder = self.flight_recorder
+        data["flight_recorder"] = recorder.to_dict() if recorder else None
         data["ranks"] = [
             {
                 "rank": r.rank,

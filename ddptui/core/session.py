@@ -10,6 +10,7 @@ from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.backends.factory import make_backend
+from ddptui.core.collector import NodeCollector
 from ddptui.core.events import (
     Event,
     NodeChanged,
@@ -66,7 +67,7 @@ class Session:
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
-        self._stacks: asyncio.Future[None] | None = None
+        self.collector: NodeCollector | None = None
 
     @property
     def run_id(self) -> str:
@@ -78,6 +79,8 @@ class Session:
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
             self._last_error = event.message
+        if self.collector is not None:
+            self.collector.watch(event)
         self._emit_to(event)
 
     def request_teardown(self) -> None:
@@ -156,6 +159,8 @@ class Session:
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
         self.monitor = Monitor(plan.node_names, plan.nproc_per_node, self.spec.progress_pattern)
+        recorder = self.spec.flight_recorder
+        self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
         for command in plan.commands:
             self.node_exit[command.node] = None
@@ -217,22 +222,8 @@ class Session:
 
     def request_stacks(self) -> None:
         """Take every rank's stacks (and flight-recorder dumps) now, in the background."""
-        if self.plan is None or self._stop.is_set() or (self._stacks and not self._stacks.done()):
-            return
-        self._stacks = asyncio.ensure_future(self.take_stacks())
-
-    async def take_stacks(self) -> None:
-        """Every node's collector at once; the monitor makes groups and suspects of them."""
-        assert self.plan is not None and self.monitor is not None
-        commands = self.plan.commands
-        results = await asyncio.gather(
-            *(self.backend.stacks(c) for c in commands), return_exceptions=True
-        )
-        reports: dict[str, Any] = {}
-        for command, result in zip(commands, results, strict=True):
-            reports[command.node] = str(result) if isinstance(result, BaseException) else result
-        for event in self.monitor.stacks_taken(reports):
-            self.emit(event)
+        if self.collector is not None and not self._stop.is_set():
+            self.collector.request_stacks()
 
     async def _follow(self, command: NodeCommand) -> None:
         node = command.node
@@ -321,9 +312,8 @@ class Session:
     async def _teardown(self) -> None:
         if self.monitor is not None and self._stop_reason == "operator":
             self.monitor.teardown_started()
-        if self._stacks is not None and not self._stacks.done():
-            with contextlib.suppress(asyncio.TimeoutError, Exception):
-                await asyncio.wait_for(asyncio.shield(self._stacks), DRAIN_S)
+        if self.collector is not None:
+            await self.collector.at_teardown()
         if self.plan is not None:
             for c in self.plan.commands:
                 if self.node_exit.get(c.node) is None:
@@ -372,6 +362,8 @@ class Session:
             elif told and told.stall:
                 who = ", ".join(map(str, told.stall.suspects)) or "none singled out"
                 detail += f"; it had stalled (suspects: {who})"
+            if told and told.recorder and told.recorder.collectives:
+                detail += f"; flight recorder: {told.recorder.collectives[0]}"
         elif not detail and told and told.culprit:
             cell = told.culprit
             if cell.rank is None and self._last_error:
@@ -393,6 +385,7 @@ class Session:
             stopped_by=stopped_by,
             failures=told.failures if told else (),
             stall=told.stall if told else None,
+            flight_recorder=told.recorder if told else None,
         )
         self.emit(summary)
         self.run.write_summary(summary.to_dict())

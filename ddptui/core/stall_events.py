@@ -77,3 +77,33 @@ class StacksReport(Event):
     deadlock: bool = False  # the groups wait on each other in different collectives
 
     kind = "stacks"
+
+
+@dataclass(frozen=True)
+class FlightRecorderReport(Event):
+    """Every node's flight-recorder dumps, gathered on a watchdog timeout or at the teardown of
+    a stuck job, and what they say: the collectives some ranks never entered (those ranks are
+    the suspects), where the others wait, and whether the groups wait on each other."""
+
+    trigger: str  # "watchdog" | "teardown"
+    collectives: tuple[str, ...] = ()  # "rank 1 never entered collective 5 (...) of group 0"
+    suspects: tuple[int, ...] = ()  # ranks missing from a collective, waiting in none
+    waiting: tuple[tuple[tuple[int, ...], str], ...] = ()  # (ranks, "collective 5 (...)")
+    deadlock: bool = False
+    dumps: int = 0  # how many ranks' dumps were read
+    problems: tuple[str, ...] = ()  # nodes whose dumps could not be gathered, and why
+
+    kind = "flight_recorder"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event": self.kind,
+            "ts": self.ts,
+            "trigger": self.trigger,
+            "collectives": list(self.collectives),
+            "suspects": list(self.suspects),
+            "waiting": [{"ranks": list(r), "collective": c} for r, c in self.waiting],
+            "deadlock": self.deadlock,
+            "dumps": self.dumps,
+            "problems": list(self.problems),
+        }

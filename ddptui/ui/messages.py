@@ -15,7 +15,7 @@ from ddptui.core.events import (
     RunSummary,
     TeardownReport,
 )
-from ddptui.core.stall_events import StacksReport, StallReport
+from ddptui.core.stall_events import FlightRecorderReport, StacksReport, StallReport
 
 
 class SessionMessage(Message):
@@ -99,7 +99,14 @@ class StacksUpdate(SessionMessage):
     event: StacksReport
 
 
+class RecorderUpdate(SessionMessage):
+    """The flight recorder's dumps, gathered on a watchdog timeout or at a stuck job's teardown."""
+
+    event: FlightRecorderReport
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
+    FlightRecorderReport: RecorderUpdate,
     StallReport: StallUpdate,
     StacksReport: StacksUpdate,
     GpuReport: GpuUpdate,

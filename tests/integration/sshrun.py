@@ -114,3 +114,9 @@ def all_running(proc: subprocess.Popen[str], world: int = 4) -> list[dict[str, A
     events = read_until(proc, enough)
     assert len(running) == world, events[-5:]
     return events
+
+
+def sleep_line(script: Path) -> int:
+    """The line of trainer/hang.py's sleep, the frame a sleeping rank's stack shows."""
+    lines = script.read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if "time.sleep(3600)" in line)

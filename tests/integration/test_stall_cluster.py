@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.slurmrun import assert_clean_teardown, finish, job_of, start
-from tests.integration.sshrun import TRAINER, popen_headless, read_until
+from tests.integration.sshrun import TRAINER, popen_headless, read_until, sleep_line
 from tests.testbed import SlurmCluster
 from tests.testbed.netns import Testbed
 
 TIMEOUT = 6
 HANG = [str(TRAINER / "hang.py"), "--sleep-rank", "1"]
+SLEEP_LINE = sleep_line(TRAINER / "hang.py")
 ARGS = ["--hang-timeout", str(TIMEOUT), "--stacks-method", "signal"]
 
 
@@ -42,7 +43,7 @@ def _assert_the_sleeper_is_the_suspect(events: list[dict[str, Any]]) -> None:
     assert stall["since_s"] <= TIMEOUT + 10
     assert stall["suspects"] == [1] and stall["method"] == "faulthandler-signal"
     assert stall["groups"][0]["ranks"] == [1]
-    assert stall["groups"][0]["stack"][0].endswith("hang.py:28 in sleep_forever")
+    assert stall["groups"][0]["stack"][0].endswith(f"hang.py:{SLEEP_LINE} in sleep_forever")
     assert sorted(stall["groups"][1]["ranks"]) == [0, 2, 3]
     stacks = next(e for e in events if e["event"] == "stacks")
     assert not stacks["problems"], stacks["problems"]

@@ -14,17 +14,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.integration.sshrun import sleep_line
 from tests.procs import pids_with_tag
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = str(ROOT / "trainer" / "hang.py")
+SLEEP_LINE = sleep_line(Path(HANG))
 TIMEOUT = 6
 
 
-def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, *args: str, hang_timeout: float = TIMEOUT) -> subprocess.Popen[str]:
     env = {**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state")}
     argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless"]
-    argv += ["--hang-timeout", str(TIMEOUT), "--stacks-method", "signal", *args]
+    argv += ["--hang-timeout", str(hang_timeout), "--stacks-method", "signal", *args]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
 
 
@@ -59,7 +61,7 @@ def test_all_stop_hang_is_a_stall_with_the_sleeping_rank_the_only_suspect(
     assert stall["since_s"] <= TIMEOUT + 10
     assert stall["suspects"] == [1] and stall["method"] == "faulthandler-signal"
     assert stall["groups"][0]["ranks"] == [1]
-    assert stall["groups"][0]["stack"][0].endswith("hang.py:28 in sleep_forever")
+    assert stall["groups"][0]["stack"][0].endswith(f"hang.py:{SLEEP_LINE} in sleep_forever")
     assert sorted(stall["groups"][1]["ranks"]) == [0, 2, 3]
     stacks = next(e for e in events if e["event"] == "stacks")
     assert stacks["groups"][0]["label"].startswith("time.sleep(3600) <- sleep_forever")
@@ -101,6 +103,9 @@ def test_all_stop_hang_is_a_stall_with_the_sleeping_rank_the_only_suspect(
     assert {r["state"] for r in summary["ranks"]} == {"stopped"}
     assert not [e for e in rest if e["event"] in ("rank", "node") and e["state"] == "failed"]
     assert [r["rank"] for r in summary["ranks"] if r["culprit"]] == [1]
+    # the teardown of the stalled job gathered the flight recorder's dumps once more
+    assert summary["flight_recorder"]["trigger"] == "teardown"
+    assert summary["flight_recorder"]["suspects"] == [1]
     assert all(t["clean"] for t in rest if t["event"] == "teardown")
     assert not pids_with_tag(summary["run_id"])
 
@@ -156,6 +161,42 @@ def test_py_spy_where_it_may_attach_gives_the_same_story(tmp_path: Path) -> None
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
     stall = [e for e in _until_stacks(proc) if e["event"] == "stall"][-1]
     assert stall["method"] == "py-spy" and stall["suspects"] == [1]
-    assert stall["groups"][0]["stack"][0].endswith("hang.py:28 in sleep_forever")
+    assert stall["groups"][0]["stack"][0].endswith(f"hang.py:{SLEEP_LINE} in sleep_forever")
     rest = _stop(proc)
     assert all(t["clean"] for t in rest if t["event"] == "teardown")
+
+
+def test_watchdog_timeout_gathers_the_flight_recorder_and_so_does_the_teardown(
+    tmp_path: Path,
+) -> None:
+    """No stall detection (0): the collectives' own timeout is what gathers the dumps."""
+    proc = _start(
+        tmp_path, HANG, "--skip-rank", "1", "--pg-timeout", "8", "--linger", hang_timeout=0
+    )
+    assert proc.stdout is not None
+    events = []
+    for line in proc.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] in ("flight_recorder", "summary"):
+            break
+    recorder = events[-1]
+    assert recorder["event"] == "flight_recorder", events[-3:]
+    assert recorder["trigger"] == "watchdog" and recorder["suspects"] == [1]
+    assert recorder["collectives"][0].startswith("rank 1 never entered collective 3 (gloo:")
+    assert recorder["waiting"] == [
+        {"ranks": [0, 2, 3], "collective": "collective 3 (gloo:all_reduce) of group 0"}
+    ]
+    assert recorder["dumps"] == 4 and not recorder["problems"]
+    assert not [e for e in events if e["event"] in ("stall", "stacks")]
+    # the grid marks the rank that never entered it
+    marked = [e for e in events if e["event"] == "rank" and e["suspect"]]
+    assert {e["rank"] for e in marked} == {1}
+    assert "flight recorder: rank 1 never entered" in marked[-1]["detail"]
+    rest = _stop(proc)
+    again = [e for e in rest if e["event"] == "flight_recorder"]
+    assert [e["trigger"] for e in again] == ["teardown"] and again[0]["suspects"] == [1]
+    summary = rest[-1]
+    assert summary["flight_recorder"]["trigger"] == "teardown"
+    assert "flight recorder: rank 1 never entered collective 3" in summary["detail"]
+    assert all(t["clean"] for t in rest if t["event"] == "teardown")
+    assert not pids_with_tag(summary["run_id"])

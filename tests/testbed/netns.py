@@ -25,6 +25,9 @@ from typing import Any
 from .commands import TestbedError, _batch, _sh, check_prerequisites
 from .iproute import fit_neighbour_table
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
+from .users import PlainUser, needed_paths, view_commands
+
+ROOT = Path(__file__).resolve().parents[2]
 
 IFNAME = "eth0"  # interface name inside every host/head namespace
 _COUNTER = itertools.count()
@@ -55,13 +58,16 @@ class Testbed:
         workdir: str | None = None,
         keep_workdir: bool = False,
         plain_login: bool = False,
+        user: bool = False,
     ) -> None:
         """hosts: count (node1..nodeN) or host names.  workdir: private dir for keys,
         configs and logs (default: a fresh /tmp/<prefix>-* removed at close unless
         keep_workdir; a dir you pass is never removed).  plain_login: root's home on the
         hosts is an empty directory of the testbed, so an SSH command runs no .bashrc (this
         machine's root runs `pyenv init` there: 0.1-0.3 s of CPU per command, which at
-        hundreds of hosts is all that gets measured)."""
+        hundreds of hosts is all that gets measured).  user: an unprivileged user of the
+        testbed's own in every namespace, and this machine's Python within its reach
+        (users.py); its sshd sessions and `enter_argv` commands see that view."""
         n = next(_COUNTER)
         pid = os.getpid()
         self.prefix = prefix or (f"dt{pid}" if n == 0 else f"dt{pid}x{n}")
@@ -97,6 +103,9 @@ class Testbed:
         self.ifname = IFNAME
         self._want_sshd = sshd
         self.plain_login = plain_login
+        self._want_user = user
+        self.user: PlainUser | None = None
+        self._view: list[str] = []
         self._workdir_arg = workdir
         self.keep_workdir = keep_workdir
         self.workdir: Path = Path("/nonexistent")
@@ -152,6 +161,9 @@ class Testbed:
             self.workdir = Path(self._workdir_arg or tempfile.mkdtemp(prefix=f"{self.prefix}-"))
             self.workdir.mkdir(parents=True, exist_ok=True)
             os.chmod(self.workdir, 0o755)  # munge/slurm users must traverse it
+            if self._want_user:
+                self.user = PlainUser.create(self.workdir)
+                self._view = view_commands(needed_paths(ROOT), self.workdir / "view")
             self._build_network()
             if self._want_sshd:
                 from .sshd import SshServers
@@ -200,6 +212,9 @@ class Testbed:
             (d / "resolv.conf").write_text("# testbed: no DNS inside the test network\n")
             if passwd is not None and name != self.head:
                 (d / "passwd").write_text(passwd)
+            if self.user is not None:
+                (d / "passwd").write_text(self.user.passwd())
+                (d / "group").write_text(self.user.group())
 
     def _plain_passwd(self) -> str:
         home = self.workdir / "home-root"
@@ -269,7 +284,7 @@ class Testbed:
             for f in sorted((Path("/etc/netns") / ns).glob("*"))
             if (Path("/etc") / f.name).exists()
         ]
-        script = " && ".join([*binds, 'exec "$@"'])
+        script = " && ".join([*binds, *self._view, 'exec "$@"'])
         return [
             "nsenter",
             f"--net={self.ns_path(where)}",

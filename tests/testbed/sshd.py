@@ -83,6 +83,9 @@ class SshServers:
         os.chmod(self.dir, 0o700)
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir
         pub = _keygen(self.client_key, f"testbed-client@{self.tb.prefix}")
+        if self.tb.user is not None:  # sshd reads it as the user: a directory it may enter
+            self.authorized_keys = self.tb.workdir / "ssh-public" / "authorized_keys"
+            self.authorized_keys.parent.mkdir(mode=0o755, exist_ok=True)
         self.authorized_keys.write_text(pub + "\n")
         for host in self.tb.hosts:
             hd = self.dir / host

@@ -33,3 +33,15 @@ def torn_down_events() -> list[Event]:
     monitor.teardown_started()
     events.append(NodeChanged("local0", NodeState.STOPPED, -15))
     return events + monitor.node_exited("local0", -15, by_teardown=True)
+
+
+def recorder_events() -> list[Event]:
+    """The same job's dumps gathered alone, as a watchdog timeout gathers them (no stall)."""
+    monitor = Monitor(["local0"], 2)
+    events: list[Event] = [*monitor.initial_events(), NodeChanged("local0", NodeState.RUNNING)]
+    log = (DATA / "gloo_skip_node.log").read_bytes()
+    end = log.index(b"\n", log.index(b"skips all_reduce")) + 1
+    events += monitor.feed("local0", log[:end], now=T0)
+    report = json.loads((DATA / "gloo_skip_collect.json").read_text())
+    dumps_only = {"method": "none", "ranks": [], "fr": report["fr"]}
+    return events + monitor.recorder_taken({"local0": dumps_only}, "watchdog", now=T0 + 9)

@@ -13,7 +13,7 @@ from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 from .conftest import SIZE, local_spec
 from .replay import feed
-from .stall_replay import T0, stall_events, torn_down_events
+from .stall_replay import T0, recorder_events, stall_events, torn_down_events
 
 
 @pytest.fixture(autouse=True)
@@ -82,6 +82,21 @@ async def test_teardown_of_a_stalled_run_shows_stopped_ranks_not_failures() -> N
         assert "✗" not in "".join(span.text for line in screen.grid.lines for span in line)
         assert not screen.root_cause.failures
         assert "? suspect    1 rank: time.sleep(3600)" in screen.stacks.describe().plain
+
+
+async def test_flight_recorder_gathered_alone_is_told_in_the_root_cause_panel() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, recorder_events())
+        await pilot.pause()
+        assert screen.root_cause.has_class("-shown")
+        text = screen.root_cause.describe().plain
+        assert text.startswith("Flight recorder · at the watchdog timeout, 2 rank(s)' dumps\n")
+        assert "rank 1 never entered collective 5 (gloo:all_reduce [1048576]) of group 0" in text
+        assert "ranks 0 wait in collective 5 (gloo:all_reduce) of group 0" in text
+        cell = screen.grid.cell("local0", 1)
+        assert cell is not None and cell.suspect and "never entered" in cell.tooltip
 
 
 def test_stalled_run_snapshot(snap_compare: Any) -> None:

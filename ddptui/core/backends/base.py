@@ -84,8 +84,9 @@ class Backend(ABC):
     async def reap(self, command: NodeCommand) -> TeardownReport:
         """Stop every process of the job on the node and list what is left (should be none)."""
 
-    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
-        """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect)."""
+    async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
+        """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect);
+        `method` "fr": the dumps alone (else the job's stacks method)."""
         raise BackendError(f"{self.name} cannot take stacks")
 
     async def release(self) -> None:
@@ -219,8 +220,9 @@ class HelperBackend(Backend):
         """The node's debug directory (stacks, flight-recorder dumps), beside its log."""
         return os.path.splitext(self.node_log_path(command))[0] + ".debug"
 
-    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
-        argv = self._argv("collect", self.debug_dir(command), command.tag, self.spec.stacks_method)
+    async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
+        how = method or self.spec.stacks_method
+        argv = self._argv("collect", self.debug_dir(command), command.tag, how)
         try:
             result = await self.transport(command.node).run(
                 argv, stdin=self._hook_source, timeout=60

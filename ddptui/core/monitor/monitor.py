@@ -43,8 +43,9 @@ from ddptui.core.monitor.framing import (
 from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
+from ddptui.core.monitor.recorder import RecorderWatch
 from ddptui.core.monitor.stall import StallWatch
-from ddptui.core.stall_events import StallReport
+from ddptui.core.stall_events import FlightRecorderReport, StallReport
 
 
 class _NodeReader:
@@ -63,6 +64,7 @@ class MonitorSummary:
     failures: tuple[FailureRecord, ...]
     culprit: RankSummary | None
     stall: StallReport | None = None
+    recorder: FlightRecorderReport | None = None
 
 
 class Monitor:
@@ -76,6 +78,7 @@ class Monitor:
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
+        self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = re.compile(progress_pattern) if progress_pattern else None
@@ -110,6 +113,17 @@ class Monitor:
         self.gpu.stalled = self.stall.stalled
         return self.gpu.sample(node, record, time.time() if now is None else now)
 
+    def recorder_taken(
+        self, reports: Mapping[str, Mapping[str, Any] | str], trigger: str, now: float | None = None
+    ) -> list[Event]:
+        """Every node's flight-recorder dumps alone (a watchdog timeout, a teardown)."""
+        return self.recorder.taken(reports, trigger, time.time() if now is None else now)
+
+    def stuck(self) -> bool:
+        """Whether the job stalled or a rank hung: its teardown gathers the recorder's dumps."""
+        hung = any(c.state == RankState.HUNG for c in self.board.all_cells())
+        return self.stall.last is not None or hung
+
     def teardown_started(self) -> None:
         """The operator stops the job: the ranks' ends from now on are its echo, not failures."""
         self.board.tearing_down = True
@@ -138,6 +152,7 @@ class Monitor:
             tuple(self.board.ordered_failures()),
             first.summary(culprit=True) if first else None,
             self.stall.last,
+            self.recorder.last,
         )
 
     # -- node output ----------------------------------------------------------------------

@@ -289,7 +289,7 @@ def collect(base, tag, method="auto"):
             workers.append(dict(about, stem=name[: -len(".ready")]))
     asked = time.time()
     _request_dumps(base)
-    use_pyspy = method in ("auto", "py-spy") and _may_ptrace()
+    use_pyspy = method in ("auto", "py-spy") and _may_ptrace()  # "fr": the dumps alone
     texts, used = {}, set()
     if use_pyspy:
         for w in workers:
@@ -298,7 +298,7 @@ def collect(base, tag, method="auto"):
                 texts[w["pid"]] = text
                 used.add("py-spy")
     rest = [w for w in workers if w["pid"] not in texts]
-    if rest:
+    if rest and method != "fr":
         texts.update(_by_signal(rest, stacks))
         used.add("faulthandler-signal")
     _await_dumps(base, [w["rank"] for w in workers], asked)
@@ -312,6 +312,7 @@ def collect(base, tag, method="auto"):
             "sources": _sources(texts.get(w["pid"], "")),
         }
         for w in workers
+        if method != "fr"
     ]
     report = {"method": "+".join(sorted(used)) or "none", "ranks": ranks}
     report["fr"] = _flight_recorder(base)

@@ -1,4 +1,5 @@
-"""Provides StallActions: the job screen's part in a stall — the Stacks panel, `s` and `K`."""
+"""Provides StallActions: the job screen's part in a stall — the Stacks panel, `s`, `K`, and
+the flight recorder's word in the root-cause panel."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from textual.screen import Screen
 
 from ddptui.core.events import RankChanged, RankState
 from ddptui.core.session import Session
-from ddptui.ui.messages import StacksUpdate, StallUpdate
+from ddptui.ui.messages import RecorderUpdate, StacksUpdate, StallUpdate
 from ddptui.ui.screens.rank_stack import RankStackScreen
+from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
@@ -18,6 +20,7 @@ class StallActions(Screen[None]):
     """Mixed into the job screen, which owns `stacks`, `outcome`, `ranks` and `session`."""
 
     stacks: StackGroupsPanel
+    root_cause: RootCausePanel
     outcome: RunOutcome
     ranks: Mapping[tuple[str, int], RankChanged]
     selected: tuple[str, int] | None
@@ -40,6 +43,9 @@ class StallActions(Screen[None]):
 
     def on_stacks_update(self, message: StacksUpdate) -> None:
         self.stacks.show_stacks(message.event)
+
+    def on_recorder_update(self, message: RecorderUpdate) -> None:
+        self.root_cause.show_recorder(message.event)
 
     def action_take_stacks(self) -> None:
         if self.session is None or not self.job_active:

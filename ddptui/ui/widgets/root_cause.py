@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit
+from ddptui.core.stall_events import FlightRecorderReport
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
@@ -23,6 +24,7 @@ CAUSE_WORDS = {  # failures.cause_of's names, as the panel says them
     "waiting_in_collective": "waiting in a collective",
     "watchdog_timeout": "collective timed out",
     "stopped_by_teardown": "stopped by the teardown",
+    "deadlock": "in a deadlock",
     "agent_exited": "its agent ended",
     "duplicate_gpu": "two ranks on one GPU",
 }
@@ -54,6 +56,7 @@ class RootCausePanel(VerticalScroll):
         self.failures: list[FailureRecord] = []
         self.diagnoses: dict[tuple[str, int], tuple[int | None, tuple[Diagnosis, ...]]] = {}
         self.jump_key = "E"
+        self.recorder: FlightRecorderReport | None = None
         self._body = Static("")
 
     def compose(self) -> ComposeResult:
@@ -70,9 +73,15 @@ class RootCausePanel(VerticalScroll):
             self.diagnoses[key] = (event.rank, event.diagnoses)
             self._redraw()
 
+    def show_recorder(self, report: FlightRecorderReport) -> None:
+        """The flight recorder's dumps, gathered on their own: who never entered what."""
+        self.recorder = report
+        self._redraw()
+
     def reset(self) -> None:
         self.failures.clear()
         self.diagnoses.clear()
+        self.recorder = None
         self._redraw()
 
     @property
@@ -124,6 +133,9 @@ class RootCausePanel(VerticalScroll):
             text.append(f"\n{self.jump_key}: jump to the first error line", style="italic dim")
         if ordered:
             text.append_text(_traceback_tail(ordered[0]))
+        if self.recorder is not None:
+            text.append("\n" if text.plain else "")
+            text.append_text(_describe_recorder(self.recorder))
         return text
 
     def _noted(self) -> list[tuple[str, int, int | None, Diagnosis]]:
@@ -165,4 +177,22 @@ def _traceback_tail(record: FailureRecord) -> Text:
         text.append("\ntraceback (innermost last):", style="dim")
         for line in tail:
             text.append(f"\n  {line.rstrip()}", style="dim")
+    return text
+
+
+def _describe_recorder(report: FlightRecorderReport) -> Text:
+    when = "at the watchdog timeout" if report.trigger == "watchdog" else f"at the {report.trigger}"
+    text = Text()
+    text.append("Flight recorder", style="bold magenta")
+    text.append(f" · {when}, {report.dumps} rank(s)' dumps\n", style="dim")
+    if report.deadlock:
+        text.append("deadlock: the groups wait on each other\n", style="bold magenta")
+    for line in report.collectives:
+        text.append(f"  {line}\n")
+    for ranks, place in report.waiting:
+        text.append(f"  ranks {', '.join(map(str, ranks))} wait in {place}\n", style="dim")
+    if not report.collectives:
+        text.append("  no rank is behind the others in any collective\n", style="dim")
+    for problem in report.problems:
+        text.append(f"  not gathered: {problem}\n", style="red")
     return text

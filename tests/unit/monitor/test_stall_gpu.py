@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddptui.core.events import RankChanged
 from ddptui.core.monitor.flight_recorder import analyse
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
-from ddptui.core.stall_events import StacksReport, StallReport
+from ddptui.core.stall_events import FlightRecorderReport, StacksReport, StallReport
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2"
 COLLECT = json.loads((DATA / "collect.json").read_text())
@@ -60,3 +61,28 @@ def test_stall_replayed_names_rank_1_the_only_suspect() -> None:
     stall = next(e for e in events if isinstance(e, StallReport)).to_dict()
     assert stall["suspects"] == [1] and stall["since_s"] == 13.0
     assert stall["groups"][0]["stack"][0].endswith("hang.py:28 in sleep_forever")
+
+
+def test_dumps_gathered_on_their_own_mark_rank_1_on_the_grid() -> None:
+    """A watchdog timeout gathers the dumps alone (no stacks): rank 1 is marked, the others
+    are said to wait in all_reduce 5 (NCCL keeps rank 1's all_reduce 4 `completed`)."""
+    m = Monitor(["local0"], 2)
+    m.feed("local0", _until_the_skip(), now=100.0)
+    dumps_only = {"method": "none", "ranks": [], "fr": COLLECT["fr"]}
+    events = m.recorder_taken({"local0": dumps_only}, "watchdog", now=101.0)
+    report = events[-1]
+    assert isinstance(report, FlightRecorderReport)
+    assert report.to_dict() | {"ts": 0} == {
+        "event": "flight_recorder",
+        "ts": 0,
+        "trigger": "watchdog",
+        "collectives": ["rank 1 never entered collective 5 (nccl:all_reduce [1048576]) of group 0"],
+        "suspects": [1],
+        "waiting": [{"ranks": [0], "collective": "collective 5 (nccl:all_reduce) of group 0"}],
+        "deadlock": False,
+        "dumps": 2,
+        "problems": [],
+    }
+    marked = [e for e in events if isinstance(e, RankChanged)]
+    assert [(e.rank, e.suspect) for e in marked] == [(1, True)]
+    assert m.summary().recorder == report

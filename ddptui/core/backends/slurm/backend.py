@@ -69,7 +69,7 @@ class SlurmBackend(SlurmSteps):
             return str(self.run.path / STEP_LOG)
         return str(self.run.node_log(command.index, command.node))
 
-    async def stacks(self, command: NodeCommand) -> dict[str, Any]:
+    async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
         """The worker hook's collector on the node, inside the allocation (`srun --overlap`)."""
         if self.mode == "sbatch" or self.job_id is None:
             raise BackendError("stacks are taken from steps this console starts, not sbatch's")
@@ -79,7 +79,7 @@ class SlurmBackend(SlurmSteps):
                 "collect",
                 self.debug_dir(command),
                 command.tag,
-                self.spec.stacks_method,
+                method or self.spec.stacks_method,
                 source=self._hook_source,
             )
         except SlurmError as exc:

@@ -1,0 +1,107 @@
+"""Provides NodeCollector: every node's stacks and flight-recorder dumps, taken in the background.
+
+Stacks (with the dumps) are taken on a stall and on request; the flight recorder's dumps alone
+on the run's first collective (watchdog) timeout and at the teardown of a job that was stuck,
+when the job runs with the recorder. Cheap at any size: each trigger asks each node once per
+run, one collection runs at a time (a trigger arriving meanwhile runs after it), at most
+PARALLEL nodes are asked at once, and the work is the nodes' (the console only reads reports).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ddptui.core.backends.base import Backend
+from ddptui.core.events import Event, RankChanged
+from ddptui.core.job.plan import LaunchPlan
+from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT
+from ddptui.core.monitor.monitor import Monitor
+
+PARALLEL = 8  # nodes asked at once
+TEARDOWN_WAIT_S = 10.0  # the most a teardown waits for the dumps before it stops the job
+WATCHDOG = "watchdog"
+TEARDOWN = "teardown"
+
+
+class NodeCollector:
+    """Runs the node helper's collector on every node of one run, for the session."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        plan: LaunchPlan,
+        monitor: Monitor,
+        emit: Callable[[Event], None],
+        recorder: bool,
+    ) -> None:
+        self.backend = backend
+        self.plan = plan
+        self.monitor = monitor
+        self.emit = emit
+        self.recorder = recorder
+        self.triggered: set[str] = set()
+        self._task: asyncio.Future[None] | None = None
+        self._limit = asyncio.Semaphore(PARALLEL)
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def request_stacks(self) -> None:
+        """Every rank's stacks now (not while a collection runs: it brings fresh ones)."""
+        if not self.busy:
+            self._task = asyncio.ensure_future(self._stacks())
+
+    def watch(self, event: Event) -> None:
+        """Sees every event of the run: the first collective timeout gathers the dumps."""
+        if WATCHDOG in self.triggered or not isinstance(event, RankChanged):
+            return
+        if any(d.kind == COLLECTIVE_TIMEOUT for d in event.diagnoses):
+            self._recorder(WATCHDOG)
+
+    async def at_teardown(self) -> None:
+        """Before the job is stopped: let a collection finish, and gather the dumps of a job
+        that was stuck (a stall, a hung rank, a watchdog timeout) while its ranks still live."""
+        if self.monitor.stuck() or WATCHDOG in self.triggered:
+            self._recorder(TEARDOWN)
+        if self._task is not None and not self._task.done():
+            with contextlib.suppress(asyncio.TimeoutError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._task), TEARDOWN_WAIT_S)
+
+    def _recorder(self, trigger: str) -> None:
+        if not self.recorder or trigger in self.triggered:
+            return
+        self.triggered.add(trigger)
+        before = self._task
+
+        async def after() -> None:
+            if before is not None:
+                with contextlib.suppress(Exception):
+                    await before
+            events = self.monitor.recorder_taken(await self._reports("fr"), trigger)
+            for event in events:
+                self.emit(event)
+
+        self._task = asyncio.ensure_future(after())
+
+    async def _stacks(self) -> None:
+        for event in self.monitor.stacks_taken(await self._reports(None)):
+            self.emit(event)
+
+    async def _reports(self, method: str | None) -> dict[str, Any]:
+        commands = self.plan.commands
+        results = await asyncio.gather(
+            *(self._bounded(self.backend.stacks(c, method)) for c in commands),
+            return_exceptions=True,
+        )
+        return {
+            c.node: str(r) if isinstance(r, BaseException) else r
+            for c, r in zip(commands, results, strict=True)
+        }
+
+    async def _bounded(self, ask: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        async with self._limit:
+            return await ask
