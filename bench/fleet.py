@@ -54,26 +54,27 @@ Sample = dict[str, Any]
 
 NOTES = """\
 Per host, pdsh runs one `ssh` process (the key exchange in C, the processes spread over both
-cores) and one remote shell. ddptui runs, from one Python process, one asyncssh connection
-(key exchange and authentication, some 20-40 ms of CPU each here, all on one core) and two
-remote commands: the probe (`python3 -S`: hostname, which interface holds the address ddptui
-reached, on the first host whether the rendezvous port is free) and `launch` (`python3 -S`:
-starts the agent detached and streams its log in the same process; start and tail used to be
-two commands). The steps table shows the split: up to "all connected+probed" is connecting
-and probing, up to "all started" the launches. What would close the rest: fold the probe into
-`launch` (the node helper choosing GLOO/NCCL_SOCKET_IFNAME for the address it was reached at,
-and refusing to start on the first host if the rendezvous port is taken), so that a host costs
-one remote command as by hand; start each host as soon as its own connection is up instead of
-after every host's probe; and spread the SSH handshakes over more than one core (a second
-process) at hundreds of hosts. Teardown is faster than pdsh's because ddptui's reap runs
-over the connections it already holds, where `pdsh pkill` opens a new one per host.
+cores) and one remote shell. ddptui runs, from one Python process, one asyncssh connection and
+one remote command, the node helper's `launch` (`python3 -S`: it checks the rendezvous port on
+the first host, picks GLOO/NCCL_SOCKET_IFNAME for the address it was reached at, starts the
+agent detached and streams its log, all in one process; the probe that used to come first is
+gone). The steps table shows the split: up to "all connected" is start-up and connecting, up
+to "all started" the launches. What is left beyond pdsh's work: the console's start-up
+(imports of pydantic and asyncssh, 0.4-0.5 s of CPU, several seconds of wall time at a load
+of 30-50), and on every host the helper's Python (~10 ms to start, ~25 ms importing json,
+threading, typing and the like under `-S`, against a bare `bash` for pdsh). What would close
+it: trim the helper's imports for `launch` (lazy threading/typing/shutil), start each host as
+soon as its own connection is up (its `--local-addr` is known then; only the head's address
+is needed by all), and spread the SSH handshakes over a second process at hundreds of hosts.
+Teardown is faster than pdsh's because ddptui's reap runs over the connections it already
+holds, where `pdsh pkill` opens a new one per host.
 
 Scale on this machine: the kernel's ARP table is one for all namespaces and holds 1,024
-entries by default; a 512-host testbed overflows it (connects fail with "No route to host",
-the kernel logs "neighbor table overflow"), so the testbed now raises gc_thresh1-3 for its
-size. With the machine's load average above ~15 (other test runs), 512-host runs also lost
-hosts to ddptui's 10 s SSH connect timeout (the handshakes queue behind each other in one
-process): the largest fleet measured end to end is in the title."""
+entries by default; a 512-host testbed overflows it, so the testbed raises gc_thresh1-3 for its
+size. Two costs grew with the square of the number of hosts and are gone: asyncssh parsed the
+whole ssh_config (a block per host) for every connection, twice (now each host gets its own
+slice of it: ddptui/core/backends/ssh/config_slice.py), and every host's known_hosts lookup
+tested every line's patterns (now plain names are indexed, and the files read once)."""
 
 
 class PeakRss:
@@ -136,7 +137,7 @@ def _phases(events: list[dict[str, Any]], wall0: float) -> dict[str, float]:
     return {
         "first event": min(e["ts"] for e in events) - wall0,
         "first connect": first("node", "connecting"),
-        "all connected+probed": last("node", "authenticated"),
+        "all connected": last("node", "authenticated"),
         "all started": last("node", "launched"),
     }
 
@@ -328,7 +329,7 @@ def summarize(
     report.table(table)
     ours = runs["ddptui"]
     steps = Table(["ddptui step (median, s since its start)", "seconds"])
-    for key in ("first event", "first connect", "all connected+probed", "all started", "launch"):
+    for key in ("first event", "first connect", "all connected", "all started", "launch"):
         name = key if key != "launch" else "all ranks running"
         steps.add(name, fmt_s(median([s[key] for s in ours])))
     report.table(steps)

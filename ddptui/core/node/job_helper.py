@@ -307,6 +307,8 @@ def probe(addr: str = "", number: str = "") -> int:
         "ifaces": ifaces,
         "python": platform.python_version(),
     }
+    if os.environ.get("SLURMD_NODENAME"):  # one srun step probes every node at once
+        report["node"] = os.environ["SLURMD_NODENAME"]
     if number:
         report["port"] = _port_report(addr, number)
     print(json.dumps(report))

@@ -47,6 +47,7 @@ from ddptui.core.backends.slurm.commands import (
 from ddptui.core.backends.slurm.follow import (
     follow_direct,
     log_tail,
+    probe_all,
     run_for_job,
 )
 from ddptui.core.backends.slurm.log_follow import follow_log
@@ -168,29 +169,39 @@ class SlurmBackend(SlurmSteps):
         return await self.alloc.wait_running(self.job_id)
 
     async def _probe(self) -> None:
-        """Each node's interfaces (for GLOO/NCCL_SOCKET_IFNAME) and a usable python there;
-        the rendezvous port on the first node, all at once."""
+        """Each node's interfaces (for GLOO/NCCL_SOCKET_IFNAME) and a usable python there,
+        and the rendezvous port on the first node: one srun step for every node (an srun
+        client per node took 0.1-0.3 s of the launch each); a node that step missed is
+        probed on its own, so its failure is told in its own words."""
         port = str(self.spec.rdzv_port or DEFAULT_RDZV_PORT)
         head = self.nodes[0]
+        names = [n.name for n in self.nodes]
+        reports: dict[str, dict[str, Any]] = {}
+        with contextlib.suppress(SlurmError):
+            name = f"{job_name(self.run.run_id)}-probe"
+            assert self.job_id is not None
+            reports = await probe_all(
+                self.spec, self._helper_source, name, names, self.job_id, head.address, port
+            )
 
         async def probe(node: NodeTarget) -> None:
-            try:
-                report = await self._helper(node.name, "probe")
-            except SlurmError as exc:
-                raise BackendError(
-                    f"{node.name}: cannot run {self.spec.python} there through srun: {exc}"
-                ) from None
+            report = reports.get(node.name)
+            if report is None:
+                try:
+                    args = (head.address, port) if node is head else ()
+                    report = await self._helper(node.name, "probe", *args)
+                except SlurmError as exc:
+                    raise BackendError(
+                        f"{node.name}: cannot run {self.spec.python} there through srun: {exc}"
+                    ) from None
             ifname = report.get("ifaces", {}).get(node.address)
             if ifname:
                 self._ifnames[node.name] = ifname
+            taken = report.get("port") if node is head else None
+            if taken and not taken.get("free", True):
+                self._port_problem = str(taken.get("error", ""))
 
-        async def check_port() -> None:
-            with contextlib.suppress(SlurmError):
-                report = await self._helper(head.name, "port", head.address, port)
-                if not report.get("free", True):
-                    self._port_problem = str(report.get("error", ""))
-
-        await asyncio.gather(*(probe(n) for n in self.nodes), check_port())
+        await asyncio.gather(*(probe(n) for n in self.nodes))
 
     async def rdzv_port(self, head: NodeTarget) -> int:
         port = self.spec.rdzv_port or DEFAULT_RDZV_PORT

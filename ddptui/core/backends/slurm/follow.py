@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,35 @@ def reap_report(
         detail += f"; {gpu.detail}"
     clean = reap_clean(report) and not local and (gpu is None or gpu.clean)
     return TeardownReport(node, clean, leftover, detail, gpu)
+
+
+async def probe_all(
+    spec: JobSpec, shim: bytes, name: str, nodes: Sequence[str], job_id: str, *args: str
+) -> dict[str, dict[str, Any]]:
+    """The node shim's `probe` on every node in one srun step (one task per node, the shim
+    on every task's stdin), inside the allocation: {node: report} for the nodes that
+    answered (each report names its node, SLURMD_NODENAME). Raises SlurmError when the step
+    could not run at all; the caller probes the missing nodes one by one."""
+    argv = [
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        f"--nodes={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        f"--job-name={name}",
+        "--export=ALL",
+        "--input=all",
+        *shlex.split(spec.python),
+        *("-", "probe", *args),
+    ]
+    result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S, check=False)
+    reports: dict[str, dict[str, Any]] = {}
+    for line in result.stdout.splitlines():
+        with contextlib.suppress(ValueError):
+            report = json.loads(line)
+            if isinstance(report, dict) and report.get("node") in nodes:
+                reports[str(report["node"])] = report
+    if not reports and result.exit_code != 0:
+        raise SlurmError(last_error(result.stderr) or f"srun exited {result.exit_code}")
+    return reports
