@@ -7,11 +7,15 @@ On a machine with 2+ GPUs (NCCL): `python bench/gpu_stall.py OUT_DIR`.
    report once more (for the CI tests' replay), then stops the job (SIGINT, the operator's
    stop). Keeps the console's JSON lines, the node log, the raw report and the flight
    recorder's dumps.
-2. all-reduce busbw at `--bytes` (1 GiB) with the flight recorder on (TORCH_FR_BUFFER_SIZE=2000)
+2. The same skip with the collectives' own timeout (`--pg-timeout`) and no stall detection:
+   the watchdog's timeout gathers the flight recorder's dumps (and the teardown once more).
+   Keeps the console's JSON lines and the dumps.
+3. all-reduce busbw at `--bytes` (1 GiB) with the flight recorder on (TORCH_FR_BUFFER_SIZE=2000)
    and off (0), interleaved, `--rounds` each, through trainer/allreduce_bench.py under torchrun.
 
 Writes into OUT_DIR: gpu_stall_console.jsonl, gpu_stall_node.log, gpu_stall_collect.json,
-gpu_stall_fr.tar.gz, gpu_fr_busbw.json, and prints a summary. On a CPU-only machine it runs
+gpu_stall_fr.tar.gz, gpu_watchdog_console.jsonl, gpu_watchdog_fr.tar.gz, gpu_fr_busbw.json,
+and prints a summary. On a CPU-only machine it runs
 the same on gloo (`--nproc 2 --bytes 4194304`), which is how it is tested before a GPU run.
 """
 
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,6 +94,41 @@ def stall_capture(out: Path, nproc: int, hang_timeout: float, limit_s: float) ->
                 if not dump.name.endswith(".pipe"):
                     tar.add(dump, arcname=dump.name)
     return {"stalled_after_s": stalled_at, "exit": proc.returncode, "run_dir": str(run_dir)}
+
+
+def watchdog_capture(out: Path, nproc: int, pg_timeout: float, limit_s: float) -> dict:
+    """The skip again, stall detection off: the collectives time out after `pg_timeout`."""
+    state = Path(tempfile.mkdtemp(prefix="ddptui-gpu-watchdog-"))
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--nodes", "1"]
+    argv += ["--nproc-per-node", str(nproc), "--hang-timeout", "0"]
+    argv += [str(ROOT / "trainer" / "hang.py"), "--skip-rank", "1", "--steps", "5"]
+    argv += ["--numel", str(1 << 20), "--pg-timeout", str(pg_timeout), "--linger"]
+    started = time.time()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, cwd=state)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    gathered_at = run_dir = None
+    stop = threading.Timer(limit_s, proc.send_signal, [signal.SIGINT])
+    stop.start()
+    for line in proc.stdout:
+        lines.append(line)
+        event = json.loads(line) if line.startswith("{") else {}
+        if event.get("event") == "plan":
+            run_dir = state / "runs" / event["run_id"]
+        if event.get("event") == "flight_recorder" and gathered_at is None:
+            gathered_at = time.time() - started
+            stop.cancel()
+            proc.send_signal(signal.SIGINT)  # the operator's stop, once the dumps are read
+    stop.cancel()
+    proc.wait(timeout=120)
+    (out / "gpu_watchdog_console.jsonl").write_text("".join(lines))
+    if run_dir:
+        with tarfile.open(out / "gpu_watchdog_fr.tar.gz", "w:gz") as tar:
+            for dump in sorted((run_dir / "nodes").glob("*.debug/fr/*")):
+                if not dump.name.endswith(".pipe"):
+                    tar.add(dump, arcname=dump.name)
+    return {"gathered_after_s": gathered_at, "exit": proc.returncode}
 
 
 def console_works() -> bool:
@@ -234,6 +274,7 @@ def main() -> None:
     p.add_argument("--bytes", type=int, default=GiB)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--hang-timeout", type=float, default=10.0)
+    p.add_argument("--pg-timeout", type=float, default=20.0)
     p.add_argument("--skip-bench", action="store_true")
     p.add_argument("--bare", action="store_true", help="without the console, even if it runs")
     args = p.parse_args()
@@ -242,9 +283,10 @@ def main() -> None:
     print(json.dumps(report["env"]), flush=True)
     if console_works() and not args.bare:
         report["stall"] = stall_capture(args.out, args.nproc, args.hang_timeout, 240)
+        report["watchdog"] = watchdog_capture(args.out, args.nproc, args.pg_timeout, 150)
     else:
         report["stall"] = bare_capture(args.out, args.nproc, args.hang_timeout)
-    print(json.dumps(report["stall"]), flush=True)
+    print(json.dumps({k: report[k] for k in ("stall", "watchdog") if k in report}), flush=True)
     if not args.skip_bench:
         report["busbw"] = recorder_cost(args.out, args.nproc, args.bytes, args.rounds)
         print(json.dumps(report["busbw"]), flush=True)
