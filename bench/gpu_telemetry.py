@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 QUERY = "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
 THROUGHPUT = re.compile(r"throughput: ([\d.]+) samples/s")
+EPOCH_RATE = re.compile(r"epoch=(\d+)/\d+ .* samples/s=([\d.]+)")  # cifar10_vgg.py
+CIFAR_EPOCHS, CIFAR_WARM = 8, 2  # epochs a cost run; the first ones (cuDNN tuning) not counted
 
 
 def sh(*argv: str, timeout: float = 30) -> str:
@@ -93,8 +95,29 @@ def headless(
 
 
 def throughput(events: list[dict], run_dir_text: str) -> float | None:
+    """elastic_ddp's ranks' throughput lines, or cifar10_vgg's epochs after the warm ones:
+    the mean per rank."""
     rates = [float(m) for m in THROUGHPUT.findall(run_dir_text)]
+    rates += [float(r) for e, r in EPOCH_RATE.findall(run_dir_text) if int(e) > CIFAR_WARM]
     return statistics.mean(rates) if rates else None
+
+
+def cifar_args(nproc: int, sample_ms: int) -> list[str]:
+    return [
+        "--nodes",
+        "1",
+        "--nproc-per-node",
+        str(nproc),
+        "--gpu-sample-ms",
+        str(sample_ms),
+        str(ROOT / "trainer" / "cifar10_vgg.py"),
+        "--epochs",
+        str(CIFAR_EPOCHS),
+        "--batch-size",
+        "256",
+        "--samples",
+        "50000",
+    ]
 
 
 def train_args(nproc: int, steps: int, sample_ms: int) -> list[str]:
@@ -111,13 +134,15 @@ def train_args(nproc: int, steps: int, sample_ms: int) -> list[str]:
     ]
 
 
-def cost(out: Path, nproc: int, rounds: int, steps: int) -> dict:
+def cost(out: Path, nproc: int, rounds: int, steps: int, trainer: str = "elastic") -> dict:
     """Sampler on / off, interleaved: training samples/s of each run."""
     runs: dict[str, list[float]] = {"on": [], "off": []}
     for i in range(rounds):
         for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
             name = f"cost_{mode}_{i}"
-            events = headless(out, name, train_args(nproc, steps, 1000 if mode == "on" else 0))
+            ms = 1000 if mode == "on" else 0
+            argv = cifar_args(nproc, ms) if trainer == "cifar10" else train_args(nproc, steps, ms)
+            events = headless(out, name, argv)
             rate = throughput(events, (out / f"{name}.node.log").read_text())
             gpu_events = sum(e["event"] == "gpu" for e in events)
             print(f"cost {name}: {rate} samples/s, {gpu_events} gpu events", flush=True)
@@ -125,7 +150,7 @@ def cost(out: Path, nproc: int, rounds: int, steps: int) -> dict:
                 runs[mode].append(rate)
     on, off = runs["on"], runs["off"]
     ratio = statistics.median(on) / statistics.median(off) if on and off else None
-    return {"steps": steps, "on": on, "off": off, "on_over_off": ratio}
+    return {"trainer": trainer, "steps": steps, "on": on, "off": off, "on_over_off": ratio}
 
 
 def captures(out: Path, nproc: int) -> None:
@@ -290,6 +315,7 @@ def main() -> None:
     p.add_argument("--train-s", type=float, default=30.0)
     p.add_argument("--cost-steps", type=int, default=2000, help="the fewest steps a run")
     p.add_argument("--cost-s", type=float, default=8.0, help="training seconds a cost run")
+    p.add_argument("--cost-trainer", choices=["elastic", "cifar10"], default="elastic")
     p.add_argument("--skip", action="append", default=[], help="cost, main, hang, svg")
     args = p.parse_args()
     out = Path(args.out)
@@ -300,14 +326,16 @@ def main() -> None:
     print(json.dumps(summary["versions"]), flush=True)
     if ngpu:
         captures(out, nproc)
-    # one run to learn the step rate (elastic_ddp: 20 samples a step), not counted
-    events = headless(out, "calibrate", train_args(nproc, args.cost_steps, 0))
-    rate = throughput(events, (out / "calibrate.node.log").read_text())
-    steps_per_s = (rate or 2000) / 20
-    summary["calibrate_samples_per_s"] = rate
+    steps_per_s = 100.0
+    if args.cost_trainer == "elastic":
+        # one run to learn the step rate (elastic_ddp: 20 samples a step), not counted
+        events = headless(out, "calibrate", train_args(nproc, args.cost_steps, 0))
+        rate = throughput(events, (out / "calibrate.node.log").read_text())
+        steps_per_s = (rate or 2000) / 20
+        summary["calibrate_samples_per_s"] = rate
     if "cost" not in args.skip:
         steps = max(args.cost_steps, int(steps_per_s * args.cost_s))
-        summary["cost"] = cost(out, nproc, args.rounds, steps)
+        summary["cost"] = cost(out, nproc, args.rounds, steps, args.cost_trainer)
         print("cost:", json.dumps(summary["cost"]), flush=True)
     if "main" not in args.skip:
         steps = int((steps_per_s or 100) * args.train_s)

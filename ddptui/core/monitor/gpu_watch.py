@@ -35,6 +35,7 @@ class GpuWatch:
         self.history: dict[str, dict[int, deque[tuple[float, int | None, int | None]]]] = {}
         self.latest: dict[str, tuple[GpuStat, ...]] = {}
         self.stalled = False  # the job-wide stall (StallWatch): no rank makes progress
+        self._running_since: dict[tuple[str, int], float] = {}  # (node, rank): first seen running
 
     def sample(self, node: str, record: Mapping[str, Any], now: float) -> list[Event]:
         """A node's sample in: its GpuReport out, with the flags it raises now."""
@@ -64,11 +65,14 @@ class GpuWatch:
                     )
                 )
             window = self._window(node, gpu.index, now)
-            if window is None:
-                continue
             for rank in gpu.ranks:
                 cell = self._cell(node, rank)
                 if cell is None or cell.state not in (RankState.RUNNING, RankState.HUNG):
+                    self._running_since.pop((node, rank), None)
+                    continue
+                since = self._running_since.setdefault((node, rank), now)
+                # a rank that just began (CUDA and NCCL starting) is not idle yet
+                if window is None or now - since < WINDOW_S:
                     continue
                 flag = self._rank_flag(cell, gpu.index, window, now)
                 if flag is not None:
