@@ -1,10 +1,11 @@
 """Provides `open_from_argv`: the first hosts' TCP connects, from the command line alone.
 
-Why: `ddptui run --hosts ...` spends most of its start-up importing (pydantic and the job's
-models, then the SSH engine and its cryptography). The hosts are on the command line from the
-first instant, so the first wave's TCP connects go out before any of that is imported, and the
-handshakes with sshd overlap the imports. Only the standard library and python-hostlist are
-imported here.
+Why: `ddptui run --headless --hosts ...` spends most of its start-up importing (pydantic
+and the job's models, then the SSH engine and its cryptography). The hosts are on the command
+line from the first instant, so the first wave's TCP connects go out before any of that is
+imported, and the handshakes with sshd overlap the imports. Only the standard library and
+python-hostlist are imported here. Not for the console: it connects when the operator
+launches, maybe minutes later, and sshd would have dropped the sockets by then.
 
 This reads a few flags for a guess only: anything it is unsure of (a profile, a hostfile,
 another backend, the paramiko engine, a malformed list) means no early sockets, and what it
@@ -23,7 +24,7 @@ _VALUED = ("--hosts", "--ssh-config", "--ssh-fanout", "--backend", "--ssh-engine
 
 def _flags(argv: Sequence[str]) -> dict[str, str] | None:
     """The flags of `run` this reader understands (last one wins, as argparse does), or None
-    when the command line is not a plain `run` with --hosts."""
+    when the command line is not a plain `run --headless` with --hosts."""
     if "run" not in argv:
         return None
     found: dict[str, str] = {}
@@ -46,6 +47,8 @@ def _flags(argv: Sequence[str]) -> dict[str, str] | None:
         i += 1
     if "--hosts" not in found or found.get("--backend", "ssh") != "ssh":
         return None
+    if "--headless" not in items[:i]:
+        return None  # the console connects when the operator launches: sockets would go stale
     if found.get("--ssh-engine", "asyncssh") != "asyncssh":
         return None
     return found

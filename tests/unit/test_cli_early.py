@@ -38,6 +38,7 @@ def nothing_left_open() -> Iterator[None]:
     "argv",
     [
         ["run", "--headless", "x.py"],  # no hosts
+        ["run", "--hosts", "a", "x.py"],  # the console: it connects when the operator launches
         ["run", "--hosts", "a,b", "--profile", "big"],  # the profile may say otherwise
         ["run", "--hostfile", "hosts.txt"],
         ["run", "--hosts", "a", "--backend", "slurm"],
@@ -51,7 +52,7 @@ def test_command_lines_it_is_unsure_of_open_nothing(argv: list[str]) -> None:
 
 
 def test_last_flag_wins_and_both_spellings_are_read() -> None:
-    argv = ["run", "--hosts", "a", "--hosts=n[1-4]", "--ssh-config", "c", "--nodes=2", "x.py"]
+    argv = ["run", "--hosts", "a", "--hosts=n[1-4]", "--ssh-config", "c", "--nodes=2", "--headless"]
     assert _flags(argv) == {"--hosts": "n[1-4]", "--ssh-config": "c", "--nodes": "2"}
 
 
@@ -79,7 +80,7 @@ def test_turned_off_by_the_environment(
     monkeypatch.setenv("DDPTUI_EARLY_CONNECT", "0")
     config = tmp_path / "ssh_config"
     config.write_text(f"Host *\n  HostName 127.0.0.1\n  Port {listener.getsockname()[1]}\n")
-    open_from_argv(["run", "--hosts", "n1", "--ssh-config", str(config), "x.py"])
+    open_from_argv(["run", "--headless", "--hosts", "n1", "--ssh-config", str(config), "x.py"])
     assert early_connect.take_preopened() is None
 
 
