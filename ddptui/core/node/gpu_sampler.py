@@ -24,11 +24,12 @@ import select
 import shutil
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Callable
+    from typing import Any
 
 GPU_MARK = b"\x1e\x1fddptui:gpu "
 GPU_QUERY = "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"

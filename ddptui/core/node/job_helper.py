@@ -18,10 +18,13 @@ import shutil
 import sys
 import threading
 import time
-from typing import Any
 
 from ddptui.core.node.gpu_sampler import GpuSampler  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
+
+TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
+if TYPE_CHECKING:
+    from typing import Any
 
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
 

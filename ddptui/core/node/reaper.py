@@ -17,9 +17,12 @@ import json
 import os
 import signal
 import time
-from typing import Any
 
 from ddptui.core.node.gpu_sampler import gpu_snapshot  # sent ahead of this program
+
+TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
+if TYPE_CHECKING:
+    from typing import Any
 
 TAG_VAR = "DDPTUI_TAG"
 REAP_POLL_S = 0.05
