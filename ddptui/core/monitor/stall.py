@@ -119,11 +119,11 @@ class StallWatch:
         missing = culprits(gaps, blocked)
         groups = group_stacks(ranks, missing, deadlock=bool(gaps) and not missing)
         deadlock = is_deadlock(groups)
-        waits = {g.stack: _collective(g, blocked) for g in groups}
+        waits = {g.stack: "" if set(g.ranks) & missing else _collective(g, blocked) for g in groups}
         method = "+".join(sorted(m for m in methods if m and m != "none")) or "none"
         odd = set(suspects(groups))
         events: list[Event] = []
-        waiting = {r for g in groups if g.in_collective for r in g.ranks}
+        waiting = {r for g in groups if g.in_collective or waits[g.stack] for r in g.ranks}
         for cell in self.board.all_cells():
             if cell.rank is None:
                 continue
@@ -166,10 +166,11 @@ def _told(report: StallReport) -> tuple[Any, ...]:
 
 
 def _collective(group: StackGroup, blocked: Mapping[int, Blocked]) -> str:
-    """Where the group's ranks wait, if the flight recorder saw every one wait in the same."""
+    """Where the group's ranks wait, if the flight recorder saw every one wait in the same
+    (on a GPU a rank may wait in `synchronize`, outside torch.distributed's frames)."""
     where = {blocked.get(rank) for rank in group.ranks}
     one = where.pop() if len(where) == 1 else None
-    return one.describe() if one is not None and group.in_collective else ""
+    return one.describe() if one is not None else ""
 
 
 def _rank(stack: Any) -> int:
