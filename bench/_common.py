@@ -106,6 +106,12 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_s() -> float:
+    """This process's CPU time so far (user + system, all its threads; not its children)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 # -- statistics ---------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench._common import peak_rss_mb, percentile
+from bench._common import cpu_s, peak_rss_mb, percentile
 from bench._pilot import FrameProbe
 
 PRESS_EVERY_S = 0.1
@@ -118,4 +118,5 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
         "frame_p99": percentile(probe.frames, 99),
         "frames": len(probe.frames),
         "rss_mb": peak_rss_mb(),
+        "cpu_s": cpu_s(),
     }

@@ -6,14 +6,18 @@ Three tiers, each in a fresh process (so its peak RSS is its own):
   a prototype of batching per chunk (what the per-line work costs at least);
 - headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
   (same node helper, log files, tail processes and pipes as a real run), no UI;
-- ui: the same Session inside the real DdpApp under `app.run_test()`, launched with `l`,
+- ui: the same Session inside the real DdpApp under `app.run_test()` (which runs the session
+  on a thread and event loop of its own: ddptui/core/session_thread.py), launched with `l`,
   while Pilot presses keys in turn, 100 ms apart: `]` (next node's log), `up` (scroll the
   log up) and `end` (follow again). Key-to-screen latency is the time from the press to the
   first frame that shows its effect (frames serialised as a terminal driver would, so that
   cost counts too; bench/_flood_ui.py, bench/_pilot.py).
 Lines lost = lines the nodes wrote (counted in the on-disk logs) minus lines the console
 ingested (lines of NodeLines events); the UI may skip lines on screen by design (the view says how
-many, the run directory has them all), and that is reported separately.
+many, the run directory has them all), and that is reported separately. Console CPU a line:
+the console process's CPU time (user + system, all its threads) over the lines it ingested,
+the figure a loaded machine moves least; core tiers are in lines per CPU-second too.
+With `--baseline TREE`, every tier also runs the ddptui of TREE, just before this tree's.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from bench._common import (
     ROOT,
     arg_parser,
     command_line,
+    cpu_s,
     environment,
     fmt_ms,
     peak_rss_mb,
@@ -127,21 +132,21 @@ def _fold_cost(nodes: list[str], chunks: list[tuple[str, bytes]]) -> dict[str, f
 
     monitor, relay = Monitor(nodes, 1), SessionRelay(lambda _: None)
     batches: list[list[Any]] = []
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for index, (node, chunk) in enumerate(chunks):
         for event in monitor.feed(node, chunk):
             relay.emit(event)
         if index % NODES == NODES - 1:
             batches.append(relay.drain()[0])
-    ingest_s = time.perf_counter() - t0
+    ingest_s = time.process_time() - t0
     best = {False: float("inf"), True: float("inf")}
     for _ in range(5):
         for fold in (False, True):
             merged = _MergedRows(fold)
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             for batch in batches:
                 merged.append(batch)
-            best[fold] = min(best[fold], time.perf_counter() - t0)
+            best[fold] = min(best[fold], time.process_time() - t0)
     return {
         "ingest_s": ingest_s,
         "rows_s": best[False],
@@ -160,10 +165,10 @@ def core_child(lines_per_node: int) -> dict[str, Any]:
     del data
     out: dict[str, Any] = {}
     for tier in CORE_TIERS:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         count = _core_tier(tier, nodes, chunks)
         out[tier] = {
-            "lines_per_s": lines_per_node * NODES / (time.perf_counter() - t0),
+            "lines_per_s": lines_per_node * NODES / (time.process_time() - t0),
             "events": count,
         }
     out["fold"] = _fold_cost(nodes, chunks)
@@ -272,6 +277,7 @@ def headless_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, A
         "ok": summary.ok,
         "on_disk": _on_disk(session.run.path),
         "rss_mb": peak_rss_mb(),
+        "cpu_s": cpu_s(),
     }
 
 
@@ -284,11 +290,13 @@ async def _ui_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, 
 # -- the driver ---------------------------------------------------------------------------
 
 
-def _child(*args: str) -> dict[str, Any]:
+def _child(*args: str, tree: str | None = None) -> dict[str, Any]:
+    """One tier in a fresh process; `tree`: the ddptui it measures (another checkout)."""
     with tempfile.TemporaryDirectory(prefix="bench-flood-") as tmp:
         env = {**os.environ, "DDPTUI_STATE_DIR": str(Path(tmp) / "state"), "PYTHONPATH": str(ROOT)}
+        where = ["--tree", tree] if tree else []
         cp = subprocess.run(
-            [sys.executable, "-m", "bench.log_flood", "--child", *args, "--workdir", tmp],
+            [sys.executable, "-m", "bench.log_flood", "--child", *args, "--workdir", tmp, *where],
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -313,8 +321,20 @@ def main() -> None:
     parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--render", metavar="JSON", help="redo the report from raw results")
+    parser.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also measure the ddptui of this checkout (e.g. a `git worktree` of an older "
+        "commit), interleaved with this one: each tier runs base then this tree",
+    )
+    parser.add_argument(
+        "--rates", nargs="+", choices=list(RATES), default=list(RATES), help="offered rates"
+    )
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
+        if args.tree:  # before anything imports ddptui: the tree's, with this bench
+            sys.path.insert(0, str(Path(args.tree).resolve()))
         kind, *rest = args.child
         workdir = Path(args.workdir)
         if kind == "core":
@@ -338,21 +358,46 @@ def main() -> None:
         "env": environment(),
         "cores": [],
         "sweeps": [],
+        "baseline": args.baseline and _describe_tree(args.baseline),
+        "loads": [],
     }
+    trees: list[tuple[str, str | None]] = [("", None)]
+    if args.baseline:
+        data["cores_base"] = []
+        trees.insert(0, (BASE, args.baseline))
     for rep in range(reps):
-        data["cores"].append(_child("core", str(core_lines)))
+        for _, tree in trees:
+            data["cores_base" if tree else "cores"].append(
+                _child("core", str(core_lines), tree=tree)
+            )
         data["sweeps"].append({})
-        for name, (rate, seconds) in RATES.items():
+        for name in args.rates:
+            rate, seconds = RATES[name]
             lines = _lines_per_node(rate, seconds, args.quick)
             for tier in ("headless", "ui"):
-                print(f"  [{rep + 1}/{reps}] {tier} at {name}: {lines * NODES:,} lines", flush=True)
-                result = _child(tier, str(lines), str(rate))
-                data["sweeps"][-1][f"{tier}|{name}"] = result
-                print(f"    {_brief(result)}", flush=True)
+                for suffix, tree in trees:
+                    label = tier + suffix
+                    data["loads"].append(os.getloadavg()[0])
+                    print(f"  [{rep + 1}/{reps}] {label} at {name}: {lines * NODES:,} lines",
+                          flush=True)  # fmt: skip
+                    result = _child(tier, str(lines), str(rate), tree=tree)
+                    data["sweeps"][-1][f"{label}|{name}"] = result
+                    print(f"    {_brief(result)}", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "log_flood.json"
     raw.write_text(json.dumps(data, indent=1))
     render(data, command_line())
+
+
+BASE = " (base)"
+
+
+def _describe_tree(tree: str) -> str:
+    """The baseline as `path @ commit subject`, for the report."""
+    cp = subprocess.run(
+        ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    )
+    return f"{tree} @ {cp.stdout.strip()[:100]}"
 
 
 def _brief(r: dict[str, Any]) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
+
 from textual.message import Message
 
 from ddptui.core.events import (
@@ -27,9 +30,17 @@ class SessionMessage(Message):
 
 
 class RankBatch(list[RankChanged]):
-    """Rank changes in arrival order, filled by the relay until the screen takes them."""
+    """Rank changes in arrival order, filled by the relay until the screen takes them.
+
+    The relay fills it in the session's thread while the screen may take it: `lock` keeps a
+    change from going into a batch already taken.
+    """
 
     taken = False
+
+    def __init__(self, changes: Iterable[RankChanged] = ()) -> None:
+        super().__init__(changes)
+        self.lock = threading.Lock()
 
 
 class RankUpdates(Message):
@@ -46,8 +57,9 @@ class RankUpdates(Message):
 
     def take(self) -> list[RankChanged]:
         """The changes so far; later ones go into the relay's next batch."""
-        self.batch.taken = True
-        return list(self.batch)
+        with self.batch.lock:
+            self.batch.taken = True
+            return list(self.batch)
 
 
 class NodeUpdate(SessionMessage):

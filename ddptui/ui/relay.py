@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter, deque
 from collections.abc import Callable
 
@@ -11,7 +12,11 @@ from ddptui.core.events import Event, NodeLines, RankChanged
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_store import LogEntry
 
-DEFAULT_BUFFER_LINES = 5000
+# The most lines the screen takes a tick (15 a second): 30,000 lines a second on screen, far
+# beyond reading; under a flood, formatting more only takes the interpreter from the ingest
+# (the session's thread) and the keys. The rest is counted as skipped; the run directory has it.
+DEFAULT_BUFFER_LINES = 2000
+_new = tuple.__new__  # LogEntry(...) without its Python-level __new__: the hot path
 
 
 class LineBuffer:
@@ -28,40 +33,46 @@ class LineBuffer:
         self._batches: deque[NodeLines] = deque()
         self._count = 0
         self.dropped: Counter[str] = Counter()
+        self._lock = threading.Lock()  # the session appends in its thread, the screen takes
 
     def append(self, batch: NodeLines) -> None:
-        self._batches.append(batch)
-        self._count += len(batch.lines)
-        while self._count - len(self._batches[0].lines) >= self.limit:
-            oldest = self._batches.popleft()
-            self._count -= len(oldest.lines)
-            self.dropped[oldest.node] += len(oldest.lines)
+        with self._lock:
+            self._batches.append(batch)
+            self._count += len(batch.lines)
+            while self._count - len(self._batches[0].lines) >= self.limit:
+                oldest = self._batches.popleft()
+                self._count -= len(oldest.lines)
+                self.dropped[oldest.node] += len(oldest.lines)
 
     def take(self) -> tuple[list[LogEntry], dict[str, int]]:
-        skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
-        entries: list[LogEntry] = []
-        for batch in self._batches:
+        with self._lock:
+            batches, self._batches = self._batches, deque()
+            skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
+            dropped = dict(self.dropped)
+            self._count = 0
+            self.dropped.clear()
+        entries: list[LogEntry] = []  # built outside the lock: the session goes on meanwhile
+        for batch in batches:
             node, ts, seq = batch.node, batch.ts, batch.first_seq
             lines = batch.lines
             if skip:
-                self.dropped[node] += skip
+                dropped[node] = dropped.get(node, 0) + skip
                 lines, seq, skip = lines[skip:], seq + skip, 0
             entries += [
-                LogEntry(node, text, rank, ts, seq + i) for i, (text, rank, _) in enumerate(lines)
+                _new(LogEntry, (node, text, rank, ts, seq + i, False))
+                for i, (text, rank, _) in enumerate(lines)
             ]
-        dropped = dict(self.dropped)
-        self._batches.clear()
-        self._count = 0
-        self.dropped.clear()
         return entries, dropped
 
 
 class SessionRelay:
-    """Called by the Session on the app's event loop, once per event.
+    """Called by the Session once per event, in the session's thread (SessionThread) or on
+    the app's event loop.
 
     NodeLines events (a node's output, the high-volume kind) go into a bounded buffer that
     the screen drains on a timer; RankChanged events gather in one RankUpdates message until
-    the screen handles it; every other event becomes one message posted to `post`.
+    the screen handles it; every other event becomes one message posted to `post` (which
+    must be safe to call from the session's thread).
     """
 
     def __init__(
@@ -79,10 +90,12 @@ class SessionRelay:
             self._buffer.append(event)
             return
         if isinstance(event, RankChanged):
-            if self._ranks.taken:
-                self._ranks = RankBatch()
-                self._post(RankUpdates(self._ranks))
-            self._ranks.append(event)
+            with self._ranks.lock:
+                if not self._ranks.taken:
+                    self._ranks.append(event)
+                    return
+            self._ranks = RankBatch([event])
+            self._post(RankUpdates(self._ranks))
             return
         message = message_for(event)
         if message is not None:

@@ -13,6 +13,8 @@ import re
 from typing import NamedTuple
 
 PREFIX = re.compile(r"\[ddptui:(\d+):(\d+)\]:")
+# A whole line that is one prefix and its text: the common case, taken a block at a time.
+_PREFIXED_LINE = re.compile(r"^(\[ddptui:\d+:\d+\]:)(.*)$", re.MULTILINE)
 # A launcher that reports a worker's end itself (srun direct: `srun: error: n2: task 3:
 # Terminated`) has its demuxer write this rank-prefixed line, the launcher's words after it.
 WORKER_ENDED = "ddptui: worker ended: "
@@ -20,6 +22,7 @@ _WORKER_ENDED = re.compile(r"^ddptui: worker ended: exit (-?\d+)(, stopped by th
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _TRAILING_CR = re.compile(r"\r+$", re.MULTILINE)
 MAX_LINE = 64 * 1024
+MAX_PREFIXES = 65_536  # distinct rank prefixes remembered parsed
 
 
 def strip_ansi(text: str) -> str:
@@ -96,6 +99,7 @@ class RankAttributor:
 
     def __init__(self) -> None:
         self._fragments: dict[tuple[int, int], str] = {}
+        self._ranks: dict[str, tuple[int, int]] = {}  # prefix -> (rank, local rank)
 
     def feed(self, line: str) -> list[Attributed]:
         return self.feed_block(line)
@@ -108,6 +112,10 @@ class RankAttributor:
         """
         if "[ddptui:" not in block:
             return [Attributed(line) for line in block.split("\n")]
+        if not self._fragments:
+            whole = self._whole_lines(block)
+            if whole is not None:
+                return whole
         parts = PREFIX.split(block)
         out: list[Attributed] = []
         last = len(parts) - 3
@@ -126,6 +134,28 @@ class RankAttributor:
             if newline >= 0 and (newline != len(segment) - 1 or i == last):
                 _loose(segment[newline + 1 :], out, i == last)
         return out
+
+    def _whole_lines(self, block: str) -> list[Attributed] | None:
+        """The block's lines when each starts with a prefix and holds no other: one regex
+        pass, each distinct prefix parsed once. None when the block is not that simple."""
+        lines = block.count("\n") + 1
+        if block.count("[ddptui:") != lines:
+            return None
+        found = _PREFIXED_LINE.findall(block)
+        if len(found) != lines:
+            return None
+        ranks = self._ranks
+        try:
+            return [_new(Attributed, (text,) + ranks[prefix]) for prefix, text in found]
+        except KeyError:
+            if len(ranks) > MAX_PREFIXES:
+                ranks.clear()
+            for prefix, _ in found:
+                if prefix not in ranks:
+                    match = PREFIX.match(prefix)
+                    assert match is not None
+                    ranks[prefix] = (int(match.group(1)), int(match.group(2)))
+            return [_new(Attributed, (text,) + ranks[prefix]) for prefix, text in found]
 
     def flush(self) -> list[Attributed]:
         """Fragments still waiting for their newline, when the node's output ends."""

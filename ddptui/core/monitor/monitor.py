@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 from typing import Any
 
 from ddptui.core.events import (
@@ -30,7 +31,6 @@ from ddptui.core.monitor.diagnosis import (
     EXITED,
     describe_exit,
     may_report_failure,
-    progress_value,
     recognise,
 )
 from ddptui.core.monitor.framing import (
@@ -41,11 +41,14 @@ from ddptui.core.monitor.framing import (
     worker_ended,
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
+from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
 from ddptui.core.monitor.recorder import RecorderWatch
 from ddptui.core.monitor.stall import StallWatch
 from ddptui.core.stall_events import FlightRecorderReport, StallReport
+
+_LOCAL_RANK = itemgetter(2)
 
 
 class _NodeReader:
@@ -81,7 +84,7 @@ class Monitor:
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
-        self._progress = re.compile(progress_pattern) if progress_pattern else None
+        self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
     # -- what the session asks ------------------------------------------------------------
 
@@ -185,41 +188,73 @@ class Monitor:
     def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
         """One NodeLines event for the block, then what its lines say, in line order.
 
-        The checks that are rare to fire (failure patterns, tracebacks, srun's task errors)
-        first look at the whole block at once and run line by line only if it may hold one.
+        The checks that are rare to fire (failure patterns, tracebacks, srun's task errors,
+        the agent's own lines) first look at the whole block at once and run line by line
+        only if it may hold one; progress lines are found by one search of the block.
         """
         reader = self._readers[node]
         first = reader.seq + 1
         reader.seq += len(lines)
         events: list[Event] = [NodeLines(node, lines, first, ts=now)]
-        text = "\n".join([line[0] for line in lines])
+        texts = [line[0] for line in lines]
+        text = "\n".join(texts)
         failures = may_report_failure(text)
         ends = WORKER_ENDED in text
         traces = _TRACE_START in text or any(
             cell.collecting for cell in self.board.cells.get(node, ())
         )
-        progress = self._progress
-        seen: dict[int, int] = {}
+        local_ranks = list(map(_LOCAL_RANK, lines))
+        counts = Counter(local_ranks)
         cells: dict[int, RankCell | None] = {}
+        if failures or traces or ends or None in counts:
+            checks = (failures, failures or traces, ends)
+            self._line_by_line(node, lines, first, now, checks, cells, events)
+        else:  # rank lines only, nothing to look for in them: count them per rank
+            for local_rank in counts:
+                rank = lines[local_ranks.index(local_rank)][1]
+                assert local_rank is not None and rank is not None
+                events += self.board.saw_output(node, rank, local_rank, now)
+                cells[local_rank] = self.board.cell(node, local_rank)
+        for local_rank, cell in cells.items():
+            if cell is not None:
+                cell.lines += counts[local_rank] - 1
+        if self._progress is not None:
+            for index, value in self._progress.values(texts, text):
+                cell = cells.get(local_ranks[index])
+                if cell is not None:
+                    cell.progress.observe(now, value)
+        return events
+
+    def _line_by_line(
+        self,
+        node: str,
+        lines: list[Attributed],
+        first: int,
+        now: float,
+        checks: tuple[bool, bool, bool],
+        cells: dict[int, RankCell | None],
+        events: list[Event],
+    ) -> None:
+        """The block's lines one at a time: the agent's lines, trouble, workers' ends.
+
+        `checks`: whether the block may hold a failure, a failure or a traceback, a worker's
+        end. Fills `cells` (each rank's cell, looked up at its first line) and `events`.
+        """
+        failures, rank_lines, ends = checks
+        reader = self._readers[node]
         for offset, (line, rank, local_rank) in enumerate(lines):
             if rank is None or local_rank is None:
                 for fact in reader.agent.feed(line, first + offset):
                     events += self._agent_fact(node, fact, now)
                 continue
-            if local_rank in seen:
-                seen[local_rank] += 1
+            if local_rank in cells:
                 cell = cells[local_rank]
             else:
-                seen[local_rank] = 1
                 events += self.board.saw_output(node, rank, local_rank, now)
                 cell = cells[local_rank] = self.board.cell(node, local_rank)
             if cell is None:
                 continue
-            if progress is not None:
-                value = progress_value(progress, line)
-                if value is not None:
-                    cell.progress.observe(now, value)
-            if failures or traces:
+            if rank_lines:
                 events += self._rank_line(cell, line, first + offset, now, failures)
             ended = worker_ended(line) if ends else None
             if ended is not None:  # a launcher's word on this rank's end (srun direct's)
@@ -227,10 +262,6 @@ class Monitor:
                 events += self.board.worker_failed(
                     node, WorkerFailed(local_rank, code, rank, not stopped), stopped
                 )
-        for local_rank, count in seen.items():
-            if (cell := cells[local_rank]) is not None:
-                cell.lines += count - 1
-        return events
 
     def _rank_line(
         self, cell: RankCell, text: str, seq: int, now: float, failures: bool

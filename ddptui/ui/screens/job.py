@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -17,6 +19,7 @@ from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
+from ddptui.core.session_thread import SessionThread, call_on_loop
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
@@ -83,7 +86,9 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.spec = spec
         self.attach = attach
         self.session: Session | None = None
-        self.relay = SessionRelay(self.post_message)
+        self.runner: SessionThread | None = None  # the session's thread: ask it through this
+        self.relay = SessionRelay(self._post_from_session)
+        self._ui_loop: asyncio.AbstractEventLoop | None = None
         self.summary: RunSummary | None = None
         self._stop_request: StopRequest = None
         self._plan_adopted = False
@@ -135,6 +140,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.set_class(event.size.height < SHORT_HEIGHT, "-short")
 
     def on_mount(self) -> None:
+        self._ui_loop = asyncio.get_running_loop()
         self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
         self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
         self.set_interval(DETAILS_INTERVAL_S, self.refresh_details)
@@ -216,14 +222,16 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
     def teardown(self) -> None:
         """Stop the job on every node; the reports arrive as TeardownReport events."""
         if self.session is not None and self.job_active:
-            self.session.request_teardown()
+            assert self.runner is not None
+            self.runner.request_teardown()
             self._stop_request = self._stop_request or "teardown"
             self.outcome.set_phase("tearing down")
 
     def detach(self) -> None:
         if self.session is not None and self.job_active:
             self._stop_request = "detach"
-            self.session.request_detach()
+            assert self.runner is not None
+            self.runner.request_detach()
             self.outcome.set_phase("detaching")
 
     # -- the session ------------------------------------------------------------------------
@@ -239,12 +247,18 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.sub_title = (
             f"profile {self.spec.profile} · backend {self.spec.backend} · run {session.run_id}"
         )
-        self._worker = self._run_session(session)
+        self.runner = SessionThread(session)
+        self._worker = self._run_session(self.runner)
         self.refresh_bindings()
 
     @work(exclusive=True, group="session", exit_on_error=False)
-    async def _run_session(self, session: Session) -> RunSummary:
-        return await session.run_job()
+    async def _run_session(self, runner: SessionThread) -> RunSummary:
+        """The session runs in a thread of its own, so that its ingest never holds up keys."""
+        return await runner.run()
+
+    def _post_from_session(self, message: Message) -> None:
+        """The relay's way to the screen, from the session's thread."""
+        call_on_loop(self._ui_loop, partial(self.post_message, message))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker is not self._worker or not event.worker.is_finished:

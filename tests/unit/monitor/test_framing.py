@@ -109,3 +109,24 @@ def test_framer_blocks_hold_the_same_lines_as_line_by_line() -> None:
             if block is not None:
                 lines += block.split("\n")
         assert lines + framer.flush() == ["a", "bB", "", "long" + "x" * 10, "end\ufffd", "rest"]
+
+
+def test_blocks_of_whole_prefixed_lines_and_near_misses_attribute_as_line_by_line() -> None:
+    """Blocks where every line is one prefix and its text take a one-pass path; a block that
+    is almost that (a line without prefix, with two, a lookalike, a pending fragment) must
+    come out the same as line by line."""
+    prefixes = ["[ddptui:0:0]:", "[ddptui:1:1]:", "[ddptui:12:3]:"]
+    odd = ["", "plain", "[ddptui:2:0]:a[ddptui:2:1]:b", "[ddptui:x]", "[ddptui:0:0]:"]
+    rng = random.Random(11)
+    for _ in range(500):
+        block_attr, fragments = RankAttributor(), {}  # type: ignore[var-annotated]
+        expected: list[Attributed] = []
+        got: list[Attributed] = []
+        for _ in range(rng.randint(1, 4)):
+            lines = [rng.choice(prefixes) + f"step {i} [x]" for i in range(rng.randint(1, 8))]
+            if rng.random() < 0.5:
+                lines[rng.randrange(len(lines))] = rng.choice(odd)
+            expected += _line_by_line(lines, fragments)
+            got += block_attr.feed_block("\n".join(lines))
+        assert got == expected
+        assert block_attr.flush() == [Attributed(t, *k) for k, t in fragments.items()]

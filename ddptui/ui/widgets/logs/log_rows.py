@@ -187,6 +187,8 @@ def rows_for(
     line one row. Without `agent`, torchrun's own lines (no rank, not the console's note)
     are left out."""
     entries = accepted(entries, log_filter, agent=agent)
+    if not width and not timestamps:
+        return _unwrapped_rows(entries, merged)
     rows: list[Row] = []
     texts: list[str] = []
     add_row, add_text = rows.append, texts.append
@@ -201,6 +203,28 @@ def rows_for(
         for i, piece in enumerate(pieces):
             add_row(row_of(entry, formatted.prefix if i == 0 else 0, i == 0))
             add_text(piece)
+    return rows, texts
+
+
+def _unwrapped_rows(entries: Iterable[LogEntry], merged: bool) -> tuple[list[Row], list[str]]:
+    """rows_for without wrapping or clocks: a row an entry, each distinct prefix made once,
+    the texts checked for carriage returns and line breaks all at once (they are rare)."""
+    rows: list[Row] = []
+    texts: list[str] = []
+    add_row, add_text = rows.append, texts.append
+    tags: dict[tuple[str, int | None, bool], str] = {}
+    for entry in entries:
+        node, text, rank, ts, seq, note = entry
+        key = (node, rank, note)
+        tag = tags.get(key)
+        if tag is None:
+            tag = tags[key] = format_entry(entry._replace(text=""), merged=merged,
+                                           timestamps=False).text  # fmt: skip
+        add_row((node, text, rank, ts, seq, note, len(tag), True))
+        add_text(tag + text)
+    joined = "\n".join(texts)
+    if "\r" in joined or _LINE_BREAKS.search(joined):
+        texts = [displayable(text) for text in texts]
     return rows, texts
 
 
@@ -221,6 +245,11 @@ def accepted(
 def widest(texts: Iterable[str]) -> int:
     """The width in cells of the widest text; most log lines are printable ASCII, one cell per
     character, measured without Rich."""
+    if not isinstance(texts, list):
+        texts = list(texts)
+    joined = "".join(texts)
+    if joined.isascii() and joined.isprintable():  # the whole tick's at once: the usual case
+        return max(map(len, texts), default=0)
     most = 0
     for text in texts:
         width = len(text) if text.isascii() and text.isprintable() else cell_len(printable(text))

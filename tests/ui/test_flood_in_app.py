@@ -1,0 +1,82 @@
+"""A log flood in the real app: the session runs on its own thread, every line is ingested (and
+on screen or counted as skipped), and keys work while the lines pour in."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import TabbedContent
+
+from ddptui.core.events import Event, NodeLines
+from ddptui.core.job.spec import make_spec
+from ddptui.ui.app import DdpApp
+
+from .conftest import SIZE, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+FLOOD = ROOT / "bench" / "flood_node.py"
+NODES, LINES, RATE = 4, 40_000, 5_000.0  # per node: 8 s of flood
+
+
+async def test_a_flood_is_ingested_whole_off_the_app_thread_while_keys_work(
+    tmp_path: Path,
+) -> None:
+    spec = make_spec(
+        backend="local",
+        nodes=NODES,
+        nproc_per_node=1,
+        script=str(FLOOD),
+        script_args=("--lines", str(LINES), "--rate", str(RATE)),
+        launcher=f"{sys.executable} {FLOOD}",
+        workdir=str(tmp_path),
+    )
+    app = DdpApp(spec)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        ingested: Counter[str] = Counter()
+        emitted_in: set[str] = set()
+        shown = {"entries": 0, "skipped": 0}
+        emit, drain = screen.relay.emit, screen.relay.drain
+
+        def counting_emit(event: Event) -> None:
+            emitted_in.add(threading.current_thread().name)
+            if isinstance(event, NodeLines):
+                ingested[event.node] += sum(b"step-ok" in t.encode() for t, _, _ in event.lines)
+            emit(event)
+
+        def counting_drain() -> tuple[list[Any], dict[str, int]]:
+            entries, dropped = drain()
+            shown["entries"] += len(entries)
+            shown["skipped"] += sum(dropped.values())
+            return entries, dropped
+
+        screen.relay.emit = counting_emit  # type: ignore[method-assign]
+        screen.relay.drain = counting_drain  # type: ignore[method-assign]
+        await pilot.press("l")
+        await wait_for(pilot, lambda: sum(ingested.values()) > 1000, "the flood to start")
+        tabs = screen.logs.query_one(TabbedContent)
+        before = tabs.active
+        await pilot.press("]")
+        await wait_for(pilot, lambda: tabs.active != before, "`]` to show the next log")
+        assert screen.job_active  # the key was handled while the nodes still flooded
+        await wait_for(pilot, lambda: screen.summary is not None, "the run to end")
+        assert screen.summary is not None and screen.summary.ok, screen.summary
+        assert screen.session is not None
+        run_path, run_id = screen.session.run.path, screen.session.run_id
+
+        assert emitted_in == {f"session {run_id}"}
+        assert threading.current_thread().name not in emitted_in
+        on_disk = {
+            p.stem.split("-", 1)[-1]: p.read_bytes().count(b"step-ok\n")
+            for p in (run_path / "nodes").glob("*.log")
+        }
+        assert sorted(on_disk.values()) == [LINES] * NODES
+        assert sorted(ingested.values()) == [LINES] * NODES
+        assert shown["entries"] + shown["skipped"] == screen.relay.lines_seen
+        for node in screen.logs.nodes:
+            pane = screen.logs.pane(node)
+            assert pane is not None and "flood done lines=40000" in pane.lines[-1]
