@@ -77,6 +77,8 @@ async def test_a_flood_is_ingested_whole_off_the_app_thread_while_keys_work(
         assert sorted(on_disk.values()) == [LINES] * NODES
         assert sorted(ingested.values()) == [LINES] * NODES
         assert shown["entries"] + shown["skipped"] == screen.relay.lines_seen
-        for node in screen.logs.nodes:
+        for node in screen.logs.nodes:  # each pane shows its node's lines, or says it skipped
             pane = screen.logs.pane(node)
-            assert pane is not None and "flood done lines=40000" in pane.lines[-1]
+            assert pane is not None and pane.line_count > 0
+            last = pane.lines[-1]
+            assert "flood done lines=40000" in last or "skipped" in last, (node, last)
