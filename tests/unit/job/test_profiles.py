@@ -245,3 +245,14 @@ def test_a_profile_names_secret_variables_and_the_command_line_adds_more(dirs: P
     assert spec.secret_env == ("RUN_LABEL", "OTHER")
     assert spec.masked().env == {"RUN_LABEL": "***", "OTHER": "***", "HF_TOKEN": "***"}
     assert spec_for("run", "--profile", "p").masked().env["OTHER"] == "b"
+
+
+def test_gpu_sampling_period_from_profile_and_command_line(dirs: Path) -> None:
+    project_file(dirs, '[profiles.quiet]\nscript = "t.py"\ngpu_sample_ms = 0\n')
+    (dirs / "project" / "t.py").write_text("")
+    assert spec_for("run", "t.py").gpu_sample_ms == 1000  # the default: a sample a second
+    assert spec_for("--profile", "quiet").gpu_sample_ms == 0
+    assert spec_for("--profile", "quiet", "--gpu-sample-ms", "250").gpu_sample_ms == 250
+    project_file(dirs, '[profiles.bad]\nscript = "t.py"\ngpu_sample_ms = -1\n')
+    with pytest.raises(ProfileError, match=r"gpu_sample_ms: input should be greater than"):
+        load_profiles()
