@@ -75,6 +75,7 @@ class StacksReport(Event):
     collectives: tuple[str, ...] = ()
     problems: tuple[str, ...] = ()  # nodes whose stacks could not be taken, and why
     deadlock: bool = False  # the groups wait on each other in different collectives
+    pyspy: tuple[str, ...] = ()  # what the nodes said of py-spy: "used", why not
 
     kind = "stacks"
 

@@ -64,6 +64,7 @@ def test_all_stop_hang_is_a_stall_with_the_sleeping_rank_the_only_suspect(
     assert stall["groups"][0]["stack"][0].endswith(f"hang.py:{SLEEP_LINE} in sleep_forever")
     assert sorted(stall["groups"][1]["ranks"]) == [0, 2, 3]
     stacks = next(e for e in events if e["event"] == "stacks")
+    assert stacks["pyspy"] == ["not asked (stacks method signal)"]
     assert stacks["groups"][0]["label"].startswith("time.sleep(3600) <- sleep_forever")
     assert any("rank 1 never entered collective" in c for c in stacks["collectives"])
     amber = {e["rank"] for e in events if e["event"] == "rank" and e["state"] == "hung"}
@@ -159,8 +160,10 @@ def test_py_spy_where_it_may_attach_gives_the_same_story(tmp_path: Path) -> None
     argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless"]
     argv += ["--hang-timeout", str(TIMEOUT), "--stacks-method", "py-spy", HANG, "--sleep-rank", "1"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
-    stall = [e for e in _until_stacks(proc) if e["event"] == "stall"][-1]
+    events = _until_stacks(proc)
+    stall = [e for e in events if e["event"] == "stall"][-1]
     assert stall["method"] == "py-spy" and stall["suspects"] == [1]
+    assert next(e for e in events if e["event"] == "stacks")["pyspy"] == ["used"]
     assert stall["groups"][0]["stack"][0].endswith(f"hang.py:{SLEEP_LINE} in sleep_forever")
     rest = _stop(proc)
     assert all(t["clean"] for t in rest if t["event"] == "teardown")

@@ -1,8 +1,10 @@
 """A stall over SSH as an unprivileged user: the console, the remote logins and so the jobs
-all run as `ddpuser` (a user of the testbed's own, tests/testbed/users.py). Stacks are taken
-the way that needs no ptrace, forced as where Yama refuses ptrace (this kernel has no Yama):
-py-spy is not used. The all-stop hang is a stall naming the sleeping rank; the teardown
-stops every rank (stopped, not failed) and leaves nothing behind."""
+all run as `ddpuser` (a user of the testbed's own, tests/testbed/users.py), on nodes whose
+kernel says Yama restricts ptrace (`ptrace_scope` 1, the usual default; this machine's
+kernel has no Yama, so the testbed makes /proc/sys/kernel say so in its namespaces). With
+the default stacks method (auto) the collector sees ptrace refused, does not try py-spy,
+and takes the stacks the way that needs no ptrace. The all-stop hang is a stall naming the
+sleeping rank; the teardown stops every rank (stopped, not failed), leaving nothing."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def test_ssh_stall_as_a_plain_user_with_stacks_taken_without_ptrace(
     config = _client_config(tb, user)
     console = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--backend", "ssh"]
     console += ["--ssh-config", str(config), "--hosts", "node[1-2]"]
-    console += ["--hang-timeout", str(TIMEOUT), "--stacks-method", "signal", *HANG]
+    console += ["--hang-timeout", str(TIMEOUT), *HANG]  # the stacks method: auto
     env = {"DDPTUI_STATE_DIR": str(user.home / "state"), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         tb.enter_argv("head", user.as_user(console, **env)),
@@ -97,7 +99,8 @@ def test_ssh_stall_as_a_plain_user_with_stacks_taken_without_ptrace(
         f"hang.py:{sleep_line(Path(HANG[0]))} in sleep_forever"
     )
     stacks = next(e for e in events if e["event"] == "stacks")
-    assert stacks["method"] == "faulthandler-signal" and not stacks["problems"]  # no py-spy
+    assert stacks["method"] == "faulthandler-signal" and not stacks["problems"]
+    assert stacks["pyspy"] == ["ptrace refused (not root, Yama ptrace_scope=1)"]
     assert {r[1] for r in stacks["ranks"]} == {"node1", "node2"}
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=180)

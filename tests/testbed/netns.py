@@ -25,7 +25,7 @@ from typing import Any
 from .commands import TestbedError, _batch, _sh, check_prerequisites
 from .iproute import fit_neighbour_table
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
-from .users import PlainUser, needed_paths, view_commands
+from .users import PlainUser, needed_paths, view_commands, yama_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,8 +66,8 @@ class Testbed:
         hosts is an empty directory of the testbed, so an SSH command runs no .bashrc (this
         machine's root runs `pyenv init` there: 0.1-0.3 s of CPU per command, which at
         hundreds of hosts is all that gets measured).  user: an unprivileged user of the
-        testbed's own in every namespace, and this machine's Python within its reach
-        (users.py); its sshd sessions and `enter_argv` commands see that view."""
+        testbed's own in every namespace, this machine's Python within its reach, and Yama's
+        ptrace_scope 1 (users.py); its sshd sessions and `enter_argv` commands see that."""
         n = next(_COUNTER)
         pid = os.getpid()
         self.prefix = prefix or (f"dt{pid}" if n == 0 else f"dt{pid}x{n}")
@@ -164,6 +164,7 @@ class Testbed:
             if self._want_user:
                 self.user = PlainUser.create(self.workdir)
                 self._view = view_commands(needed_paths(ROOT), self.workdir / "view")
+                self._view += yama_commands(self.workdir / "view")  # a node restricting ptrace
             self._build_network()
             if self._want_sshd:
                 from .sshd import SshServers

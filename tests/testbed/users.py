@@ -109,3 +109,25 @@ def view_commands(paths: list[Path], stage: Path) -> list[str]:
         if any(p.is_dir() and _closed(p) and p not in through for p in below):
             raise TestbedError(f"{path}: more than one closed directory on its way")
     return commands
+
+
+def yama_commands(stage: Path, scope: int = 1) -> list[str]:
+    """Shell commands, run in a private mount namespace, after which the kernel there says
+    Yama restricts ptrace (`ptrace_scope` = `scope`; 1, a process may trace only its
+    descendants, is the usual default): a copy of /proc/sys/kernel, with yama/ptrace_scope,
+    bound over it. This machine's kernel has no Yama; what reads the setting (the stacks
+    collector) then decides as it would on such a node."""
+    kernel = stage / "proc-sys-kernel"
+    for source in Path("/proc/sys/kernel").rglob("*"):
+        target = kernel / source.relative_to("/proc/sys/kernel")
+        try:
+            if source.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(source.read_bytes())
+        except OSError:
+            continue  # write-only or unreadable entries: nothing to read there anyway
+    (kernel / "yama").mkdir(parents=True, exist_ok=True)
+    (kernel / "yama" / "ptrace_scope").write_text(f"{scope}\n")
+    return [f"mount --bind {shlex.quote(str(kernel))} /proc/sys/kernel"]

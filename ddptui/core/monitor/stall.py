@@ -104,6 +104,7 @@ class StallWatch:
         methods: set[str] = set()
         problems: list[str] = []
         dumps: list[Mapping[str, Any]] = []
+        pyspy: set[str] = set()
         for node, report in reports.items():
             if isinstance(report, str):
                 problems.append(f"{node}: {report}")
@@ -111,6 +112,8 @@ class StallWatch:
             ranks += ranks_from_report(node, report)
             if report.get("ranks"):
                 methods.add(str(report.get("method", "")))
+            if report.get("pyspy"):
+                pyspy.add(str(report["pyspy"]))
             dumps += list(report.get("fr", []))
         gaps = analyse(dumps)
         blocked = blocked_in(dumps)
@@ -146,7 +149,16 @@ class StallWatch:
         )
         gap_lines = tuple(g.describe() for g in gaps)
         events.append(
-            StacksReport(method, views, texts, gap_lines, tuple(problems), deadlock, ts=now)
+            StacksReport(
+                method,
+                views,
+                texts,
+                gap_lines,
+                tuple(problems),
+                deadlock,
+                tuple(sorted(pyspy)),
+                ts=now,
+            )
         )
         self._method = method
         self._suspects = tuple(sorted(odd))

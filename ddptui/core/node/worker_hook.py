@@ -129,15 +129,17 @@ def _tagged(pid, tag):
         return False
 
 
-def _may_ptrace():
-    """py-spy attaches with ptrace: root may, else only where Yama's scope is 0."""
+def _ptrace_refused():
+    """Why py-spy may not attach (it uses ptrace), or "": root may, else only where Yama's
+    scope is 0 (or there is no Yama)."""
     if os.geteuid() == 0:
-        return True
+        return ""
     try:
         with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-            return f.read().strip() == "0"
+            scope = f.read().strip()
     except OSError:
-        return True
+        return ""
+    return "" if scope == "0" else f"ptrace refused (not root, Yama ptrace_scope={scope})"
 
 
 def _pyspy(pid):
@@ -289,7 +291,8 @@ def collect(base, tag, method="auto"):
             workers.append(dict(about, stem=name[: -len(".ready")]))
     asked = time.time()
     _request_dumps(base)
-    use_pyspy = method in ("auto", "py-spy") and _may_ptrace()  # "fr": the dumps alone
+    refused = _ptrace_refused()
+    use_pyspy = method in ("auto", "py-spy") and not refused  # "fr": the dumps alone
     texts, used = {}, set()
     if use_pyspy:
         for w in workers:
@@ -297,6 +300,13 @@ def collect(base, tag, method="auto"):
             if text is not None:
                 texts[w["pid"]] = text
                 used.add("py-spy")
+    if method in ("signal", "fr"):
+        pyspy = f"not asked (stacks method {method})"
+    elif refused:
+        pyspy = refused
+    else:
+        missed = sum(w["pid"] not in texts for w in workers)
+        pyspy = f"could not attach to {missed} worker(s)" if missed else "used"
     rest = [w for w in workers if w["pid"] not in texts]
     if rest and method != "fr":
         texts.update(_by_signal(rest, stacks))
@@ -314,7 +324,7 @@ def collect(base, tag, method="auto"):
         for w in workers
         if method != "fr"
     ]
-    report = {"method": "+".join(sorted(used)) or "none", "ranks": ranks}
+    report = {"method": "+".join(sorted(used)) or "none", "ranks": ranks, "pyspy": pyspy}
     report["fr"] = _flight_recorder(base)
     sys.stdout.write(json.dumps(report) + "\n")
     return 0

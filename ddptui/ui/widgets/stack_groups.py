@@ -83,7 +83,8 @@ class StackGroupsPanel(VerticalScroll):
                 text.append("taking every rank's stacks…", style="dim")
             return text
         text.append("Stacks", style="bold")
-        text.append(f" · {report.method}\n", style="dim")
+        py_spy = "" if report.pyspy in ((), ("used",)) else f" · py-spy {', '.join(report.pyspy)}"
+        text.append(f" · {report.method}{py_spy}\n", style="dim")
         if report.deadlock:
             text.append("Deadlock", style="bold magenta")
             text.append(" · the groups wait on each other in different collectives\n")
