@@ -111,7 +111,8 @@ class RunRecord:
         return time.time() - self.started if self.status == RUNNING else None
 
     def ranks_text(self) -> str:
-        """`4/4 done`, or the culprit (else the first failed rank) and how many are done."""
+        """`4/4 done`, or the culprit (else the first failed rank) and how many are done; how
+        many the operator's teardown stopped, and a stall's lone suspect among them."""
         if not self.ranks:
             return "-"
         done = sum(r.state == "done" for r in self.ranks)
@@ -124,6 +125,11 @@ class RunRecord:
             )
             code = f" (exit {first.exit_code})" if first.exit_code is not None else ""
             text += f", {name} failed{code}" + (f" +{len(failed) - 1}" if len(failed) > 1 else "")
+        stopped = [r for r in self.ranks if r.state == "stopped"]  # by the operator's teardown
+        if stopped:
+            text += f", {len(stopped)} stopped"
+            odd = next((r for r in stopped if r.culprit and r.rank is not None), None)
+            text += f" (r{odd.rank} the stall's suspect)" if odd and not failed else ""
         return text
 
     def to_dict(self) -> dict[str, Any]:

@@ -160,3 +160,19 @@ def test_history_cli_lists_newest_first(capsys: pytest.CaptureFixture[str]) -> N
     data = json.loads(line)
     assert data["profile"] == "elastic-ddp" and data["status"] == "failed"
     assert data["hosts"] == ["n1", "n2"] and len(data["ranks"]) == 4
+
+
+def test_history_says_the_teardown_stopped_the_ranks_and_names_the_stalls_suspect(
+    state: Path,
+) -> None:
+    """A stalled run torn down by the operator: no rank failed, rank 1 was the suspect."""
+    run = RunDir.create("20250101-000010-eeeeee")
+    recorder = RunRecorder(run, make_spec(script="t.py"))
+    recorder.begin()
+    ranks = tuple(
+        RankSummary(r, "local0", r, RankState.STOPPED, None, culprit=r == 1) for r in range(2)
+    )
+    recorder.observe(summary(run.run_id, run.path, ok=False, ranks=ranks, stopped_by="operator"))
+    record = RunHistory().get(run.run_id)
+    assert record is not None and record.status == "torn down"
+    assert record.ranks_text() == "0/2 done, 2 stopped (r1 the stall's suspect)"
