@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import sys
 import threading
 from collections.abc import Callable
@@ -26,6 +27,11 @@ SETTLE_S = 2.0
 # most (Python's default: 5 ms). The awaiting loop (the console's) takes the interpreter back
 # after each wait for input: every turn of that loop can wait this long for it.
 SWITCH_INTERVAL_S = 0.001
+# While it runs, the collector looks at new objects after this many allocations (Python's
+# default: 700). Ingest makes a tuple per line, each tracked until a collection has looked at
+# it: at the default, a flood set off thousands of young collections and some 30 full ones
+# (0.3 s each, in whichever thread allocated) per 1.6M lines, most of the console's CPU time.
+GC_YOUNG_THRESHOLD = 20_000
 
 if TYPE_CHECKING:
     from ddptui.core.events import RunSummary
@@ -72,8 +78,9 @@ class SessionThread:
         Cancelled, it cancels the session (whose teardown still runs, in its thread: the
         thread is not a daemon, so the interpreter waits for it before exiting).
         """
-        switch = sys.getswitchinterval()
+        switch, thresholds = sys.getswitchinterval(), gc.get_threshold()
         sys.setswitchinterval(min(switch, SWITCH_INTERVAL_S))
+        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
         self.thread.start()
         try:
             return await asyncio.shield(asyncio.wrap_future(self._done))
@@ -82,6 +89,7 @@ class SessionThread:
             raise
         finally:
             sys.setswitchinterval(switch)
+            gc.set_threshold(*thresholds)
 
     def request_teardown(self) -> None:
         call_on_loop(self.loop, self.session.request_teardown)

@@ -7,6 +7,7 @@ for torchrun that floods its output with numbered lines (bench/flood_node.py).
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import sys
 import threading
@@ -19,7 +20,7 @@ import pytest
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.session import Session
-from ddptui.core.session_thread import SessionThread
+from ddptui.core.session_thread import GC_YOUNG_THRESHOLD, SWITCH_INTERVAL_S, SessionThread
 from tests.procs import pids_with_tag
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +78,20 @@ async def test_a_flood_arrives_whole_and_in_order_per_node_from_the_session_thre
     tmp_path: Path,
 ) -> None:
     lines = Lines()
-    session = Session(flood_spec(tmp_path, nodes=4, lines=20_000), lines.emit)
+    settings: set[tuple[float, int]] = set()
+
+    def emit(event: Event) -> None:
+        settings.add((sys.getswitchinterval(), gc.get_threshold()[0]))
+        lines.emit(event)
+
+    before = (sys.getswitchinterval(), gc.get_threshold())
+    session = Session(flood_spec(tmp_path, nodes=4, lines=20_000), emit)
     summary = await SessionThread(session).run()
 
     assert summary.ok, summary.detail
+    # while it ran: quick handovers, rare young collections; then as they were
+    assert settings == {(SWITCH_INTERVAL_S, GC_YOUNG_THRESHOLD)}
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
     assert lines.threads == {f"session {session.run_id}"}  # not the awaiting thread
     assert sorted(lines.seqs) == [f"local{i}" for i in range(4)]
     for node, seqs in lines.seqs.items():
