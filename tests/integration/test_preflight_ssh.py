@@ -19,7 +19,10 @@ from tests.testbed.netns import Testbed
 
 pytestmark = pytest.mark.integration
 HOSTS = ["node1", "node2", "node3"]
-CHECKS = ["reachable", "python", "torch", "gpu", "rdzv-port", "hostname", "clock", "disk", "script"]
+CHECKS = [
+    *("reachable", "python", "torch", "gpu", "rdzv-port", "hostname", "clock", "disk", "script"),
+    "gang",
+]
 
 
 class Preflight:
@@ -81,6 +84,9 @@ def test_a_healthy_cluster_passes_every_check(testbed: Testbed, tmp_path: Path) 
     head = f"node1 ({testbed.host_ip('node1')}:29400)"
     assert run.checks[("node3", "rdzv-port")]["detail"].startswith(f"reached {head}")
     assert run.checks[("node2", "hostname")]["detail"] == f"node2 -> {testbed.host_ip('node2')}"
+    # the gang test ran over SSH as the job would: torchrun on every host, gloo between them
+    gang = [run.checks[(h, "gang")]["detail"] for h in HOSTS]
+    assert all(" GB/s (gloo, " in d for d in gang), gang
     assert run.summary["ok"] is True and run.summary["nodes"] == HOSTS
 
 
@@ -228,6 +234,7 @@ def test_text_output_for_a_person(testbed: Testbed, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[1].split() == ["NODE", *CHECKS]
-    assert lines[2].split() == ["node1", *(["✓"] * len(CHECKS))]  # the default job's script
+    assert lines[1].startswith("... gang test: run ") and lines[2] == "... gang test: ok"
+    assert lines[3].split() == ["NODE", *CHECKS]
+    assert lines[4].split() == ["node1", *(["✓"] * len(CHECKS))]  # the default job's script
     assert lines[-1] == "ready: 2 node(s) ready for PyTorch distributed"
