@@ -17,7 +17,7 @@ def test_the_slow_node_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("DDPTUI_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.chdir(tmp_path)
     spec = make_spec(script="x.py", nodes=2, nproc_per_node=2)
-    run = asyncio.run(run_gang(gang_spec(spec, delay=(1, 0.3))))
+    run = asyncio.run(run_gang(gang_spec(spec, delay=(1, 2.0))))
     assert not run.error, run
     assert sorted(run.nodes) == ["local0", "local1"]
     assert {g.backend for g in run.nodes.values()} == {"gloo"}

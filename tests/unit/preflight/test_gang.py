@@ -41,13 +41,23 @@ def test_nodes_alike_pass_with_their_figures() -> None:
     assert found[0].detail.startswith("its 2 ranks 0.279 GB/s; all 4 ranks 0.198 GB/s (gloo")
 
 
-def test_a_node_under_half_the_others_median_is_named() -> None:
-    found = judge(nodes("0.279", "0.061", "0.25", "0.26"), ["n0", "n1", "n2", "n3"])
+def test_a_node_far_under_the_others_median_is_named() -> None:
+    found = judge(nodes("0.279", "0.041", "0.25", "0.26"), ["n0", "n1", "n2", "n3"])
     assert [f.status for f in found] == ["ok", "fail", "ok", "ok"]
     assert found[1].detail.startswith(
-        "slow node: 0.061 GB/s among its 2 ranks, under half the other nodes' median 0.26 GB/s"
+        "slow node: 0.041 GB/s among its 2 ranks, under 0.2 of the other nodes' median 0.26 GB/s"
     )
     assert "nvidia-smi topo -m" in found[1].fix
+    # gloo on shared cores: twice slower is noise (seen on this VM), not a slow node
+    assert {f.status for f in judge(nodes("0.022", "0.010"), ["n0", "n1"])} == {"ok"}
+
+
+def test_on_nccl_half_the_others_median_is_slow() -> None:
+    line = _h100("preflight_1x2_000-local0.log")
+    slow = GangNode(1, "vm", "nccl", 2, 2, line.nbytes, 120.0, line.all_busbw)
+    found = judge({"n0": line, "n1": slow}, ["n0", "n1"])
+    assert [f.status for f in found] == ["ok", "fail"]
+    assert found[1].detail.startswith("slow node: 120 GB/s among its 2 ranks, under half the")
 
 
 def test_a_floor_names_every_node_under_it() -> None:
