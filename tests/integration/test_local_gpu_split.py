@@ -39,15 +39,17 @@ def _headless(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
     return proc.returncode, events
 
 
-def _visible_by_rank(events: list[dict]) -> dict[int, str]:
+VISIBLE = re.compile(r"envcheck host=\S+ local_rank=\d+ rank=(\d+) .* visible=(\S+)")
+
+
+def _visible_by_rank(events: list[dict]) -> dict[tuple[str, int], str]:
+    """(node, global rank) -> what CUDA_VISIBLE_DEVICES that rank saw (envcheck's words)."""
     seen = {}
     for e in events:
-        if e["event"] not in ("line", "lines"):
-            continue
-        for text in [e["text"]] if e["event"] == "line" else [x[0] for x in e["lines"]]:
-            m = re.search(r"envcheck host=\S+ local_rank=\d+ rank=(\d+) .* visible=(\S+)", text)
+        if e["event"] == "line":
+            m = VISIBLE.search(e["text"])
             if m:
-                seen[int(m[1])] = m[2]
+                seen[(e["node"], int(m[1]))] = m[2]
     return seen
 
 
@@ -61,7 +63,13 @@ def test_each_pseudo_node_sees_only_its_own_gpus(tmp_path: Path) -> None:
     assert "CUDA_VISIBLE_DEVICES=2,3 " in lines["local1"]
     granted = next(e for e in events if e["event"] == "allocation")
     assert granted["detail"] == "this machine, GPUs 0,1 | 2,3"
-    assert _visible_by_rank(events) == {0: "0,1", 1: "0,1", 2: "2,3", 3: "2,3"}
+    seen = _visible_by_rank(events)
+    assert sorted(rank for _node, rank in seen) == [0, 1, 2, 3]
+    # c10d numbers the nodes as they join: local1 may hold ranks 0 and 1
+    assert sorted(seen.items()) == sorted(
+        ((node, rank), "0,1" if node == "local0" else "2,3") for node, rank in seen
+    )
+    assert sorted(node for node, _rank in seen) == ["local0"] * 2 + ["local1"] * 2
     run_dir = Path(summary["run_dir"])
     assert "CUDA_VISIBLE_DEVICES=2,3 " in (run_dir / "commands.sh").read_text()
     saved = json.loads((run_dir / "plan.json").read_text())
