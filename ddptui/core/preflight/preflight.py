@@ -2,7 +2,8 @@
 
 Checks, per node: reachable (ddptui's helper runs there), python and torch (the job's own
 python, after its activation step, asked in a process of its own: the console never imports
-torch), gpu (CUDA devices and driver; no `nvidia-smi` is "no GPU", not a failure), rdzv-port
+torch), gpu (devices vs processes, driver/CUDA alike, ECC, remapping, Xid: gpu_rules.py; no
+`nvidia-smi` is "no GPU", not a failure), rdzv-port
 (a listener on the first node's rendezvous port, reached from every node), hostname (the
 127.0.1.1 trap, and nodes disagreeing about each other's addresses), clock (skew against the
 first node), disk (free space where the run's files go) and script (present on the node);
