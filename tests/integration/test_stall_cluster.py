@@ -83,3 +83,42 @@ def test_slurm_all_stop_hang_is_a_stall_naming_the_sleeping_rank(
     result = finish(proc, signal.SIGINT)
     _assert_summary(result.summary)
     assert_clean_teardown(slurm_cluster, result, job_of(events))
+
+
+def _assert_deadlock(events: list[dict[str, Any]]) -> None:
+    """Ranks 0-1 (the first node) wait in the world's all_reduce, 2-3 in a second group's:
+    no odd one out, both halves named with the collective each waits in."""
+    stall = events[-1]
+    assert stall["deadlock"] and stall["suspects"] == [0, 1, 2, 3]
+    groups = {tuple(sorted(g["ranks"])): g["collective"] for g in stall["groups"]}
+    assert set(groups) == {(0, 1), (2, 3)}
+    assert groups[(0, 1)].endswith("(gloo:all_reduce) of group 0")
+    assert groups[(2, 3)].endswith("(gloo:all_reduce) of group 1")
+
+
+def _assert_deadlock_summary(summary: dict[str, Any]) -> None:
+    assert summary["stopped_by"] == "operator" and not summary["failures"]
+    assert {(r["state"], r["cause"]) for r in summary["ranks"]} == {("stopped", "deadlock")}
+    assert "deadlock: ranks 0, 1 in collective" in summary["detail"]
+
+
+def test_ssh_deadlock_names_both_groups(clean_testbed: Testbed, tmp_path: Path) -> None:
+    deadlock = [HANG[0], "--deadlock"]
+    proc = popen_headless(
+        clean_testbed, tmp_path / "state", "--hosts", "node[1-2]", *ARGS, *deadlock
+    )
+    _assert_deadlock(_stalled(proc))
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=180)
+    rest = [json.loads(line) for line in out.splitlines()]
+    _assert_deadlock_summary(rest[-1])
+    assert all(t["clean"] for t in rest if t["event"] == "teardown")
+
+
+def test_slurm_deadlock_names_both_groups(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    proc = start(slurm_cluster, tmp_path, *ARGS, HANG[0], "--deadlock")
+    events = _stalled(proc)
+    _assert_deadlock(events)
+    result = finish(proc, signal.SIGINT)
+    _assert_deadlock_summary(result.summary)
+    assert_clean_teardown(slurm_cluster, result, job_of(events))

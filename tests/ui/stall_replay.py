@@ -45,3 +45,20 @@ def recorder_events() -> list[Event]:
     report = json.loads((DATA / "gloo_skip_collect.json").read_text())
     dumps_only = {"method": "none", "ranks": [], "fr": report["fr"]}
     return events + monitor.recorder_taken({"local0": dumps_only}, "watchdog", now=T0 + 9)
+
+
+def deadlock_events() -> list[Event]:
+    """trainer/hang.py --deadlock on 2 nodes x 2 ranks (gloo): stalled, then the stacks."""
+    from ddptui.core.monitor.agent_log import Assigned
+
+    monitor = Monitor(["local0", "local1"], 2)
+    events: list[Event] = [*monitor.initial_events()]
+    for node, ranks in (("local0", (0, 1)), ("local1", (2, 3))):
+        events.append(NodeChanged(node, NodeState.RUNNING))
+        events += monitor.board.assign(node, Assigned(0, (0, 1), ranks, 0), now=T0)
+        lines = [f"[ddptui:{r}:{lr}]:step=1" for lr, r in enumerate(ranks)]
+        events += monitor.feed_lines(node, lines, now=T0)
+    monitor.board.last_progress = T0
+    events += monitor.tick(T0 + 7, 6.0)
+    reports = json.loads((DATA / "gloo_deadlock_collect.json").read_text())
+    return events + monitor.stacks_taken(reports, now=T0 + 9)

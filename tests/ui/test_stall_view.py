@@ -13,7 +13,7 @@ from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 from .conftest import SIZE, local_spec
 from .replay import feed
-from .stall_replay import T0, recorder_events, stall_events, torn_down_events
+from .stall_replay import T0, deadlock_events, recorder_events, stall_events, torn_down_events
 
 
 @pytest.fixture(autouse=True)
@@ -97,6 +97,21 @@ async def test_flight_recorder_gathered_alone_is_told_in_the_root_cause_panel() 
         assert "ranks 0 wait in collective 5 (gloo:all_reduce) of group 0" in text
         cell = screen.grid.cell("local0", 1)
         assert cell is not None and cell.suspect and "never entered" in cell.tooltip
+
+
+async def test_a_deadlock_names_both_groups_with_their_collectives() -> None:
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        feed(screen, deadlock_events())
+        await pilot.pause()
+        lines = screen.stacks.describe().plain.splitlines()
+        assert lines[2] == "Deadlock · the groups wait on each other in different collectives"
+        assert lines[3].startswith("? deadlock  2 ranks: all_reduce <- main (hang.py:")
+        assert "· in collective 4 (gloo:all_reduce) of group 0  [0, 1]" in lines[3]
+        assert "· in collective 1 (gloo:all_reduce) of group 1  [2, 3]" in lines[4]
+        cells = [screen.grid.cell(n, lr) for n in ("local0", "local1") for lr in (0, 1)]
+        assert all(c is not None and c.suspect for c in cells)
 
 
 def test_stalled_run_snapshot(snap_compare: Any) -> None:
