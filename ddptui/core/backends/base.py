@@ -107,6 +107,10 @@ class Backend(ABC):
 class HelperBackend(Backend):
     """Nodes reached by a Transport (this machine, SSH), each running the node shim."""
 
+    # Whether the helper's `launch` runs on the node itself, so its sampler sees the node's
+    # GPUs (Slurm: it runs on the console's host, and the nodes are sampled otherwise).
+    launch_on_node: ClassVar[bool] = True
+
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         self._helper_source = job_helper_source()
@@ -162,7 +166,7 @@ class HelperBackend(Backend):
             "log": self.node_log_path(command),
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
-            "gpu_sample_ms": self.spec.gpu_sample_ms,
+            "gpu_sample_ms": self.spec.gpu_sample_ms if self.launch_on_node else 0,
             **self.start_checks(command),
         }
         transport = self.transport(command.node)

@@ -22,6 +22,7 @@ import json
 import os
 import select
 import shutil
+import sys
 import threading
 import time
 
@@ -38,6 +39,7 @@ SOURCE_VAR = "DDPTUI_GPU_SOURCE"  # "smi": skip NVML (the tests' stand-in nvidia
 WORKERS_EVERY_S = 2.0  # the job's workers are looked up again this often, not every sample
 APPS_EVERY = 5  # nvidia-smi's process list (a process start each) every 5th sample
 MAX_WORKERS = 256
+GONE_S = 30.0  # sample_alone: the job's workers gone this long means the job has ended
 _MIB = 1 << 20
 
 
@@ -225,6 +227,13 @@ class GpuSampler:
                 self._proc.kill()
         self._thread.join(timeout=5)
 
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def workers(self) -> list[list[Any]]:
+        """The job's workers as the last sample found them."""
+        return self._workers
+
     def _send(self, rows: list[str], apps: list[list[Any]] | None) -> None:
         now = time.time()
         if now - self._workers_at >= WORKERS_EVERY_S or not self._workers:
@@ -305,3 +314,34 @@ class GpuSampler:
     def _flush(self, rows: list[str]) -> None:
         apps = smi_apps() if self.samples % APPS_EVERY == 0 else None
         self._send(rows, apps)
+
+
+def sample_alone(tag_var: str, tag: str, period_ms: int, gone_s: float = GONE_S) -> int:
+    """The sampler as a process of its own, its samples on stdout (Slurm: an `srun --overlap`
+    step per node beside the job's, as the job's log is not read through the helper there).
+    It ends when its reader goes (stdout closed; srun's SIGTERM ends it anyway), when the
+    sampler cannot run (no GPU), or when the job's workers, once seen, have been gone for
+    `gone_s` (a torchrun restart is shorter)."""
+    import select
+
+    out = sys.stdout.buffer
+
+    def write(data: bytes) -> None:
+        out.write(data)
+        out.flush()
+
+    sampler = GpuSampler(tag_var, tag, period_ms, write)
+    sampler.start()
+    seen_at = 0.0
+    poller = select.poll()
+    poller.register(1, select.POLLERR | select.POLLHUP)
+    while sampler.running():
+        if poller.poll(500):
+            break
+        now = time.monotonic()
+        if sampler.workers():
+            seen_at = now
+        elif seen_at and now - seen_at > gone_s:
+            break
+    sampler.stop()
+    return 0

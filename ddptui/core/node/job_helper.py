@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from ddptui.core.node.gpu_sampler import GpuSampler  # sent ahead of this program
+from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
@@ -348,10 +348,16 @@ def launch() -> int:
     return tail(job["log"], "0", job["tag"], str(job.get("gpu_sample_ms", 0)))
 
 
+def gpu(tag: str, gpu_ms: str) -> int:
+    """The GPU sampler alone, for the job tagged `tag`, until the job's workers are gone."""
+    return sample_alone(TAG_VAR, tag, int(gpu_ms))
+
+
 VERBS: dict[str, Any] = {
     "launch": launch,
     "start": start,
     "tail": tail,
+    "gpu": gpu,
     "reap": reap,
     "status": status,
     "probe": probe,

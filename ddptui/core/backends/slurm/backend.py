@@ -50,6 +50,7 @@ from ddptui.core.backends.slurm.follow import (
     probe_all,
     run_for_job,
 )
+from ddptui.core.backends.slurm.gpu_follow import NodeGpuFollow
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
@@ -64,6 +65,7 @@ __all__ = ["SlurmBackend", "run_for_job"]
 class SlurmBackend(SlurmSteps):
     name = "slurm"
     logs_written_locally = True
+    launch_on_node = False  # the step starts from this host; gpu_follow samples the nodes
 
     def node_log_path(self, command: NodeCommand) -> str:
         if self.direct:
@@ -259,6 +261,29 @@ class SlurmBackend(SlurmSteps):
     # -- following --------------------------------------------------------------------------------
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        gpus = self._gpu_follow(command)
+        if gpus is not None:
+            await gpus.start()
+        try:
+            return await self._follow(command, offset, on_chunk)
+        finally:
+            if gpus is not None:
+                await gpus.stop()
+
+    def _gpu_follow(self, command: NodeCommand) -> NodeGpuFollow | None:
+        """The node's GPU sampler, a step beside the job's for as long as it is followed."""
+        if not self.spec.gpu_sample_ms or self.job_id is None:
+            return None
+        name = f"{job_name(self.run.run_id)}-gpu"
+        argv = helper_argv(
+            self.job_id, command.node, name, self.spec.python, "gpu", command.tag,
+            str(self.spec.gpu_sample_ms),
+        )  # fmt: skip
+        return NodeGpuFollow(
+            argv, self._helper_source, lambda record: self.gpu_sample(command.node, record)
+        )
+
+    async def _follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         if self.direct:
             code = await follow_direct(
                 self.run.path / STEP_LOG,

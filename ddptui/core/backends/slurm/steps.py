@@ -97,7 +97,9 @@ class SlurmSteps(HelperBackend):
                 f"nothing on {command.node} could be checked inside it",
             )
         try:
-            report = await self._helper(command.node, "reap", *reap_args(self.spec, command.tag))
+            before = self.gpu_before.get(command.node, "")
+            args = reap_args(self.spec, command.tag, before)
+            report = await self._helper(command.node, "reap", *args)
         except SlurmError as exc:
             return TeardownReport(
                 command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"

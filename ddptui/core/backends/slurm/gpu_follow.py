@@ -1,0 +1,73 @@
+"""Provides NodeGpuFollow: a Slurm node's GPU samples, from a sampler step of their own.
+
+On Slurm a node's log is written by srun into the run directory and read there, not through
+the node helper, so the helper's sampler (core/node/gpu_sampler.py) does not run with it.
+Instead each followed node gets one `srun --overlap` step inside the job's allocation that
+runs the helper's `gpu` verb (the sampler alone) for as long as the node is followed: one
+stream per node, its GPU_MARK lines read by the same GpuDemux as the other backends'.
+Stopping it is srun's SIGTERM (srun passes it to the step's task); the sampler also ends by
+itself once the job's workers are gone, should the console vanish first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Sequence
+
+from ddptui.core.backends.gpu_stream import GpuDemux, GpuSink
+
+STOP_GRACE_S = 5.0
+
+
+class NodeGpuFollow:
+    """One node's sampler step: `start()`, then `stop()` when the node's log has ended."""
+
+    def __init__(self, argv: Sequence[str], program: bytes, on_gpu: GpuSink) -> None:
+        self.argv = list(argv)
+        self.program = program
+        self.demux = GpuDemux(lambda _: None, on_gpu)  # the step prints nothing else
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                env=os.environ.copy(),
+            )
+        except OSError:
+            return  # no srun here: no telemetry, the job itself is not affected
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(self.program)
+        with contextlib.suppress(ConnectionError):
+            await self._proc.stdin.drain()
+        self._proc.stdin.close()
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        while chunk := await self._proc.stdout.read(1 << 16):
+            self.demux.feed(chunk)
+
+    async def stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        if self._reader is not None:  # what the step wrote before it ended, then done
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._reader, STOP_GRACE_S)
