@@ -104,3 +104,40 @@ def test_no_gpu_no_sampler_no_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
     time.sleep(0.3)
     sampler.stop()
     assert out == []
+
+
+def test_the_helpers_gpu_verb_samples_alone_until_the_jobs_workers_are_gone(
+    fake_smi: Path,
+) -> None:
+    """Slurm's sampler step: `python3 - gpu TAG MS GONE_S` sends samples on stdout, maps the
+    tagged worker to its GPU, and ends by itself once that worker has been gone GONE_S."""
+    from ddptui.core.node import job_helper_source
+
+    tag = f"gpu-alone-{os.getpid()}"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, "DDPTUI_TAG": tag, "LOCAL_RANK": "1", "RANK": "3"},
+    )
+    helper = subprocess.Popen(
+        [sys.executable, "-S", "-", "gpu", tag, "100", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert helper.stdin is not None and helper.stdout is not None
+    helper.stdin.write(job_helper_source())
+    helper.stdin.close()
+    mapped = None
+    try:
+        for line in helper.stdout:
+            record = json.loads(line.removeprefix(GPU_MARK))
+            if record["workers"]:
+                mapped = record["workers"]
+                break
+    finally:
+        worker.kill()
+        worker.wait()
+    assert mapped == [[worker.pid, 3, 1, None]]
+    rest = helper.stdout.read()  # samples until the worker has been gone 1 s, then the end
+    assert helper.wait(timeout=30) == 0
+    assert rest.startswith(GPU_MARK)
+    assert not _loops(fake_smi)
