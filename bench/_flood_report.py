@@ -66,7 +66,7 @@ def render(data: dict[str, Any], command: str) -> None:
     for key in sweeps[0]:
         tier, name = key.split("|", 1)
         runs[(tier, name)] = _median_result([s[key] for s in sweeps])
-    _tables(report, runs)
+    _tables(report, runs, sweeps)
     report.write()
 
 
@@ -83,7 +83,9 @@ def _median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None:
+def _tables(
+    report: Report, runs: dict[tuple[str, str], dict[str, Any]], sweeps: list[dict[str, Any]]
+) -> None:
     report.section("Real pipeline: node helper, tail, pipes, Session (headless) and the app (ui)")
     table = Table(
         [
@@ -149,7 +151,7 @@ def _tables(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None
         "p50/p99 are over the presses that reached the screen; a press whose effect "
         "was not on screen 5 s later counts as never shown."
     )
-    _versus_base(report, runs)
+    _versus_base(report, runs, sweeps)
     ui = [r for (t, _), r in runs.items() if t == "ui"]
     worst_p99 = max(r["key_p99"] for r in ui)
     lost_keys = sum(r["key_lost"] for r in ui)
@@ -197,8 +199,20 @@ def _cpu_per_line(r: dict[str, Any]) -> str:
 BASE = " (base)"
 
 
-def _versus_base(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) -> None:
-    """This tree against the baseline, run for run in the same sweep: ratios, not rates."""
+def _spread(sweeps: list[dict[str, Any]], key: str, field: str, scale: float = 1.0) -> str:
+    """`min-max` of a field over the repetitions, when there are several."""
+    values = [s[key][field] * scale for s in sweeps if key in s]
+    if len(values) < 2:
+        return ""
+    return f" ({min(values):,.3g}-{max(values):,.3g})"
+
+
+def _versus_base(
+    report: Report, runs: dict[tuple[str, str], dict[str, Any]], sweeps: list[dict[str, Any]]
+) -> None:
+    """This tree against the baseline, run for run in the same sweep: ratios, not rates.
+
+    Medians over the repetitions, their range in brackets (rates in k lines/s, p99 in ms)."""
     pairs = [(t, n) for (t, n) in runs if (t + BASE, n) in runs]
     if not pairs:
         return
@@ -210,32 +224,50 @@ def _versus_base(report: Report, runs: dict[tuple[str, str], dict[str, Any]]) ->
     for tier, name in pairs:
         new, old = runs[(tier, name)], runs[(tier + BASE, name)]
         is_ui = tier.startswith("ui")
+        k_new, k_old = f"{tier}|{name}", f"{tier}{BASE}|{name}"
+        rates = [s[k_new]["ingest_per_s"] / s[k_old]["ingest_per_s"] for s in sweeps]
         table.add(
             name,
             tier,
-            f"{_rate(old['ingest_per_s'])} -> {_rate(new['ingest_per_s'])}",
-            f"{new['ingest_per_s'] / old['ingest_per_s']:.2f}x",
+            f"{_rate(old['ingest_per_s'])}{_spread(sweeps, k_old, 'ingest_per_s', 1e-3)} -> "
+            f"{_rate(new['ingest_per_s'])}{_spread(sweeps, k_new, 'ingest_per_s', 1e-3)}",
+            f"{median(rates):.2f}x ({min(rates):.2f}-{max(rates):.2f})",
             f"{_cpu_per_line(old)} -> {_cpu_per_line(new)}",
-            f"{fmt_ms(old['key_p99'])} -> {fmt_ms(new['key_p99'])}" if is_ui else "-",
+            f"{fmt_ms(old['key_p99'])}{_spread(sweeps, k_old, 'key_p99', 1e3)} -> "
+            f"{fmt_ms(new['key_p99'])}{_spread(sweeps, k_new, 'key_p99', 1e3)}"
+            if is_ui
+            else "-",
             f"{old['key_lost']:.0f} -> {new['key_lost']:.0f}" if is_ui else "-",
             f"{old['rss_mb']:.0f} -> {new['rss_mb']:.0f} MB",
         )
     report.table(table)
 
 
-LIMITS = """What limits it (profiled with cProfile on this 2-core VM). Ingest: the core
-takes a node's output as one NodeLines event per chunk (block framing, one prefix split per
-block, failure patterns and tracebacks looked for in the whole block first); what is left per
-line is the rank split, the progress pattern and the rank bookkeeping, about 4 us a line
-(the core tier above). Headless, the 16 flooding writers and their tail helpers share the two
-cores with the console; in the app, the same single event loop also turns up to 5,000 lines
-a tick into log entries, appends them to a node view and the merged view, and paints frames,
-so it ingests less than headless. Nothing is lost either way: lines the screen cannot keep up
-with are counted as skipped and the run directory holds every line. Key latency: p50 stays
-near the quiet app's; the p99 tail is Python's garbage collector (full collections over the
-log rows the views keep, ~0.2 s) and the layout of the tabbed log deck when `]` switches
-tabs. An `up` press counted as never shown is one whose frame did not come within 5 s while
-the loop was saturated; tests/ui/test_log_keys_latency.py checks `up` under a flood."""
+LIMITS = """Where the time goes (py-spy on the ui tier at `max`, 16 x 150,000 lines;
+`python -m bench.pyspy_summary` of `py-spy record --format speedscope`, `--gil` once there
+are two threads). Before (one thread, one event loop for ingest and screen, ~100% of a core):
+ingest 54% (Monitor.feed 50%: the rank split of each block 26%, the progress pattern searched
+line by line 15%, the rest of the per-line loop 5%, the failure clues 3%), the screen's timer
+35% (formatting up to 5,000 lines a tick into two views 16%, painting 15%), the relay 4%. A
+key's every hop through Textual's message queues waited behind 16 pipes' chunks in the same
+loop. After: the session runs on a thread and event loop of its own
+(ddptui/core/session_thread.py), so keys no longer queue behind ingest; whole prefixed lines
+are split by one regex pass a block (each prefix parsed once), progress lines are found by
+one search of the block, a block of plain rank lines is counted per rank, not line by line;
+the screen takes at most 2,000 lines a tick (30,000 a second; the rest counted as skipped)
+and makes its rows without a per-line object. The second profile showed the collector as the
+largest cost left: each line's tuple is tracked until a young collection looks at it, so at
+Python's default threshold (700) a flood of 1.6M lines set off ~3,600 young and ~30 full
+collections of ~0.3 s each, in whichever thread allocated (8 s of the screen's thread); the
+session's thread now raises the young threshold to 20,000 while it runs (2 full collections
+instead of 30). What is left in the session's thread is the attribution itself (a tuple per
+line, ~45% of its time), the progress search (~20%) and the failure clues (~7%); in the
+screen's thread, painting and the views' rows. Both threads share one interpreter: together
+they use at most one core, and on this 2-core VM the 16 writers and 16 tail helpers take
+most of the other. What would close the rest: the session in a process of its own (its own
+interpreter and core; the screen gets a bounded sample of lines and the state events over a
+pipe), and a line representation that is not a Python object per line (offsets into the
+block's text)."""
 
 
 def _flood_doc() -> str:

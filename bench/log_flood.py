@@ -383,9 +383,9 @@ def main() -> None:
                     result = _child(tier, str(lines), str(rate), tree=tree)
                     data["sweeps"][-1][f"{label}|{name}"] = result
                     print(f"    {_brief(result)}", flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    raw = RESULTS / "log_flood.json"
-    raw.write_text(json.dumps(data, indent=1))
+        raw = RESULTS / "log_flood.json"  # after every sweep: `--render` works on a cut run
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        raw.write_text(json.dumps({**data, "reps": rep + 1}, indent=1))
     render(data, command_line())
 
 
