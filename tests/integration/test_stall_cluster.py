@@ -57,6 +57,10 @@ def _assert_summary(summary: dict[str, Any]) -> None:
     assert causes[1] == "stall_suspect"
     assert {causes[r] for r in (0, 2, 3)} == {"waiting_in_collective"}
     assert not any(f["root_cause"] for f in summary["failures"])
+    # the teardown of the stalled job gathered the flight recorder's dumps through the nodes
+    recorder = summary["flight_recorder"]
+    assert recorder["trigger"] == "teardown" and recorder["suspects"] == [1]
+    assert recorder["dumps"] == 4 and not recorder["problems"]
 
 
 def test_ssh_all_stop_hang_is_a_stall_naming_the_sleeping_rank(

@@ -111,6 +111,7 @@ def test_ssh_stall_as_a_plain_user_with_stacks_taken_without_ptrace(
     assert {r["state"] for r in summary["ranks"]} == {"stopped"} and not summary["failures"]
     causes = {r["rank"]: r["cause"] for r in summary["ranks"]}
     assert causes[1] == "stall_suspect"
+    assert summary["flight_recorder"]["suspects"] == [1]  # gathered at the teardown, as the user
     assert all(t["clean"] for t in rest if t["event"] == "teardown")
     for host in ("node1", "node2"):
         assert not _pids(tb, host, "python"), tb.describe_pids(host)
