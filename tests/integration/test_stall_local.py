@@ -201,5 +201,7 @@ def test_watchdog_timeout_gathers_the_flight_recorder_and_so_does_the_teardown(
     summary = rest[-1]
     assert summary["flight_recorder"]["trigger"] == "teardown"
     assert "flight recorder: rank 1 never entered collective 3" in summary["detail"]
+    causes = {r["rank"]: r["cause"] for r in summary["ranks"]}
+    assert {causes[r] for r in (0, 2, 3)} == {"watchdog_timeout"}, causes  # not "teardown"
     assert all(t["clean"] for t in rest if t["event"] == "teardown")
     assert not pids_with_tag(summary["run_id"])

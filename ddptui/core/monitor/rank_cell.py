@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
-from ddptui.core.monitor.diagnosis import TRACEBACK, StepRate
-from ddptui.core.monitor.failures import TEARDOWN, FailedRank, cause_of
+from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
+from ddptui.core.monitor.failures import TEARDOWN, WATCHDOG, FailedRank, cause_of
 
 TRACEBACK_START = "Traceback (most recent call last):"
 _TRACE_START = re.compile(re.escape(TRACEBACK_START))
@@ -46,6 +46,8 @@ class RankCell:
         """Why this rank ended, if it failed or the teardown stopped it, else ""."""
         if self.state == RankState.DONE:
             return "finished"
+        if self.state == RankState.STOPPED and self.timed_out:
+            return WATCHDOG  # its collective timed out before the teardown stopped it
         if self.stall_cause and self.known_cause in ("", TEARDOWN):
             return self.stall_cause  # a stalled rank the teardown stopped: what the stall said
         if self.state == RankState.STOPPED:
@@ -54,6 +56,11 @@ class RankCell:
             return ""
         kinds = [d.kind for d in self.diagnoses]
         return self.known_cause or cause_of(self.exit_code, self.error, kinds)
+
+    @property
+    def timed_out(self) -> bool:
+        """A collective of this rank timed out (the NCCL watchdog, gloo's timeout)."""
+        return any(d.kind == COLLECTIVE_TIMEOUT for d in self.diagnoses)
 
     def failed(self) -> FailedRank:
         return FailedRank(

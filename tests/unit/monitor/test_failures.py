@@ -111,6 +111,17 @@ def test_teardown_stops_are_no_failures_but_stopped_ranks_with_their_own_cause()
     assert told.culprit is not None and told.culprit.rank == 0
 
 
+def test_a_rank_whose_collective_timed_out_keeps_that_cause_when_the_teardown_stops_it() -> None:
+    m = Monitor(["n0"], 2)
+    cell = m.board.cell("n0", 0)
+    assert cell is not None
+    cell.diagnoses.append(Diagnosis(dx.COLLECTIVE_TIMEOUT, "collective 5 timed out"))
+    m.node_exited("n0", -15, by_teardown=True)
+    causes = [(r.state, r.cause) for r in m.summary().ranks]
+    assert causes == [(RankState.STOPPED, fx.WATCHDOG), (RankState.STOPPED, fx.TEARDOWN)]
+    assert not m.summary().failures  # stopped by the operator: still no failure of the job
+
+
 def test_torchrun_failure_summary_at_teardown_records_no_failure() -> None:
     m = Monitor(["n0"], 1)
     m.teardown_started()
