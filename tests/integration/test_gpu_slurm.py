@@ -21,19 +21,24 @@ FAKE_SMI = Path(__file__).parents[1] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 
 
+@pytest.mark.parametrize("launch", ["torchrun", "srun"])
 def test_slurm_nodes_send_gpu_samples_with_ranks(
-    slurm_cluster: SlurmCluster, tmp_path: Path
+    slurm_cluster: SlurmCluster, tmp_path: Path, launch: str
 ) -> None:
+    """torchrun steps (workers with LOCAL_RANK) and srun direct (the tasks are the workers,
+    their ranks SLURM_PROCID / SLURM_LOCALID)."""
     smi = tmp_path / "smi"
     shutil.copytree(CAPTURE, smi)
     result = run(
         slurm_cluster,
         tmp_path,
+        "--launch",
+        launch,
         "--gpu-sample-ms",
         "300",
         str(TRAINER / "elastic_ddp.py"),
         "--steps",
-        "1500",
+        "300",
         PATH=f"{FAKE_SMI}:{slurm_cluster.env['PATH']}",
         FAKE_SMI_DIR=str(smi),
         DDPTUI_GPU_SOURCE="smi",

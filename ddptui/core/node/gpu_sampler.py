@@ -155,10 +155,13 @@ def gpu_snapshot() -> dict[str, Any] | None:
     return {"fields": GPU_QUERY, "rows": out.splitlines(), "apps": smi_apps()}
 
 
-def job_workers(tag_var: str, tag: str) -> list[list[Any]]:
+def job_workers(tag_var: str, tag: str, slurm_tasks: bool = False) -> list[list[Any]]:
     """The job's processes that torchrun started as workers: [pid, RANK, LOCAL_RANK,
-    CUDA_VISIBLE_DEVICES or None], from their environment."""
+    CUDA_VISIBLE_DEVICES or None], from their environment. `slurm_tasks`: the workers are
+    srun's tasks themselves (`--launch srun`), whose ranks are SLURM_PROCID / SLURM_LOCALID
+    (not so under torchrun, where the task with them is the agent)."""
     needle = f"{tag_var}={tag}".encode()
+    here = os.environ.get("SLURMD_NODENAME", "").encode()
     found: list[list[Any]] = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -172,9 +175,13 @@ def job_workers(tag_var: str, tag: str) -> list[list[Any]]:
             continue
         values = dict(item.split(b"=", 1) for item in env if b"=" in item)
         local = values.get(b"LOCAL_RANK", b"")
+        rank = values.get(b"RANK", b"")
+        if slurm_tasks and not local:
+            if values.get(b"SLURMD_NODENAME") != here:
+                continue  # one tag for every node's tasks: only this node's are ours
+            local, rank = values.get(b"SLURM_LOCALID", b""), values.get(b"SLURM_PROCID", b"")
         if not local.isdigit():
             continue  # the agent, or a shell before it
-        rank = values.get(b"RANK", b"")
         cvd = values.get(b"CUDA_VISIBLE_DEVICES")
         found.append(
             [
@@ -204,9 +211,15 @@ class GpuSampler:
     through `write` (which must write whole lines atomically with respect to the log)."""
 
     def __init__(
-        self, tag_var: str, tag: str, period_ms: int, write: Callable[[bytes], None]
+        self,
+        tag_var: str,
+        tag: str,
+        period_ms: int,
+        write: Callable[[bytes], None],
+        slurm_tasks: bool = False,
     ) -> None:
         self.tag_var, self.tag = tag_var, tag
+        self.slurm_tasks = slurm_tasks
         self.period_s = max(0.05, period_ms / 1000)
         self.period_ms = max(50, int(period_ms))
         self.write = write
@@ -237,7 +250,7 @@ class GpuSampler:
     def _send(self, rows: list[str], apps: list[list[Any]] | None) -> None:
         now = time.time()
         if now - self._workers_at >= WORKERS_EVERY_S or not self._workers:
-            self._workers = job_workers(self.tag_var, self.tag)
+            self._workers = job_workers(self.tag_var, self.tag, self.slurm_tasks)
             self._workers_at = now
         record: dict[str, Any] = {"t": round(now, 3), "fields": GPU_QUERY, "rows": rows}
         record["workers"] = self._workers
@@ -316,7 +329,13 @@ class GpuSampler:
         self._send(rows, apps)
 
 
-def sample_alone(tag_var: str, tag: str, period_ms: int, gone_s: float = GONE_S) -> int:
+def sample_alone(
+    tag_var: str,
+    tag: str,
+    period_ms: int,
+    gone_s: float | None = None,
+    slurm_tasks: bool = False,
+) -> int:
     """The sampler as a process of its own, its samples on stdout (Slurm: an `srun --overlap`
     step per node beside the job's, as the job's log is not read through the helper there).
     It ends when its reader goes (stdout closed; srun's SIGTERM ends it anyway), when the
@@ -330,7 +349,7 @@ def sample_alone(tag_var: str, tag: str, period_ms: int, gone_s: float = GONE_S)
         out.write(data)
         out.flush()
 
-    sampler = GpuSampler(tag_var, tag, period_ms, write)
+    sampler = GpuSampler(tag_var, tag, period_ms, write, slurm_tasks)
     sampler.start()
     seen_at = 0.0
     poller = select.poll()
@@ -341,7 +360,7 @@ def sample_alone(tag_var: str, tag: str, period_ms: int, gone_s: float = GONE_S)
         now = time.monotonic()
         if sampler.workers():
             seen_at = now
-        elif seen_at and now - seen_at > gone_s:
+        elif seen_at and now - seen_at > (GONE_S if gone_s is None else gone_s):
             break
     sampler.stop()
     return 0

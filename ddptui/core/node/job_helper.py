@@ -348,12 +348,11 @@ def launch() -> int:
     return tail(job["log"], "0", job["tag"], str(job.get("gpu_sample_ms", 0)))
 
 
-def gpu(tag: str, gpu_ms: str, gone_s: str = "") -> int:
+def gpu(tag: str, gpu_ms: str, gone_s: str = "", tasks: str = "") -> int:
     """The GPU sampler alone, for the job tagged `tag`, until the job's workers are gone
-    (for `gone_s` seconds; the default otherwise)."""
-    if gone_s:
-        return sample_alone(TAG_VAR, tag, int(gpu_ms), float(gone_s))
-    return sample_alone(TAG_VAR, tag, int(gpu_ms))
+    (for `gone_s` seconds, or the default); `tasks` "slurm": the workers are srun's tasks."""
+    gone = float(gone_s) if gone_s else None
+    return sample_alone(TAG_VAR, tag, int(gpu_ms), gone, tasks == "slurm")
 
 
 VERBS: dict[str, Any] = {

@@ -277,7 +277,7 @@ class SlurmBackend(SlurmSteps):
         name = f"{job_name(self.run.run_id)}-gpu"
         argv = helper_argv(
             self.job_id, command.node, name, self.spec.python, "gpu", command.tag,
-            str(self.spec.gpu_sample_ms),
+            str(self.spec.gpu_sample_ms), "", "slurm" if self.direct else "",
         )  # fmt: skip
         return NodeGpuFollow(
             argv, self._helper_source, lambda record: self.gpu_sample(command.node, record)
