@@ -172,18 +172,33 @@ def _target(event: RankChanged) -> JumpTarget | None:
 def jump_targets(
     ranks: Mapping[tuple[str, int], RankChanged], failures: Sequence[FailureRecord]
 ) -> list[JumpTarget]:
-    """Ranks with an error line: the ordered failures' ranks first (culprit first); then the
-    others (a rank can report a timeout and still run, or be restarted) by when their first
-    error line came, so a crash comes before the lost peers it causes; ties in grid order."""
-    order: list[tuple[str, int]] = []
+    """Ranks with an error line, in the order an operator wants them.
+
+    1. the ordered failures' ranks that are not victims (the culprit first);
+    2. ranks whose own error came but no failure record yet (its agent has not reported it:
+       another node's agent may have reported its victims first), by time;
+    3. the victims' records, in their order;
+    4. the others (a rank can report a lost peer or a timeout and still run, or be
+       restarted), by when their first error line came. Ties in grid order.
+    """
+    recorded: list[tuple[str, int]] = []
     for record in failures:
         key = (record.node, record.local_rank)
-        if key not in order:
-            order.append(key)
-    targets = [t for key in order if key in ranks and (t := _target(ranks[key]))]
-    others = [
-        (target.ts, index, target)
+        if key not in recorded:
+            recorded.append(key)
+    victims = {(r.node, r.local_rank) for r in failures if is_victim(r.cause)}
+    unrecorded = sorted(
+        (_lost_a_peer(event), target.ts, index, key)
         for index, (key, event) in enumerate(ranks.items())
-        if key not in order and (target := _target(event)) is not None
-    ]
-    return targets + [target for *_, target in sorted(others, key=lambda o: o[:2])]
+        if key not in recorded and (target := _target(event)) is not None
+    )
+    order = [key for key in recorded if key not in victims]
+    order += [key for lost, *_, key in unrecorded if not lost]
+    order += [key for key in recorded if key in victims]
+    order += [key for lost, *_, key in unrecorded if lost]
+    return [t for key in order if key in ranks and (t := _target(ranks[key]))]
+
+
+def _lost_a_peer(event: RankChanged) -> bool:
+    """Its output says a peer went away or a collective timed out: likely a victim."""
+    return any(d.kind in (PEER_LOST, COLLECTIVE_TIMEOUT) for d in event.diagnoses)

@@ -135,6 +135,24 @@ def _rank(node: str, lr: int, rank: int, *diagnoses: Diagnosis) -> RankChanged:
     return RankChanged(rank, node, lr, RankState.FAILED, 1, "", diagnoses)
 
 
+def test_jump_targets_a_crash_not_yet_reported_by_its_agent_before_reported_victims() -> None:
+    """Another node's agent reports its lost-peer ranks first; the crashed rank's own error
+    line, seen but not yet a failure record, is still the first target."""
+    ranks = {
+        ("n0", 0): _rank("n0", 0, 2, Diagnosis(dx.TRACEBACK, "tb", "", 50, ts=3.0),
+                         Diagnosis(dx.PEER_LOST, "lost", "", 58, ts=3.1)),
+        ("n0", 1): _rank("n0", 1, 3, Diagnosis(dx.TRACEBACK, "tb", "", 40, ts=2.0),
+                         Diagnosis(dx.PEER_LOST, "lost", "", 48, ts=2.1)),
+        ("n1", 1): _rank("n1", 1, 1, Diagnosis(dx.TRACEBACK, "boom", "", 30, ts=2.5)),
+    }  # fmt: skip
+    failures = [
+        FailureRecord("n0", 3, 1, 1, cause=fx.PEER),
+        FailureRecord("n0", 2, 0, 1, cause=fx.PEER),
+    ]
+    targets = fx.jump_targets(ranks, failures)
+    assert [(t.node, t.local_rank) for t in targets] == [("n1", 1), ("n0", 1), ("n0", 0)]
+
+
 def test_jump_targets_culprit_first_then_other_ranks_by_time() -> None:
     ranks = {
         ("n0", 0): _rank("n0", 0, 0, Diagnosis(dx.PEER_LOST, "lost", "", 40, ts=2.0)),
