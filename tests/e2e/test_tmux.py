@@ -8,8 +8,10 @@ its own tmux server.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -112,25 +114,30 @@ def test_launch_crash_jump_to_error_and_teardown(terminal: Terminal, tmp_path: P
     assert len(runs) == 1
     run_id = runs[0].name
 
-    # rank 1 raises (on whichever node the rendezvous put it); torchrun restarts the workers
-    terminal.wait_for(lambda s: "rank 1 (--fail-rank)" in s, "rank 1 to crash")
-    terminal.keys("E")
-    terminal.wait_for(
-        lambda s: "[r1] Traceback (most recent call last):" in s and "(--fail-rank)" in s,
-        "the jump to rank 1's first error line",
-    )
+    try:
+        # rank 1 raises (on whichever node the rendezvous put it); torchrun restarts the workers
+        terminal.wait_for(lambda s: "rank 1 (--fail-rank)" in s, "rank 1 to crash")
+        terminal.keys("E")
+        terminal.wait_for(
+            lambda s: "[r1] Traceback (most recent call last):" in s and "(--fail-rank)" in s,
+            "the jump to rank 1's first error line",
+        )
 
-    terminal.keys("t")
-    terminal.wait_for(lambda s: f"Tear down run {run_id}?" in s, "the teardown question")
-    terminal.keys("y")
-    screen = terminal.wait_for(
-        lambda s: s.count("✓ clean") >= 2 and "torn down" in s, "proof of the teardown"
-    )
-    assert "local0 ✓ clean" in screen and "local1 ✓ clean" in screen
-    deadline = time.monotonic() + 20
-    while tagged_pids(run_id) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert tagged_pids(run_id) == []
+        terminal.keys("t")
+        terminal.wait_for(lambda s: f"Tear down run {run_id}?" in s, "the teardown question")
+        terminal.keys("y")
+        screen = terminal.wait_for(
+            lambda s: s.count("✓ clean") >= 2 and "torn down" in s, "proof of the teardown"
+        )
+        assert "local0 ✓ clean" in screen and "local1 ✓ clean" in screen
+        deadline = time.monotonic() + 20
+        while tagged_pids(run_id) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert tagged_pids(run_id) == []
+    finally:  # a failed test must not leave the job running: stop what is left
+        for pid in tagged_pids(run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     terminal.keys("q")
     terminal.wait_for(lambda s: "CONSOLE-EXITED-1" in s, "the console to exit", 60)
