@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from bench._common import Report, Table, fmt_ms, median, verdict
-from bench.log_flood import CORE_TIERS, LAG_SAMPLE, LAG_WARMUP_S, NODES, RATES, _rate
+from bench._flood_core import CORE_TIERS, NODES
+from bench.log_flood import LAG_SAMPLE, LAG_WARMUP_S, RATES, _rate
 
 
 def render(data: dict[str, Any], command: str) -> None:
