@@ -14,10 +14,10 @@ import pytest
 from tests.integration.slurmrun import NODES, assert_clean_teardown, job_of, run
 from tests.integration.sshrun import TRAINER
 from tests.testbed import SlurmCluster
+from tests.testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 
 pytestmark = pytest.mark.integration
 
-FAKE_SMI = Path(__file__).parents[1] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 
 
@@ -45,15 +45,7 @@ def test_slurm_nodes_send_gpu_samples_with_ranks(
     )
     assert result.code == 0, (result.summary, result.stderr[-3000:])
     gpu = result.of("gpu")
-    assert {e["node"] for e in gpu} == set(NODES)
-    for node, ranks in (("node1", [[0], [1]]), ("node2", [[2], [3]])):
-        mine = [e for e in gpu if e["node"] == node]
-        assert len(mine) >= 3, node
-        assert [g["index"] for g in mine[0]["gpus"]] == [0, 1]
-        assert mine[0]["gpus"][0]["mem_total_mib"] == 81559
-        mapped = [e for e in mine if any(g["ranks"] for g in e["gpus"])]
-        assert mapped, f"no sample of {node} mapped a rank to a GPU"
-        assert [g["ranks"] for g in mapped[-1]["gpus"]] == ranks
+    assert_ranks_mapped(gpu, {"node1": [[0], [1]], "node2": [[2], [3]]})
     # one nvidia-smi loop a node for the job, not a process a sample
     calls = (smi / "calls.log").read_text().splitlines()
     assert sum("-lms=300" in c for c in calls) == len(NODES)

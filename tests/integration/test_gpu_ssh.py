@@ -13,10 +13,10 @@ import pytest
 
 from tests.integration.sshrun import TRAINER, run_headless
 from tests.testbed import Testbed
+from tests.testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 
 pytestmark = pytest.mark.integration
 
-FAKE_SMI = Path(__file__).parents[1] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 
 
@@ -47,15 +47,7 @@ def test_ssh_hosts_send_gpu_samples_with_ranks_and_prove_gpus_free(
     )
     assert run.code == 0, (run.summary, run.stderr[-3000:])
     gpu = run.of("gpu")
-    assert {e["node"] for e in gpu} == {"node1", "node2"}
-    for node, ranks in (("node1", [[0], [1]]), ("node2", [[2], [3]])):
-        mine = [e for e in gpu if e["node"] == node]
-        assert len(mine) >= 3, node
-        assert [g["index"] for g in mine[0]["gpus"]] == [0, 1]
-        assert mine[0]["gpus"][0]["mem_total_mib"] == 81559
-        mapped = [e for e in mine if any(g["ranks"] for g in e["gpus"])]
-        assert mapped, f"no sample of {node} mapped a rank to a GPU"
-        assert [g["ranks"] for g in mapped[-1]["gpus"]] == ranks
+    assert_ranks_mapped(gpu, {"node1": [[0], [1]], "node2": [[2], [3]]})
     # one nvidia-smi loop a host for the job, not a process a sample
     calls = (smi / "calls.log").read_text().splitlines()
     assert sum("-lms=300" in c for c in calls) == 2
