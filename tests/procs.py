@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import time
 
 
 def pids_with_tag(prefix: str) -> list[int]:
@@ -22,3 +25,22 @@ def pids_with_tag(prefix: str) -> list[int]:
         if state != "Z" and any(item.startswith(needle) for item in env):
             found.append(int(name))
     return found
+
+
+def until_running(proc: subprocess.Popen[str], ranks: int = 4, timeout: float = 240) -> str:
+    """Read a headless run's events until `ranks` ranks run; its run id."""
+    assert proc.stdout is not None
+    running: set[int] = set()
+    run_id = ""
+    deadline = time.monotonic() + timeout
+    while len(running) < ranks and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["event"] == "plan":
+            run_id = event["run_id"]
+        if event["event"] == "rank" and event["state"] == "running":
+            running.add(event["rank"])
+    assert len(running) == ranks
+    return run_id

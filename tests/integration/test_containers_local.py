@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.sshrun import rank_steps
-from tests.procs import pids_with_tag
+from tests.procs import pids_with_tag, until_running
 from tests.testbed.containers import Podman, pids_naming
 
 pytestmark = pytest.mark.integration
@@ -106,25 +106,6 @@ def test_ranks_green_in_containers_and_nothing_left(
     for index, t in enumerate(teardown):
         assert f"container ddptui-{run_id}.{index} removed" in t["detail"], t
     assert_nothing_left(podman, run_id)
-
-
-def until_running(proc: subprocess.Popen[str], ranks: int = 4) -> str:
-    """Read a headless run's events until `ranks` ranks run; its run id."""
-    assert proc.stdout is not None
-    running: set[int] = set()
-    run_id = ""
-    deadline = time.monotonic() + 240
-    while len(running) < ranks and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["event"] == "plan":
-            run_id = event["run_id"]
-        if event["event"] == "rank" and event["state"] == "running":
-            running.add(event["rank"])
-    assert len(running) == ranks
-    return run_id
 
 
 def test_killed_podman_client_leaves_the_container_to_conmon_and_teardown_ends_it(

@@ -11,11 +11,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.cases import TRAINER
-from tests.procs import pids_with_tag
+from tests.procs import pids_with_tag, until_running
 
 FAKE_SMI = Path(__file__).parents[1] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
@@ -126,19 +125,7 @@ def test_gpu_still_held_by_a_job_process_fails_the_proof(tmp_path: Path) -> None
         cwd=tmp_path,
         env=env,
     )
-    assert proc.stdout is not None
-    run_id, running = "", set()
-    deadline = time.monotonic() + 180
-    while len(running) < 2 and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["event"] == "plan":
-            run_id = event["run_id"]
-        if event["event"] == "rank" and event["state"] == "running":
-            running.add(event["rank"])
-    assert len(running) == 2
+    run_id = until_running(proc, 2, timeout=180)
     worker = next(p for p in pids_with_tag(run_id) if b"LOCAL_RANK=0" in _environ(p))
     (smi / "apps.pid").write_text(f"{worker}\n")
     proc.send_signal(signal.SIGTERM)
