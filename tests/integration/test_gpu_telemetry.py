@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tests.cases import TRAINER
 from tests.procs import pids_with_tag, until_running
+from tests.testbed.gpu_standin import FAKE_SMI
 
-FAKE_SMI = Path(__file__).parents[1] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 GPU0 = "GPU-af5b2fab-eee7-f1e0-23d2-b7ff33aec7f1"
 

@@ -16,8 +16,8 @@ import pytest
 
 from ddptui.core.node import gpu_sampler
 from ddptui.core.node.gpu_sampler import GPU_MARK, GpuSampler, gpu_snapshot, job_workers
+from tests.testbed.gpu_standin import FAKE_SMI
 
-FAKE_SMI = Path(__file__).parents[2] / "testbed" / "fake_gpu"
 CAPTURE = Path(__file__).parents[2] / "data" / "gpu" / "standin"
 
 
