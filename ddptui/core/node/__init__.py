@@ -38,9 +38,10 @@ def _joined(*names: str) -> bytes:
 
 
 def job_helper_source() -> bytes:
-    """The job helper's program (the GPU sampler, the reaper, then job_helper.py):
+    """The job helper's program (the GPU sampler, the reaper, one step's tasks and its
+    split (step.py), then job_helper.py):
     `python3 - VERB ...` with this on stdin."""
-    return _joined("gpu_sampler.py", "reaper.py", "job_helper.py")
+    return _joined("gpu_sampler.py", "reaper.py", "step.py", "job_helper.py")
 
 
 def worker_hook_source() -> bytes:

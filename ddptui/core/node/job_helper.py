@@ -21,6 +21,7 @@ import time
 
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
+from ddptui.core.node.step import each, split_step, task  # sent ahead of this program
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
@@ -136,15 +137,20 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.fchmod(log_fd, 0o600)
     null_fd = os.open(os.devnull, os.O_RDONLY)
+    split = job.get("split")
+    in_fd, out_fd = null_fd, log_fd
+    if split:  # one step for every node: its stream is split into their logs (step.py)
+        in_fd, feed_fd = os.pipe()
+        read_fd, out_fd = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(err_r)
         try:
             os.setsid()
-            os.dup2(null_fd, 0)
-            os.dup2(log_fd, 1)
-            os.dup2(log_fd, 2)
+            os.dup2(in_fd, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
             if cwd:
                 os.chdir(cwd)
             os.set_inheritable(err_w, False)
@@ -153,6 +159,13 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
             os.write(err_w, f"{argv[0]}: {exc.strerror}".encode())
         os._exit(127)
     os.close(err_w)
+    splitter = None
+    if split:
+        os.close(in_fd)
+        os.close(out_fd)
+        debug = (lambda log, e: _debug_env(job, log, e)) if job.get("hook") else None
+        splitter, program = split_step(split, env, debug, log_fd)
+        threading.Thread(target=_feed, args=(feed_fd, program), daemon=True).start()
     failure = os.read(err_r, 4096).decode()
     os.close(err_r)
     _write_private(paths["pid"], f"{pid} {os.getpid()}\n")
@@ -164,11 +177,25 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     os.close(report_fd)
     for fd in (0, 1, 2):
         os.dup2(null_fd, fd)
+    if splitter is not None:
+        while chunk := os.read(read_fd, 1 << 16):
+            splitter.feed(chunk)
     _, status = os.waitpid(pid, 0)
     code = os.waitstatus_to_exitcode(status)
+    if splitter is not None:
+        splitter.finish(code)
     tmp = paths["exit"] + ".tmp"
     _write_private(tmp, f"{code}\n")
     os.replace(tmp, paths["exit"])
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """The step's program to srun's stdin (srun passes it to every task: --input=all)."""
+    try:
+        with os.fdopen(fd, "wb") as pipe:
+            pipe.write(data)
+    except OSError:
+        pass  # srun ended before reading it: its own lines say why
 
 
 def _stdout_closed() -> bool:
@@ -364,6 +391,8 @@ VERBS: dict[str, Any] = {
     "status": status,
     "probe": probe,
     "port": port,
+    "task": lambda: task(JOB),
+    "each": lambda verb: each(JOB, VERBS, verb),
 }
 
 if __name__ == "__main__":

@@ -6,9 +6,11 @@ runs inside (SLURM_JOB_ID: left alone), or `sbatch` (the job runs without the co
 the run directory from a process that does not depend on the console, so following a node is
 reading a local file, and a console that dies loses nothing.
 
-- torchrun launch: one srun step per node (`ddptui-RUN-I`), started detached through the node
-  shim with its output in that node's log: one stream per node, and each node's own
-  `--local-addr`, so MASTER_ADDR never depends on DNS.
+- torchrun launch: one srun step for every node (`ddptui-RUN`, a task per node), started
+  detached through the node shim, each task running its own node's torchrun line (each
+  node's own `--local-addr`, so MASTER_ADDR never depends on DNS); the shim splits the
+  step's labelled stream into each node's log and exit file (core/node/step.py). The plan
+  shows each node's line as the step of its own that would run it by hand.
 - srun direct: one step of N x G tasks with `--label`; its stream is split per node
   (srun_output.SrunDemux) into each node's log in the prefix format the Monitor reads.
 
@@ -38,10 +40,13 @@ from ddptui.core.backends.slurm.commands import (
     STEP_LOG,
     direct_argv,
     direct_plan,
+    direct_tag,
     helper_argv,
     job_name,
     resolve_mode,
     salloc_argv,
+    step_nodes,
+    torchrun_lines,
     torchrun_plan,
 )
 from ddptui.core.backends.slurm.follow import (
@@ -68,8 +73,8 @@ class SlurmBackend(SlurmSteps):
     launch_on_node = False  # the step starts from this host; gpu_follow samples the nodes
 
     def node_log_path(self, command: NodeCommand) -> str:
-        if self.direct:
-            return str(self.run.path / STEP_LOG)
+        if self.direct or command.tag == direct_tag(self.run.run_id):
+            return str(self.run.path / STEP_LOG)  # the one step's own (srun's own lines)
         return str(self.run.node_log(command.index, command.node))
 
     async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
@@ -221,6 +226,11 @@ class SlurmBackend(SlurmSteps):
         steps this console starts (job_id None means: inside the batch script)."""
         job_id = None if self.mode == "sbatch" else self.job_id
         if not self.direct:
+            if job_id is not None:
+                lines = torchrun_lines(
+                    self.spec, self.run.run_id, nodes, port, self.cwd, self._ifnames
+                )
+                self._step_nodes = step_nodes(self.spec, lines)
             return torchrun_plan(
                 self.spec,
                 self.run.run_id,
@@ -256,7 +266,7 @@ class SlurmBackend(SlurmSteps):
         if self.direct:  # one step for every node: the first caller starts it
             await self._one_time("start", lambda: super(SlurmBackend, self).start(command))
             return
-        await super().start(command)
+        await self._one_time("start", lambda: self._start_step(command))
 
     # -- following --------------------------------------------------------------------------------
 

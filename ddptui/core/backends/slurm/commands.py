@@ -120,6 +120,31 @@ def torchrun_step_argv(
     return [*argv, *container_flags(spec, cwd), *on_node(inner, spec.activate)]
 
 
+def nodes_step_argv(
+    spec: JobSpec, job_id: str, run_id: str, nodes: Sequence[str], cpus: int, cwd: str
+) -> list[str]:
+    """One step for every node's torchrun (node/step.py): a task per node, each running the
+    node helper's `task` (the helper on every task's stdin), which picks its node's line;
+    `--label` lets the console's side split the stream back into one log per node."""
+    argv = [
+        "srun",
+        f"--jobid={job_id}",
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        "--kill-on-bad-exit=0",
+        "--label",
+        "--input=all",
+        f"--job-name={step_name(run_id)}",
+        "--export=ALL",
+        f"--chdir={cwd}",
+    ]
+    if cpus:
+        argv.append(f"--cpus-per-task={cpus}")
+    return [*argv, *container_flags(spec, cwd), *shlex.split(spec.python), "-S", "-", "task"]
+
+
 def direct_argv(spec: JobSpec) -> list[str]:
     """srun direct: the script itself, once per task; it reads SLURM_PROCID and friends."""
     if spec.container and spec.container.engine != "pyxis":
@@ -205,13 +230,7 @@ def torchrun_plan(
     (the activation step and the working directory then belong to the node side)."""
     if job_id is None:
         return build_plan(spec, nodes, run_id, port)
-    base = build_plan(
-        spec.model_copy(update={"workdir": cwd, "activate": None}),
-        nodes,
-        run_id,
-        port,
-        socket_ifnames=ifnames,
-    )
+    base = torchrun_lines(spec, run_id, nodes, port, cwd, ifnames)
     commands = tuple(
         NodeCommand(
             c.node,
@@ -227,6 +246,39 @@ def torchrun_plan(
         for c in base.commands
     )
     return LaunchPlan(run_id, base.rdzv_endpoint, base.nproc_per_node, commands)
+
+
+def torchrun_lines(
+    spec: JobSpec,
+    run_id: str,
+    nodes: Sequence[NodeTarget],
+    port: int,
+    cwd: str,
+    ifnames: Mapping[str, str],
+) -> LaunchPlan:
+    """Every node's own torchrun line, as its srun task runs it (the working directory and
+    the activation step are the step's: srun --chdir, on_node)."""
+    return build_plan(
+        spec.model_copy(update={"workdir": cwd, "activate": None}),
+        nodes,
+        run_id,
+        port,
+        socket_ifnames=ifnames,
+    )
+
+
+def step_nodes(spec: JobSpec, lines: LaunchPlan) -> dict[str, dict[str, object]]:
+    """What the one step's task on each node runs (node/step.py's table): its command, its
+    environment and its tag."""
+    return {
+        c.node: {"argv": on_node(c.argv, spec.activate), "env": dict(c.env), "tag": c.tag}
+        for c in lines.commands
+    }
+
+
+def node_tag(run_id: str, index: int, direct: bool) -> str:
+    """The tag of a node's processes: build_plan's per node, srun direct's one for all."""
+    return direct_tag(run_id) if direct else f"{run_id}.{index}"
 
 
 def direct_plan(

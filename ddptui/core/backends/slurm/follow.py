@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import TeardownReport
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus
+from ddptui.core.node import with_job
 from ddptui.core.runs.run_dir import RunDir, open_private, state_dir
 
 HELPER_TIMEOUT_S = 90.0
@@ -129,10 +130,27 @@ def reap_report(
 async def probe_all(
     spec: JobSpec, shim: bytes, name: str, nodes: Sequence[str], job_id: str, *args: str
 ) -> dict[str, dict[str, Any]]:
-    """The node shim's `probe` on every node in one srun step (one task per node, the shim
+    """The node shim's `probe` on every node in one srun step (see step_reports)."""
+    return await step_reports(spec, shim, name, nodes, job_id, "probe", *args)
+
+
+async def reap_all(
+    spec: JobSpec, shim: bytes, name: str, job_id: str, args: Mapping[str, Sequence[str]]
+) -> dict[str, dict[str, Any]]:
+    """The node shim's `reap` on every node in one srun step, each node with its own
+    arguments (`args`: {node: reap_args}, the table the shim's `each` reads)."""
+    table = {"nodes": {node: list(a) for node, a in args.items()}}
+    source = with_job(shim, table)
+    return await step_reports(spec, source, name, list(args), job_id, "each", "reap")
+
+
+async def step_reports(
+    spec: JobSpec, shim: bytes, name: str, nodes: Sequence[str], job_id: str, *args: str
+) -> dict[str, dict[str, Any]]:
+    """The node shim's `args` on every node in one srun step (one task per node, the shim
     on every task's stdin), inside the allocation: {node: report} for the nodes that
     answered (each report names its node, SLURMD_NODENAME). Raises SlurmError when the step
-    could not run at all; the caller probes the missing nodes one by one."""
+    could not run at all; the caller asks the missing nodes one by one."""
     argv = [
         "srun",
         f"--jobid={job_id}",
@@ -144,7 +162,7 @@ async def probe_all(
         "--export=ALL",
         "--input=all",
         *shlex.split(spec.python),
-        *("-", "probe", *args),
+        *("-", *args),
     ]
     result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S, check=False)
     reports: dict[str, dict[str, Any]] = {}

@@ -2,13 +2,16 @@
 its steps end and are proven gone.
 
 The base of SlurmBackend, apart so that each file holds one role: this one the job's state,
-the node helper run on a node by srun, and teardown (SIGTERM to the steps' tasks first, then
-the proof on each node inside the job's own allocation; sbatch: the batch script's last step).
+the node helper run on a node by srun, the one step that starts every node's torchrun, and
+teardown (SIGTERM to the step's tasks first, then the proof on every node from one step
+inside the job's own allocation, a node it missed on its own; sbatch: the batch script's last
+step).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import sys
@@ -20,13 +23,21 @@ from ddptui.core.backends.base import REAP_GRACE_S, Emit, HelperBackend, reap_ar
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_end import BatchEnd
 from ddptui.core.backends.slurm.cli import SlurmError, choose_query
-from ddptui.core.backends.slurm.commands import STEP_LOG, job_name, step_name
-from ddptui.core.backends.slurm.follow import reap_report, run_job_helper
+from ddptui.core.backends.slurm.commands import (
+    STEP_LOG,
+    direct_tag,
+    job_name,
+    node_tag,
+    nodes_step_argv,
+    step_name,
+)
+from ddptui.core.backends.slurm.follow import reap_all, reap_report, run_job_helper
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, TeardownReport
 from ddptui.core.job.plan import NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.node import JOB_LINE
 from ddptui.core.runs.run_dir import RunDir
 
 
@@ -49,6 +60,7 @@ class SlurmSteps(HelperBackend):
         self._once: dict[str, asyncio.Future[Any]] = {}
         self._told_batch_output = False
         self._complaints: set[str] = set()
+        self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -72,6 +84,39 @@ class SlurmSteps(HelperBackend):
         shim = source or self._helper_source
         return await run_job_helper(self.spec, shim, name, node, job_id, verb, *args)
 
+    # -- one step for every node ------------------------------------------------------------
+
+    async def _start_step(self, first: NodeCommand) -> None:
+        """Every node's torchrun in one step (a task per node, node/step.py), started
+        detached by the node helper here, which splits its stream into each node's log and
+        exit file (those files are what `follow` reads, as for a step per node)."""
+        assert self.job_id is not None
+        names = [n.name for n in self.nodes]
+        argv = nodes_step_argv(
+            self.spec, self.job_id, self.run.run_id, names, self.cpus_per_node, self.cwd
+        )
+        tag = direct_tag(self.run.run_id)
+        step = NodeCommand(first.node, first.address, first.index, tuple(argv), {}, None, tag=tag)
+        await super().start(step)
+        launch = self._launches.pop(step.node, None)
+        if launch is not None:  # its tail of the step's own log is not needed
+            await launch.close()
+
+    def start_checks(self, command: NodeCommand) -> dict[str, Any]:
+        """The one step's split: each node's task, log and order (node/step.py)."""
+        if self.direct or command.tag != direct_tag(self.run.run_id):
+            return {}
+        logs = {n.name: str(self.run.node_log(i, n.name)) for i, n in enumerate(self.nodes)}
+        return {
+            "split": {
+                "nodes": self._step_nodes,
+                "logs": logs,
+                "order": [n.name for n in self.nodes],
+                "program": base64.b64encode(self._helper_source).decode(),
+                "job_line": JOB_LINE.decode(),
+            }
+        }
+
     # -- teardown ---------------------------------------------------------------------------------
 
     async def reap(self, command: NodeCommand) -> TeardownReport:
@@ -81,10 +126,12 @@ class SlurmSteps(HelperBackend):
             return TeardownReport(command.node, True, (), "no job was started")
         if self.mode == "sbatch":
             return await self._reap_batch(command)
-        names = [step_name(self.run.run_id, None if self.direct else command.index)]
-        gone = await self._one_time(f"end-step-{names[0]}", lambda: self._end_steps(names))
+        # One step runs every node (srun direct, or a task per node: node/step.py).
+        names = [step_name(self.run.run_id)]
+        gone = await self._one_time("end-step", lambda: self._end_steps(names))
         ended = "step ended" if gone else "step still listed by squeue"
-        local = await self._one_time(f"local-{command.tag}", lambda: self._reap_here(command.tag))
+        tag = direct_tag(self.run.run_id)  # the srun client's, on this machine
+        local = await self._one_time("local", lambda: self._reap_here(tag))
         job = await self._job_now()
         if job is None or job.ended:
             state = job.state if job is not None else "gone from squeue"
@@ -96,15 +143,31 @@ class SlurmSteps(HelperBackend):
                 f"{ended}; allocation {self.job_id} ended ({state}) before the check: "
                 f"nothing on {command.node} could be checked inside it",
             )
+        reports = await self._one_time("reap-all", self._reap_all)
         try:
-            before = self.gpu_before.get(command.node, "")
-            args = reap_args(self.spec, command.tag, before)
-            report = await self._helper(command.node, "reap", *args)
+            report = reports.get(command.node)
+            if report is None:  # the one step missed it: on its own, to tell why
+                before = self.gpu_before.get(command.node, "")
+                args = reap_args(self.spec, command.tag, before)
+                report = await self._helper(command.node, "reap", *args)
         except SlurmError as exc:
             return TeardownReport(
                 command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
             )
         return reap_report(command.node, ended, report, local)
+
+    async def _reap_all(self) -> dict[str, dict[str, Any]]:
+        """Every node's proof from one `srun --overlap` step (a task per node, each with its
+        own tag and GPU level); {} when that step could not run at all."""
+        run_id, before = self.run.run_id, self.gpu_before
+        args = {
+            n.name: reap_args(self.spec, node_tag(run_id, i, self.direct), before.get(n.name, ""))
+            for i, n in enumerate(self.nodes)
+        }
+        name = f"{job_name(self.run.run_id)}-reap"
+        with contextlib.suppress(SlurmError):
+            return await reap_all(self.spec, self._helper_source, name, self.job_id or "", args)
+        return {}
 
     async def _reap_batch(self, command: NodeCommand) -> TeardownReport:
         end = BatchEnd(

@@ -1,0 +1,232 @@
+"""Provides one Slurm step for every node: each task runs its own node's command, and the
+step's one labelled stream is split back into one log per node.
+
+Why: a step per node costs an srun client and a step request to slurmctld per node (0.3-0.4
+s each at 64 nodes); one step with a task per node starts them all at once, as a by-hand
+`srun -N N` does. Both halves run from the job helper's program (sent ahead of
+job_helper.py, standard library only):
+
+- on each node, `task` (srun's task, this program on its stdin) looks its node up
+  (SLURMD_NODENAME) in the table the console put in JOB, runs that node's command with the
+  node's environment (its own DDPTUI_TAG, so teardown finds it per node), and prints a start
+  mark before it and an exit mark with the command's exit code after it;
+- on the console's host, the detached supervisor (job_helper._supervise) reads srun's
+  `--label`led stream and writes each task's lines into its node's log and, at its exit
+  mark, the node's `LOG.exit`: exactly the files a step per node wrote, so following,
+  attaching and failure attribution read each node as before.
+
+srun's own lines are not labelled: one about a node's task (`srun: error: node2: task 1:
+Exited with exit code 1`) goes to that node's log, any other (the step refused, aborted) to
+every node's log and the step's own.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import sys
+
+from ddptui.core.node.reaper import TAG_VAR  # sent ahead of this program
+
+MARK = b"\x1eddptui-step "  # a task's start (`node NAME`) and end (`exit CODE`), own line
+LABEL = re.compile(rb"^ *(\d+): ")
+SRUN_TASKS = re.compile(rb"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
+_EXITED = re.compile(rb"Exited with exit code (\d+)")
+_SIGNALS = {b"Terminated": -15, b"Killed": -9, b"Interrupt": -2, b"Aborted": -6}
+
+
+def _mark(text: str) -> None:
+    os.write(1, MARK + text.encode() + b"\n")
+
+
+def task(job_text: str) -> int:
+    """srun's task on a node: its node's command from the table, then its exit mark.
+
+    SIGTERM/SIGINT/SIGHUP reach the command from Slurm (every process of the step is
+    signalled); this process outlives them to report the command's exit code.
+    """
+    table = json.loads(base64.b64decode(job_text).decode())
+    node = os.environ.get("SLURMD_NODENAME", "")
+    _mark(f"node {node}")
+    entry = table["nodes"].get(node)
+    if entry is None:
+        os.write(1, f"ddptui: node {node} has no command in this step\n".encode())
+        _mark("exit 127")
+        return 127
+    env = dict(os.environ)
+    env.update(entry["env"])
+    argv = list(entry["argv"])
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)  # caught, not ignored: exec resets it
+    pid = os.fork()
+    if pid == 0:
+        try:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(2, f"ddptui: cannot start {argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    _mark(f"exit {code}")
+    return code if code >= 0 else 128 - code
+
+
+def task_table(
+    nodes: dict[str, dict], logs: dict[str, str], base: dict[str, str], debug: object
+) -> dict[str, dict]:
+    """Each node's command and the environment it adds to srun's (its tag, its debug
+    directory beside its log: `debug(log, env)` sets those up, as for a node of its own)."""
+    table = {}
+    for node, entry in nodes.items():
+        env = dict(base)
+        env.update(entry["env"])
+        env[TAG_VAR] = entry["tag"]
+        if debug is not None:
+            debug(logs[node], env)  # type: ignore[operator]
+        extra = {k: v for k, v in env.items() if base.get(k) != v}
+        table[node] = {"argv": entry["argv"], "env": extra}
+    return {"nodes": table}
+
+
+def program_with(source: str, job_line: str, table: dict) -> bytes:
+    """The helper's program (base64 `source`) with `table` as its JOB, for srun's stdin."""
+    encoded = base64.b64encode(json.dumps(table).encode())
+    text = base64.b64decode(source)
+    return text.replace(job_line.encode(), b'JOB = "' + encoded + b'"\n')
+
+
+def _write_exit(log: str, code: int) -> None:
+    tmp = log + ".exit.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.write(fd, f"{code}\n".encode())
+    os.close(fd)
+    os.replace(tmp, log + ".exit")
+
+
+class StepSplit:
+    """srun's labelled stream in, each node's log and exit file out (see the module)."""
+
+    def __init__(self, logs: dict[str, str], order: list[str], own_fd: int) -> None:
+        self.logs = logs
+        self.order = order  # task i runs on the i-th node until its start mark says
+        self.own_fd = own_fd
+        self.fds = {}
+        for node, path in logs.items():
+            for stale in (path + ".exit", path + ".exit.tmp"):
+                if os.path.exists(stale):
+                    os.unlink(stale)
+            self.fds[node] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.task_node: dict[int, str] = {}
+        self.exits: dict[str, int] = {}
+        self.srun_said: dict[str, int] = {}
+        self._rest = b""
+        self._out: dict[str, list[bytes]] = {}
+
+    def _node(self, task_id: int) -> str | None:
+        if task_id in self.task_node:
+            return self.task_node[task_id]
+        return self.order[task_id] if task_id < len(self.order) else None
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._rest + chunk
+        *lines, self._rest = data.split(b"\n")
+        for line in lines:
+            self._line(line + b"\n")
+        self._flush()
+
+    def _line(self, line: bytes) -> None:
+        label = LABEL.match(line)
+        if label is None:
+            self._srun_line(line)
+            return
+        task_id = int(label.group(1))
+        body = line[label.end() :]
+        at = body.find(MARK)
+        if at < 0:
+            node = self._node(task_id)
+            if node is not None:
+                self._out.setdefault(node, []).append(body)
+            return
+        what, _, arg = body[at + len(MARK) :].strip().partition(b" ")
+        if what == b"node" and arg.decode(errors="replace") in self.fds:
+            self.task_node[task_id] = arg.decode()
+            return
+        node = self._node(task_id)
+        if node is None:
+            return
+        if body[:at]:
+            self._out.setdefault(node, []).append(body[:at])  # the command's unended line
+        if what == b"exit" and arg.lstrip(b"-").isdigit():
+            self._flush()
+            self._end(node, int(arg))
+
+    def _srun_line(self, line: bytes) -> None:
+        about = SRUN_TASKS.match(line.rstrip(b"\n"))
+        node = about.group(1).decode(errors="replace") if about else None
+        if about and node in self.fds:
+            exited = _EXITED.search(about.group(2))
+            word = about.group(2).split(b" (")[0].strip()
+            self.srun_said[node] = int(exited.group(1)) if exited else _SIGNALS.get(word, 1)
+            self._out.setdefault(node, []).append(line)
+            return
+        os.write(self.own_fd, line)
+        for node in self.fds:
+            if node not in self.exits:
+                self._out.setdefault(node, []).append(line)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, {}
+        for node, parts in out.items():
+            if node in self.fds and node not in self.exits:
+                os.write(self.fds[node], b"".join(parts))
+
+    def _end(self, node: str, code: int) -> None:
+        if node in self.exits:
+            return
+        self.exits[node] = code
+        os.close(self.fds[node])
+        _write_exit(self.logs[node], code)
+
+    def finish(self, srun_code: int) -> None:
+        """srun has ended: every node not yet ended gets what srun said of its task, else
+        srun's own exit code (the step refused: every node failed with it)."""
+        if self._rest:
+            self._line(self._rest)
+            self._rest = b""
+        self._flush()
+        for node in list(self.fds):
+            if node not in self.exits:
+                self._end(node, self.srun_said.get(node, srun_code or 1))
+
+
+def split_step(split: dict, env: dict[str, str], debug: object, own_fd: int) -> tuple:
+    """The supervisor's half: (the StepSplit of srun's stream, the program for its stdin).
+    `split`: {"nodes": {NAME: {"argv", "env", "tag"}}, "logs": {NAME: LOG}, "order": [NAME],
+    "program": the helper's source (base64), "job_line": its JOB line}."""
+    table = task_table(split["nodes"], split["logs"], env, debug)
+    program = program_with(split["program"], split["job_line"], table)
+    return StepSplit(split["logs"], split["order"], own_fd), program
+
+
+def each(job_text: str, verbs: dict, verb: str) -> int:
+    """A task of a step on every node: `verb` with this node's arguments from the table
+    (JOB: {"nodes": {NAME: [ARGS]}}); its JSON report, naming the node, on one line."""
+    import contextlib
+    import io
+
+    node = os.environ.get("SLURMD_NODENAME", "")
+    args = json.loads(base64.b64decode(job_text).decode())["nodes"].get(node)
+    if args is None:
+        return 1
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        code = verbs[verb](*args)
+    report = json.loads(said.getvalue().strip().splitlines()[-1])
+    report["node"] = node
+    sys.stdout.write(json.dumps(report) + "\n")
+    return int(code or 0)

@@ -1,0 +1,99 @@
+"""One step for every node: each node's task, and the step's labelled stream split back into
+one log and one exit file per node (ddptui/core/node/step.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ddptui.core.node import JOB_LINE, job_helper_source, with_job
+from ddptui.core.node.step import MARK, StepSplit, program_with
+
+
+def _split(tmp_path: Path, nodes: list[str]) -> tuple[StepSplit, dict[str, Path], Path]:
+    logs = {n: tmp_path / f"{i:03d}-{n}.log" for i, n in enumerate(nodes)}
+    own = tmp_path / "step.log"
+    fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    return StepSplit({n: str(p) for n, p in logs.items()}, nodes, fd), logs, own
+
+
+def _exit(log: Path) -> str | None:
+    path = Path(f"{log}.exit")
+    return path.read_text().strip() if path.exists() else None
+
+
+def test_each_task_lands_in_its_own_nodes_log_by_its_start_mark(tmp_path: Path) -> None:
+    split, logs, own = _split(tmp_path, ["node1", "node2"])
+    # Slurm's task order need not be ours: the start marks say which task runs where.
+    split.feed(b"1: " + MARK + b"node node1\n0: " + MARK + b"node node2\n")
+    split.feed(b"0: [ddptui:2:0]:two\n1: [ddptui:0:0]:zero\n0: a partial")
+    split.feed(b" line\n1: more\n")
+    assert logs["node1"].read_bytes() == b"[ddptui:0:0]:zero\nmore\n"
+    assert logs["node2"].read_bytes() == b"[ddptui:2:0]:two\na partial line\n"
+    assert _exit(logs["node1"]) is None and _exit(logs["node2"]) is None
+    # node2's command fails (its last line unended): its log ends, its exit file says 3
+    split.feed(b"0: Traceback: boom" + MARK + b"exit 3\n")
+    assert logs["node2"].read_bytes().endswith(b"a partial line\nTraceback: boom")
+    assert _exit(logs["node2"]) == "3" and _exit(logs["node1"]) is None
+    split.feed(b"srun: error: node2: task 0: Exited with exit code 3\n1: still here\n")
+    assert logs["node1"].read_bytes().endswith(b"more\nstill here\n")
+    split.feed(b"1: " + MARK + b"exit -15\n")
+    split.finish(143)
+    assert _exit(logs["node1"]) == "-15" and _exit(logs["node2"]) == "3"
+    assert b"srun: error" not in logs["node1"].read_bytes()
+    assert own.read_bytes() == b""
+
+
+def test_a_refused_step_fails_every_node_with_srun_s_words(tmp_path: Path) -> None:
+    split, logs, own = _split(tmp_path, ["node1", "node2"])
+    split.feed(b"srun: unrecognized option '--container-image=x'\n")
+    split.finish(1)
+    for log in logs.values():
+        assert log.read_bytes() == b"srun: unrecognized option '--container-image=x'\n"
+        assert _exit(log) == "1"
+    assert own.read_bytes() == b"srun: unrecognized option '--container-image=x'\n"
+
+
+def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
+    split, logs, _ = _split(tmp_path, ["node1", "node2"])
+    split.feed(b"0: up\n1: up\nsrun: error: node2: task 1: Killed\n")
+    split.feed(b"0: " + MARK + b"exit 0\n")
+    split.finish(137)
+    assert (_exit(logs["node1"]), _exit(logs["node2"])) == ("0", "-9")
+    assert logs["node2"].read_bytes() == b"up\nsrun: error: node2: task 1: Killed\n"
+
+
+def _task(tmp_path: Path, node: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
+    table = {"nodes": {"node1": {"argv": argv, "env": {"DDPTUI_TAG": "r.0", "X": "1"}}}}
+    program = program_with(
+        base64.b64encode(job_helper_source()).decode(), JOB_LINE.decode(), table
+    )
+    env = {**os.environ, "SLURMD_NODENAME": node}
+    return subprocess.run(
+        [sys.executable, "-S", "-", "task"], input=program, capture_output=True, env=env
+    )
+
+
+def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
+    tmp_path: Path,
+) -> None:
+    script = 'import os, sys; print(os.environ["DDPTUI_TAG"], os.environ["X"]); sys.exit(4)'
+    done = _task(tmp_path, "node1", [sys.executable, "-c", script])
+    assert done.returncode == 4
+    assert done.stdout == MARK + b"node node1\nr.0 1\n" + MARK + b"exit 4\n"
+    missing = _task(tmp_path, "node9", ["true"])
+    assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
+
+
+def test_each_runs_the_verb_with_this_nodes_arguments() -> None:
+    source = with_job(job_helper_source(), {"nodes": {"node2": ["127.0.0.1", "0"]}})
+    env = {**os.environ, "SLURMD_NODENAME": "node2"}
+    done = subprocess.run(
+        [sys.executable, "-S", "-", "each", "port"], input=source, capture_output=True, env=env
+    )
+    report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert report["node"] == "node2" and report["addr"] == "127.0.0.1"
