@@ -55,11 +55,8 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
         await pilot.press("l")
 
         def all_running() -> bool:
-            monitor = screen.session.monitor if screen.session else None
-            if monitor is None:
-                return False
-            ranks = monitor.summary().ranks
-            return len(ranks) == hosts and all(r.state == RankState.RUNNING for r in ranks)
+            states = screen.grid.states().values()
+            return len(states) == hosts and all(s == RankState.RUNNING for s in states)
 
         async def keys_until(done: Any, phase: str) -> None:
             while not done() and time.monotonic() - t0 < LIMIT_S:

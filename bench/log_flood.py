@@ -99,6 +99,17 @@ class Ingest:
         if self.lines:
             self.last = now
 
+    def saw_block(self, block: Any) -> None:
+        """A block from the session's process: its lines (a sample of all: the lag), and
+        the time of its count (the ingest's span: from the first line to the last)."""
+        now = time.time()
+        for batch in block.batches:
+            self.saw(batch)
+        if block.seen and not self.first:
+            self.first = now
+        if block.seen:
+            self.last = now
+
     def result(self) -> dict[str, Any]:
         span = max(self.last - self.first, 1e-9)
         return {

@@ -48,11 +48,14 @@ class Session:
         run: RunDir | None = None,
         backend: Backend | None = None,
         detach_after_launch: bool = False,
+        attaching: bool | None = None,
     ) -> None:
         self.spec = spec
         self.detach_after_launch = detach_after_launch
         self._emit_to = emit
-        self.attaching = run is not None
+        # A run directory given is one to attach to, unless told otherwise (the console makes
+        # a new run's directory itself, before its session process starts).
+        self.attaching = run is not None if attaching is None else attaching
         self.run = run or RunDir.create(new_run_id())
         self.history = RunRecorder(self.run, spec)
         self.backend = backend or make_backend(spec, self.run, self.emit)

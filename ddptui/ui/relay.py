@@ -9,6 +9,7 @@ from collections.abc import Callable
 from textual.message import Message
 
 from ddptui.core.events import Event, NodeLines, RankChanged
+from ddptui.core.session_wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_store import LogEntry
 
@@ -44,6 +45,11 @@ class LineBuffer:
                 self._count -= len(oldest.lines)
                 self.dropped[oldest.node] += len(oldest.lines)
 
+    def skipped(self, counts: dict[str, int]) -> None:
+        """Lines left out before they came here (by the session's process), per node."""
+        with self._lock:
+            self.dropped.update(counts)
+
     def take(self) -> tuple[list[LogEntry], dict[str, int]]:
         with self._lock:
             batches, self._batches = self._batches, deque()
@@ -66,8 +72,8 @@ class LineBuffer:
 
 
 class SessionRelay:
-    """Called by the Session once per event, in the session's thread (SessionThread) or on
-    the app's event loop.
+    """Called once per event, in the reader thread of the session's process
+    (SessionProcess) or on the app's event loop.
 
     NodeLines events (a node's output, the high-volume kind) go into a bounded buffer that
     the screen drains on a timer; RankChanged events gather in one RankUpdates message until
@@ -100,6 +106,15 @@ class SessionRelay:
         message = message_for(event)
         if message is not None:
             self._post(message)
+
+    def take_block(self, block: LineBlock) -> None:
+        """A block of the nodes' lines from the session's process (in its reader thread):
+        at most what the screen shows a tick; `block.seen` counts every line ingested."""
+        self.lines_seen = block.seen
+        if block.dropped:
+            self._buffer.skipped(block.dropped)
+        for batch in block.batches:
+            self._buffer.append(batch)
 
     def drain(self) -> tuple[list[LogEntry], dict[str, int]]:
         """Lines since the last drain, and per node how many were dropped before them."""

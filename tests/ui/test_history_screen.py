@@ -177,9 +177,18 @@ def _logs_show_ranks(state: Path, run_id: str) -> bool:
     return len(logs) == 2 and text.count("heartbeat=") >= 4
 
 
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
 async def test_a_console_killed_mid_run_leaves_an_interrupted_run_with_readable_logs(
     state_dir: Path, tmp_path: Path
 ) -> None:
+    """The console and its session's process killed outright (a lost machine, `kill -9` of
+    both): nothing records the run's end, so the history says it was interrupted, and its
+    logs and states are all there. (The console alone killed: its session process detaches,
+    tests/unit/test_session_process.py.)"""
     env = {**os.environ, "DDPTUI_STATE_DIR": str(state_dir), "PYTHONPATH": str(ROOT)}
     console = subprocess.Popen(  # noqa: ASYNC220 - started once, then polled
         [sys.executable, "-c", CONSOLE], env=env, cwd=tmp_path, stderr=subprocess.DEVNULL
@@ -188,6 +197,8 @@ async def test_a_console_killed_mid_run_leaves_an_interrupted_run_with_readable_
     try:
         run_id = _poll(lambda: _running_run(state_dir), "the run to be recorded")
         _poll(lambda: _logs_show_ranks(state_dir, run_id), "every rank's heartbeat in the logs")
+        (session,) = _children(console.pid)  # the session's process
+        os.kill(session, signal.SIGKILL)
         console.send_signal(signal.SIGKILL)
         console.wait(30)
 
@@ -211,7 +222,7 @@ async def test_a_console_killed_mid_run_leaves_an_interrupted_run_with_readable_
             assert set(past.grid.states().values()) == {RankState.RUNNING}
         record = RunHistory().get(run_id)
         assert record is not None and record.status == "interrupted" and record.ended is None
-        assert f"PID {console.pid}" in record.detail
+        assert f"PID {session}" in record.detail  # the process that ran the session
     finally:
         if console.poll() is None:
             console.kill()

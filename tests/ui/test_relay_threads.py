@@ -1,7 +1,8 @@
-"""The relay between a session on its own thread and the screen: nothing lost, nothing twice.
+"""The relay between a session's reader thread and the screen: nothing lost, nothing twice.
 
-The session's thread emits while the screen's loop drains; each line is either handed to the
-screen or counted as skipped, once, and each node's lines keep their order.
+The reader thread (of the session's process) emits while the screen's loop drains; each line
+is either handed to the screen or counted as skipped, once, and each node's lines keep their
+order.
 """
 
 from __future__ import annotations

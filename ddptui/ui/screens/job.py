@@ -18,8 +18,7 @@ from textual.worker import Worker, WorkerState
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session import Session
-from ddptui.core.session_thread import SessionThread, call_on_loop
+from ddptui.core.session_process import SessionProcess, call_on_loop
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
@@ -55,7 +54,7 @@ PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
 class JobScreen(StallActions, RankNavigation, LogScreen):
-    """Owns the Session: launches it in a worker, renders its events, tears it down."""
+    """Owns the session (its process): launches it, renders its events, tears it down."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch", id="job.launch"),
@@ -85,8 +84,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         super().__init__()
         self.spec = spec
         self.attach = attach
-        self.session: Session | None = None
-        self.runner: SessionThread | None = None  # the session's thread: ask it through this
+        self.session: SessionProcess | None = None  # the session's process: ask it through this
         self.relay = SessionRelay(self._post_from_session)
         self._ui_loop: asyncio.AbstractEventLoop | None = None
         self.summary: RunSummary | None = None
@@ -147,7 +145,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.logs.active_view.focus()
         self.call_after_refresh(self._learn_keys)
         if self.attach is not None:
-            self._start(Session(self.spec, self.relay.emit, run=self.attach))
+            self._start(self._new_session(self.attach))
 
     # -- state the app and the footer ask about -----------------------------------------
 
@@ -169,7 +167,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         if self.job_active:
             return
         try:
-            session = Session(self.spec, self.relay.emit)
+            session = self._new_session()
         except OSError as exc:
             self.notify(f"cannot create the run directory: {exc}", severity="error")
             return
@@ -222,21 +220,22 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
     def teardown(self) -> None:
         """Stop the job on every node; the reports arrive as TeardownReport events."""
         if self.session is not None and self.job_active:
-            assert self.runner is not None
-            self.runner.request_teardown()
+            self.session.request_teardown()
             self._stop_request = self._stop_request or "teardown"
             self.outcome.set_phase("tearing down")
 
     def detach(self) -> None:
         if self.session is not None and self.job_active:
             self._stop_request = "detach"
-            assert self.runner is not None
-            self.runner.request_detach()
+            self.session.request_detach()
             self.outcome.set_phase("detaching")
 
     # -- the session ------------------------------------------------------------------------
 
-    def _start(self, session: Session) -> None:
+    def _new_session(self, run: RunDir | None = None) -> SessionProcess:
+        return SessionProcess(self.spec, self.relay.emit, self.relay.take_block, run=run)
+
+    def _start(self, session: SessionProcess) -> None:
         self.session = session
         self.summary = None
         self._stop_request = None
@@ -247,14 +246,13 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.sub_title = (
             f"profile {self.spec.profile} · backend {self.spec.backend} · run {session.run_id}"
         )
-        self.runner = SessionThread(session)
-        self._worker = self._run_session(self.runner)
+        self._worker = self._run_session(session)
         self.refresh_bindings()
 
     @work(exclusive=True, group="session", exit_on_error=False)
-    async def _run_session(self, runner: SessionThread) -> RunSummary:
-        """The session runs in a thread of its own, so that its ingest never holds up keys."""
-        return await runner.run()
+    async def _run_session(self, session: SessionProcess) -> RunSummary:
+        """The session runs in a process of its own, so that its ingest never holds up keys."""
+        return await session.serve()
 
     def _post_from_session(self, message: Message) -> None:
         """The relay's way to the screen, from the session's thread."""

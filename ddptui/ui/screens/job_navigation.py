@@ -10,7 +10,7 @@ from textual.screen import Screen
 from ddptui.core.events import RankChanged
 from ddptui.core.monitor.failures import jump_targets
 from ddptui.core.runs.run_dir import node_log_name
-from ddptui.core.session import Session
+from ddptui.core.session_process import SessionProcess
 from ddptui.ui.widgets.grid_cells import find_cell
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.rank_details import RankDetails
@@ -27,7 +27,7 @@ class RankNavigation(Screen[None]):
     root_cause: RootCausePanel
     ranks: Mapping[tuple[str, int], RankChanged]
     selected: tuple[str, int] | None
-    session: Session | None
+    session: SessionProcess | None
     _jumps: int
 
     def action_jump_error(self) -> None:
@@ -90,9 +90,8 @@ class RankNavigation(Screen[None]):
         last, rate = None, None
         if cell is not None:
             last = self.logs.store.last_text(cell.node, cell.rank)
-            monitor = self.session.monitor if self.session is not None else None
-            if monitor is not None:
-                rate = monitor.step_rate(cell.node, cell.local_rank)
+            if self.session is not None:
+                rate = self.session.step_rate(cell.node, cell.local_rank)
         self.details.show_rank(cell, last, rate)
 
     def _node_log_path(self, node: str) -> str:

@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from textual.screen import Screen
 
 from ddptui.core.events import RankChanged, RankState
-from ddptui.core.session import Session
-from ddptui.core.session_thread import SessionThread
+from ddptui.core.session_process import SessionProcess
 from ddptui.ui.messages import RecorderUpdate, StacksUpdate, StallUpdate
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.root_cause import RootCausePanel
@@ -25,8 +24,7 @@ class StallActions(Screen[None]):
     outcome: RunOutcome
     ranks: Mapping[tuple[str, int], RankChanged]
     selected: tuple[str, int] | None
-    session: Session | None
-    runner: SessionThread | None
+    session: SessionProcess | None
 
     @property
     def job_active(self) -> bool:
@@ -50,10 +48,10 @@ class StallActions(Screen[None]):
         self.root_cause.show_recorder(message.event)
 
     def action_take_stacks(self) -> None:
-        if self.runner is None or not self.job_active:
+        if self.session is None or not self.job_active:
             self.notify("no running job to take stacks of", timeout=3)
             return
-        self.runner.request_stacks()
+        self.session.request_stacks()
         self.notify("taking every rank's stacks…", timeout=3)
 
     def action_rank_stack(self) -> None:

@@ -1,0 +1,220 @@
+"""The session's own process: `python -m ddptui.core.session_child IN OUT`, as SessionProcess
+starts it (IN and OUT are the inherited ends of its two pipes).
+
+It reads one start frame (the job, its run directory, whether it attaches), runs the Session
+to its end, and passes what the session emits back as frames (ddptui.core.session_wire): the
+events in order, the nodes' lines as blocks of at most what a screen can show, the plan once
+it is known. Requests come the other way (teardown, detach, stacks, a rank's step rate). When
+the console goes away mid-run (its pipe closes), the session detaches: the job runs on, and
+`ddptui attach` follows it again, as after a console killed outright.
+
+Why a process: under a log flood, the session's ingest keeps a core busy. In the console's
+process it would share one interpreter with the screen, and every key would wait its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import gc
+import sys
+import threading
+import traceback
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ddptui.core.events import Event, NodeLines, RunSummary
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.session import Session
+from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
+
+# The most lines a block carries, and how often blocks go: what a screen can show (its own
+# buffer is as long), far beyond reading. The rest is counted as skipped; the run directory
+# has every line.
+BLOCK_LINES = 2000
+FLUSH_S = 1 / 20
+SETTLE_S = 2.0
+# The collector looks at new objects after this many allocations (Python's default: 700).
+# Ingest makes a tuple per line: at the default a flood sets off thousands of young
+# collections and dozens of full ones per million lines, most of the process's CPU time.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+class Outbox:
+    """What the session emits, written to the console by a thread of its own, so that a
+    console slow to read never holds up the ingest: events wait in order, lines beyond
+    `limit` since the last block are left out oldest first (counted per node)."""
+
+    def __init__(self, fd: int, limit: int, gone: Callable[[], None]) -> None:
+        self.fd, self.limit, self._gone = fd, limit, gone
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._items: list[object] = []
+        self._lines: deque[NodeLines] = deque()
+        self._count = 0
+        self._dropped: Counter[str] = Counter()
+        self._seen = 0
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="session outbox", daemon=True)
+        self._thread.start()
+
+    def emit(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, NodeLines):
+                self._seen += len(event.lines)
+                self._lines.append(event)
+                self._count += len(event.lines)
+                while self._count - len(self._lines[0].lines) >= self.limit:
+                    oldest = self._lines.popleft()
+                    self._count -= len(oldest.lines)
+                    self._dropped[oldest.node] += len(oldest.lines)
+                return
+            self._items.append(event)
+        self._wake.set()
+
+    def send(self, item: tuple[object, ...]) -> None:
+        """A frame of its own kind (the plan, a reply, the end), in order with the events."""
+        with self._lock:
+            self._items.append(item)
+        self._wake.set()
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is left, then stop."""
+        with self._lock:
+            self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    def _take(self) -> tuple[list[object], LineBlock | None, bool]:
+        with self._lock:
+            self._wake.clear()
+            items, self._items = self._items, []
+            batches, self._lines = list(self._lines), deque()
+            skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
+            dropped = dict(self._dropped)
+            self._dropped.clear()
+            self._count = 0
+            seen, closing = self._seen, self._closing
+        if skip:
+            first = batches[0]
+            dropped[first.node] = dropped.get(first.node, 0) + skip
+            batches[0] = dataclasses.replace(
+                first, lines=first.lines[skip:], first_seq=first.first_seq + skip
+            )
+        block = LineBlock(batches, dropped, seen) if batches or dropped else None
+        return items, block, closing
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(FLUSH_S)
+            items, block, closing = self._take()
+            if items or block:
+                try:
+                    write_frame(self.fd, ("out", block, items))
+                except OSError:
+                    self._gone()
+                    return
+            if closing:
+                return
+
+
+def main(argv: list[str] | None = None) -> int:
+    fd_in, fd_out = (int(a) for a in (argv or sys.argv[1:])[:2])
+    frames = iter(FrameReader(fd_in))
+    start = next(frames, None)
+    if start is None:  # the console closed before it had a run for this process
+        return 0
+    _, spec, run_path, attaching = start
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    return asyncio.run(_serve(spec, RunDir(Path(run_path)), attaching, frames, fd_out))
+
+
+async def _serve(
+    spec: JobSpec, run: RunDir, attaching: bool, frames: Iterator[Any], fd_out: int
+) -> int:
+    loop = asyncio.get_running_loop()
+    state: dict[str, object] = {"plan": None, "cancelled": False}
+    session: Session | None = None
+
+    def soon(call: Callable[[], object]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the run is over
+            loop.call_soon_threadsafe(call)
+
+    def console_gone() -> None:
+        job = state.get("job")
+        running = isinstance(job, asyncio.Future) and not job.done()
+        if session is not None and running and not state["cancelled"]:
+            session.request_detach()
+
+    outbox = Outbox(fd_out, BLOCK_LINES, lambda: soon(console_gone))
+
+    def emit(event: Event) -> None:
+        if session is not None and session.plan is not state["plan"]:
+            state["plan"] = session.plan
+            outbox.send(("plan", session.plan))
+        outbox.emit(event)
+
+    try:
+        session = Session(spec, emit, run=run, attaching=attaching)
+    except Exception as exc:
+        outbox.send(("failed", f"the session could not start: {exc}"))
+        outbox.close()
+        return 1
+    job = asyncio.ensure_future(session.run_job())
+    state["job"] = job
+
+    def handle(item: Any) -> None:
+        assert session is not None
+        kind = item[0] if isinstance(item, tuple) else None
+        if kind == "teardown":
+            session.request_teardown()
+        elif kind == "detach":
+            session.request_detach()
+        elif kind == "stacks":
+            session.request_stacks()
+        elif kind == "rate":
+            _, node, local_rank = item
+            rate = session.monitor.step_rate(node, local_rank) if session.monitor else None
+            outbox.send(("rate", node, local_rank, rate))
+        elif kind == "cancel":
+            state["cancelled"] = True
+            job.cancel()
+
+    def read_requests() -> None:
+        for item in frames:
+            soon(functools.partial(handle, item))
+        soon(console_gone)
+
+    threading.Thread(target=read_requests, name="session requests", daemon=True).start()
+    code = 0
+    try:
+        summary: RunSummary = await job
+    except asyncio.CancelledError:
+        outbox.send(("failed", "the session was cancelled"))
+        code = 1
+    except BaseException:  # noqa: BLE001 - the console shows why its session stopped
+        outbox.send(("failed", traceback.format_exc()))
+        code = 1
+    else:
+        outbox.send(("done", summary))
+    await _settle()
+    outbox.close()
+    return code
+
+
+async def _settle() -> None:
+    """Let the tasks the session left (its followers, cancelled at a detach) finish while
+    its loop is open: they close their processes' pipes, which need the loop to do so."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if rest:
+        await asyncio.wait(rest, timeout=SETTLE_S)
+    await asyncio.sleep(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

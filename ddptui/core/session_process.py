@@ -1,0 +1,199 @@
+"""Provides SessionProcess: the console's handle on a Session run in a process of its own.
+
+Why: under a log flood the session's ingest (pipes, framing, rank attribution) keeps a core
+busy. Sharing the console's interpreter, it took turns with the screen, and every key press
+waited behind it; in a process of its own it runs on the other core, in a scheduling group
+of its own (a session of its own), and the console keeps the screen. What the console needs
+of the session comes back over a pipe (ddptui.core.session_wire): the events in order, the
+nodes' lines as blocks of at most what the screen shows (every line is still written to the
+run directory, by the session process), the plan once known, a rank's step rate on request.
+
+The run directory is made here, before the process starts, so that the console knows the
+run's id at once; the process writes the run's records into it, and its own output (what a
+crash prints) into `session.log` there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddptui.core.events import Event, TeardownReport
+from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
+from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
+
+if TYPE_CHECKING:
+    from ddptui.core.events import RunSummary
+    from ddptui.core.job.plan import LaunchPlan
+    from ddptui.core.job.spec import JobSpec
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs from
+
+
+class SessionProcessError(RuntimeError):
+    """The session's process stopped without a summary (a crash, a kill, a bad start)."""
+
+
+def call_on_loop(loop: asyncio.AbstractEventLoop | None, call: Callable[[], object]) -> None:
+    """Run `call` on `loop`: now when it is the running loop (or there is none, or it has
+    closed: nothing waits there any more), else as soon as that loop, in its thread, can."""
+    try:
+        here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        here = None
+    if loop is None or loop is here or loop.is_closed():
+        call()
+        return
+    with contextlib.suppress(RuntimeError):  # closed meanwhile: the session is over
+        loop.call_soon_threadsafe(call)
+
+
+class SessionProcess:
+    """One run's session in a child process; its events reach `emit` and its lines reach
+    `lines`, both called in a reader thread of this process (they must be thread-safe).
+
+    Ask it through this (teardown, detach, stacks) from any thread; `serve()` awaits the
+    run's summary.
+    """
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        emit: Callable[[Event], None],
+        lines: Callable[[LineBlock], None],
+        run: RunDir | None = None,
+    ) -> None:
+        self.spec = spec
+        self.attaching = run is not None
+        self.run = run or RunDir.create(new_run_id())
+        self.plan: LaunchPlan | None = None
+        self.teardown_reports: dict[str, TeardownReport] = {}
+        self._emit, self._lines = emit, lines
+        self._rates: dict[tuple[str, int], float | None] = {}
+        self._to_child: int | None = None
+        self._send_lock = threading.Lock()
+        self._done: concurrent.futures.Future[RunSummary] = concurrent.futures.Future()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def log_path(self) -> Path:
+        return self.run.path / "session.log"
+
+    async def serve(self) -> RunSummary:
+        """Start the session's process; its summary once it has finished the run.
+
+        Cancelled, it asks the session to cancel (its teardown still runs, in its process).
+        """
+        self._spawn()
+        try:
+            return await asyncio.shield(asyncio.wrap_future(self._done))
+        except asyncio.CancelledError:
+            self._send(("cancel",))
+            raise
+
+    def request_teardown(self) -> None:
+        self._send(("teardown",))
+
+    def request_detach(self) -> None:
+        self._send(("detach",))
+
+    def request_stacks(self) -> None:
+        self._send(("stacks",))
+
+    def step_rate(self, node: str, local_rank: int) -> float | None:
+        """The rank's step rate as the session last told it (asks again for the next call)."""
+        self._send(("rate", node, local_rank))
+        return self._rates.get((node, local_rank))
+
+    # -- the process ----------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        to_child, from_here = os.pipe()
+        to_here, from_child = os.pipe()
+        env = dict(os.environ)
+        paths = [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        with open_private(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "ddptui.core.session_child", str(to_child), str(from_child)],
+                pass_fds=(to_child, from_child),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,  # no terminal signals, and a scheduling group its own
+            )
+        os.close(to_child)
+        os.close(from_child)
+        self._to_child = from_here
+        self._send(("start", self.spec, str(self.run.path), self.attaching))
+        reader = threading.Thread(
+            target=self._read, args=(to_here,), name=f"session {self.run_id}", daemon=True
+        )
+        reader.start()
+
+    def _send(self, item: tuple[object, ...]) -> None:
+        with self._send_lock:
+            if self._to_child is None:
+                return
+            with contextlib.suppress(OSError):  # the process has ended: nothing to ask
+                write_frame(self._to_child, item)
+
+    def _read(self, fd: int) -> None:
+        try:
+            for frame in FrameReader(fd):
+                self._take(frame)
+        finally:
+            os.close(fd)
+            with self._send_lock:
+                if self._to_child is not None:
+                    os.close(self._to_child)
+                    self._to_child = None
+            code = self.process.wait() if self.process is not None else None
+            if not self._done.done():
+                self._done.set_exception(
+                    SessionProcessError(
+                        f"the session's process ended (exit code {code}) without a summary; "
+                        f"its output is in {self.log_path}"
+                    )
+                )
+
+    def _take(self, frame: Any) -> None:
+        kind, *rest = frame
+        if kind == "out":
+            block, items = rest
+            if block is not None:
+                self._lines(block)
+            for item in items:
+                self._item(item)
+        elif kind == "done" and not self._done.done():
+            self._done.set_result(rest[0])
+        elif kind == "failed" and not self._done.done():
+            self._done.set_exception(SessionProcessError(rest[0]))
+
+    def _item(self, item: Any) -> None:
+        if isinstance(item, tuple):
+            kind, *rest = item
+            if kind == "plan":
+                self.plan = rest[0]
+            elif kind == "rate":
+                node, local_rank, rate = rest
+                self._rates[(node, local_rank)] = rate
+            else:
+                self._take(item)
+            return
+        if isinstance(item, TeardownReport):
+            self.teardown_reports[item.node] = item
+        self._emit(item)
