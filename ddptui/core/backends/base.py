@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -116,6 +117,7 @@ class HelperBackend(Backend):
         self._helper_source = job_helper_source()
         self._hook_source = worker_hook_source()
         self._launches: dict[str, LaunchStream] = {}
+        self._prestarted: dict[str, tuple[NodeCommand, LaunchStream]] = {}
 
     @abstractmethod
     def transport(self, node: str) -> Transport:
@@ -154,9 +156,8 @@ class HelperBackend(Backend):
         """Where the job's files go on a node."""
         return str(self.run.path.parent)
 
-    async def start(self, command: NodeCommand) -> None:
-        """Start the node's job with the helper's `launch`, which then streams the log: the
-        stream is kept for `follow`, so starting and following cost one remote command."""
+    def _launch_stream(self, command: NodeCommand) -> LaunchStream:
+        """The helper's `launch` of the node's job, under way: its report, then its log."""
         job = {
             "argv": list(command.argv),
             "env": dict(command.env),
@@ -171,7 +172,40 @@ class HelperBackend(Backend):
         }
         transport = self.transport(command.node)
         argv, stdin = self._argv("launch"), with_job(self._helper_source, job)
-        launch = LaunchStream(lambda sink: transport.stream(argv, sink, stdin=stdin))
+        return LaunchStream(lambda sink: transport.stream(argv, sink, stdin=stdin))
+
+    def prestart(self, command: NodeCommand) -> None:
+        """Start the node's job now, ahead of the session's `start` (SSH: a host as soon as
+        its own connection is up, while others still connect); `start` takes its report.
+        Nodes started ahead that are never `start`ed must go through `abort_prestarted`."""
+        self._prestarted[command.node] = (command, self._launch_stream(command))
+
+    async def abort_prestarted(self) -> None:
+        """Stop the nodes started ahead that the session will not follow (another host
+        could not be had, or the operator stopped while hosts connected): each one's start
+        is waited for (a job that starts after its reap would be left behind), then it is
+        reaped and its proof goes out as a TeardownReport, as the session's teardown does."""
+        ahead = [command for command, _ in self._prestarted.values()]
+        reports = await asyncio.gather(*(self.reap(command) for command in ahead))
+        for report in reports:
+            self.emit(report)
+
+    async def _settle(self, launch: LaunchStream) -> None:
+        """Wait until a node's `launch` has started its job or failed to (a job that starts
+        after its reap would be left behind), then stop following it."""
+        with contextlib.suppress(TransportError, TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(launch.report), START_TIMEOUT_S)
+        await launch.close()
+
+    async def start(self, command: NodeCommand) -> None:
+        """Start the node's job with the helper's `launch`, which then streams the log: the
+        stream is kept for `follow`, so starting and following cost one remote command.
+        A node `prestart`ed with this command is not started again: its report is taken."""
+        ahead = self._prestarted.pop(command.node, None)
+        if ahead is not None and ahead[0] != command:
+            await ahead[1].close()  # its job, tagged as this one, is reaped at teardown
+            raise NodeStartError(command.node, "was started ahead with another command")
+        launch = ahead[1] if ahead is not None else self._launch_stream(command)
         try:
             report = await asyncio.wait_for(launch.started(), START_TIMEOUT_S)
         except (TransportError, TimeoutError) as exc:
@@ -257,6 +291,9 @@ class HelperBackend(Backend):
         launch = self._launches.pop(command.node, None)
         if launch is not None:  # started, never followed (another node failed to start)
             await launch.close()
+        ahead = self._prestarted.pop(command.node, None)
+        if ahead is not None:  # started ahead, never taken by `start`
+            await self._settle(ahead[1])
         try:
             before = self.gpu_before.get(command.node, "")
             report = await self.reap_tag(self.transport(command.node), command.tag, before)

@@ -225,6 +225,7 @@ def build_plan(
     socket_ifnames: Mapping[str, str] | None = None,
     container_hosts: Mapping[str, str] | None = None,
     node_env: Mapping[str, Mapping[str, str]] | None = None,
+    only: int | None = None,
 ) -> LaunchPlan:
     """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
 
@@ -233,11 +234,16 @@ def build_plan(
     `container_hosts` (node -> loopback address) gives each node's container the node's name
     as its hostname, resolving to that address (containers sharing one machine's network).
     `node_env` (node -> variables) adds what differs between nodes (a pseudo-node's GPUs).
+    `only` (an index): the plan holds that node's command alone (a node started as soon as
+    it is reached, before the others' addresses are known: its command needs only its own
+    address and the first node's).
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
     commands = []
     for index, node in enumerate(nodes):
+        if only is not None and index != only:
+            continue
         tag = f"{run_id}.{index}"
         ifname = (socket_ifnames or {}).get(node.name)
         env = node_environment(spec, ifname)

@@ -112,3 +112,17 @@ def test_container_of_a_shared_machine_and_a_script_outside_the_workdir() -> Non
         node_container(make_spec(script="t", container={"image": "i", "engine": "pyxis"}), "t")
         is None
     )
+
+
+def test_one_nodes_command_needs_only_its_own_address_and_the_first_nodes() -> None:
+    """A host started as soon as it is reached (SSH) gets the command the whole plan gives
+    it, though the other hosts' addresses are not known yet (placeholders here)."""
+    spec = make_spec(backend="ssh", nodes=3, script="t.py", hosts=("a", "b", "c"))
+    nodes = [NodeTarget("a", "10.0.0.1"), NodeTarget("b", "10.0.0.2"), NodeTarget("c", "10.0.0.3")]
+    whole = build_plan(spec, nodes, "r", 29400)
+    for index in range(3):
+        known = [NodeTarget(n.name, n.name) for n in nodes]
+        known[0], known[index] = nodes[0], nodes[index]
+        alone = build_plan(spec, known, "r", 29400, only=index)
+        assert alone.commands == (whole.commands[index],)
+        assert alone.rdzv_endpoint == whole.rdzv_endpoint

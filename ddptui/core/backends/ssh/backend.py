@@ -15,7 +15,7 @@ from ddptui.core.backends.ssh.early_connect import (
 )
 from ddptui.core.backends.transport import Transport, TransportError
 from ddptui.core.events import AllocationChanged, NodeChanged, NodeState
-from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget
+from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 
@@ -65,11 +65,20 @@ class SshBackend(HelperBackend):
         )
 
     async def allocate(self) -> list[NodeTarget]:
+        """Connect to every host; each host's job starts as soon as its own connection (and
+        the first host's, whose address is the rendezvous endpoint) is up, not once all are:
+        `start` then only takes its report. If a host cannot be had, the hosts started
+        meanwhile are stopped and proven clean before the error is raised, as if none had."""
         hosts = list(self._transports)
         if len(hosts) < self.spec.nodes:
             raise BackendError(f"{self.spec.nodes} nodes asked for, {len(hosts)} host(s) given")
         self.emit(AllocationChanged("connecting", None, tuple(hosts)))
-        await self._connect_all(hosts)
+        try:
+            await self._connect_all(hosts, start_ahead=True)
+        except BaseException:  # an unusable host, or the operator's stop while connecting
+            await self.abort_prestarted()
+            await self.release()
+            raise
         self.emit(AllocationChanged("granted", None, tuple(hosts), "all hosts reachable"))
         return [NodeTarget(h, self._addresses[h]) for h in hosts]
 
@@ -94,26 +103,50 @@ class SshBackend(HelperBackend):
     def runs_dir(self) -> str:
         return REMOTE_RUNS
 
-    async def _connect_all(self, hosts: Sequence[str]) -> None:
+    async def _connect_all(self, hosts: Sequence[str], start_ahead: bool = False) -> None:
+        """Connect to every host, at most `ssh.fanout` at a time; raise BackendError naming
+        each host that cannot be used. `start_ahead`: start each host's job once it and the
+        first host are connected (`prestart`), until a host is known unusable."""
         gate = asyncio.Semaphore(self.spec.ssh.fanout)
+        head: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        failed = False
+        placeholders = [NodeTarget(h, h) for h in hosts]
 
-        async def one(host: str) -> str | None:
-            async with gate:
-                self.emit(NodeChanged(host, NodeState.CONNECTING))
-                try:
-                    await self._connect(host)
-                except TransportError as exc:
-                    self.emit(NodeChanged(host, NodeState.FAILED, None, str(exc)))
-                    return str(exc)
-                self.emit(NodeChanged(host, NodeState.AUTHENTICATED, None, self._addresses[host]))
-                return None
+        async def one(index: int, host: str) -> str | None:
+            nonlocal failed
+            error = None
+            try:
+                async with gate:
+                    self.emit(NodeChanged(host, NodeState.CONNECTING))
+                    try:
+                        await self._connect(host)
+                    except TransportError as exc:
+                        failed, error = True, str(exc)
+                        self.emit(NodeChanged(host, NodeState.FAILED, None, error))
+                        return error
+                    address = self._addresses[host]
+                    self.emit(NodeChanged(host, NodeState.AUTHENTICATED, None, address))
+            finally:
+                if index == 0 and not head.done():
+                    head.set_result(error is None and not failed)
+            if start_ahead and await head and not failed:
+                self._start_ahead(placeholders, index)
+            return None
 
-        errors = [e for e in await asyncio.gather(*(one(h) for h in hosts)) if e]
+        errors = [e for e in await asyncio.gather(*(one(i, h) for i, h in enumerate(hosts))) if e]
         if errors:
-            await self.release()
             raise BackendError(
                 f"{len(errors)} of {len(hosts)} host(s) unusable: " + "; ".join(errors)
             )
+
+    def _start_ahead(self, placeholders: Sequence[NodeTarget], index: int) -> None:
+        """Start host `index`'s job: its command needs its own address and the first host's
+        (the rendezvous endpoint), both known now; the others' are placeholders it ignores."""
+        nodes = list(placeholders)
+        for i in {0, index}:
+            nodes[i] = NodeTarget(nodes[i].name, self._addresses[nodes[i].name])
+        plan = build_plan(self.spec, nodes, self.run.run_id, self._port(), only=index)
+        self.prestart(plan.commands[0])
 
     async def _connect(self, host: str) -> None:
         """Connect only: what a probe used to ask before launch (the interface holding the
@@ -143,4 +176,8 @@ class SshBackend(HelperBackend):
         return {"backend": self.name, "hosts": list(self._transports)}
 
     async def restore(self, state: dict[str, Any]) -> None:
-        await self._connect_all(list(self._transports))
+        try:
+            await self._connect_all(list(self._transports))
+        except BackendError:
+            await self.release()
+            raise

@@ -95,7 +95,7 @@ class ParamikoTransport(Transport):
         except _Refused as exc:
             raise TransportError(str(exc)) from None
         except paramiko.SSHException as exc:
-            raise TransportError(f"{self.host}: {exc}") from None
+            raise TransportError(f"{self.host}: {_ssh_reason(exc)}") from None
         except ConnectionRefusedError:
             raise TransportError(
                 f"{self.host}: cannot connect: connection refused (is sshd running there?)"
@@ -289,3 +289,16 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 def _key_type(algorithm: str) -> str:
     """The key type of a host key algorithm (rsa-sha2-512 signs with an ssh-rsa key)."""
     return "ssh-rsa" if algorithm.startswith("rsa-sha2-") else algorithm
+
+
+BANNER_ERROR = "Error reading SSH protocol banner"
+
+
+def _ssh_reason(exc: Exception) -> str:
+    """paramiko's words; a host that never sent its banner (sshd hung, the connection reset)
+    reads as the connection failure it is (paramiko glues the cause on without a space)."""
+    text = str(exc)
+    if text.startswith(BANNER_ERROR):
+        cause = text[len(BANNER_ERROR) :].strip() or "timed out"
+        return f"cannot connect: no SSH protocol banner ({cause})"
+    return text
