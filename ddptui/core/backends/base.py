@@ -18,7 +18,7 @@ from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus, memory_before
-from ddptui.core.node import job_helper_source, with_job, worker_hook_source
+from ddptui.core.node import STDIN_PROGRAM, job_helper_source, with_job, worker_hook_source
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -131,10 +131,10 @@ class HelperBackend(Backend):
         return self.spec.python
 
     def _argv(self, verb: str, *args: str) -> list[str]:
-        """`python3 -S - VERB ARGS`: the helper uses the standard library only, so the node's
-        site-packages are not imported (their .pth files cost 0.05-0.3 s per command here,
-        paid by every probe, launch and reap on every node)."""
-        return [self.python(), "-S", "-", verb, *args]
+        """`python3 -S -c STDIN_PROGRAM VERB ARGS`, the helper on stdin: it uses the standard
+        library only, so the node's site-packages are not imported (their .pth files cost
+        0.05-0.3 s per command here, paid by every probe, launch and reap on every node)."""
+        return [self.python(), "-S", "-c", STDIN_PROGRAM, verb, *args]
 
     # -- a look at the nodes before launch (preflight) ---------------------------------------------
 
@@ -150,7 +150,7 @@ class HelperBackend(Backend):
 
     def program_argv(self, node: str, *args: str) -> list[str]:
         """How `node` runs a Python program read from stdin, with the job's python."""
-        return [*shlex.split(self.job_python()), "-", *args]
+        return [*shlex.split(self.job_python()), "-c", STDIN_PROGRAM, *args]
 
     def runs_dir(self) -> str:
         """Where the job's files go on a node."""

@@ -17,18 +17,16 @@ processes NVML / nvidia-smi say hold a GPU, when they say.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
-import shutil
 import sys
-import threading
 import time
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
     import subprocess
+    import threading
     from collections.abc import Callable
     from typing import Any
 
@@ -43,10 +41,20 @@ GONE_S = 30.0  # sample_alone: the job's workers gone this long means the job ha
 _MIB = 1 << 20
 
 
+def which(name: str) -> str | None:
+    """shutil.which for a plain name, without shutil's imports (fnmatch, re, bz2, lzma: a
+    few ms of every node's `launch`, for one look along PATH)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder, name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
 def has_gpu_tools() -> bool:
     """Whether this node may have an NVIDIA GPU: its driver's device, or nvidia-smi on PATH.
     A node with neither is asked nothing (not even NVML's import, which costs site-packages)."""
-    return os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+    return os.path.exists("/dev/nvidiactl") or which("nvidia-smi") is not None
 
 
 def _nvml() -> Any:
@@ -90,6 +98,8 @@ def _nvml_temp(nvml: Any, h: Any) -> str:
 
 def _nvml_rows(nvml: Any) -> tuple[list[str], list[list[Any]]]:
     """Every GPU as nvidia-smi's CSV row of GPU_QUERY, and who holds which."""
+    import contextlib
+
     rows: list[str] = []
     apps: list[list[Any]] = []
     for i in range(nvml.nvmlDeviceGetCount()):
@@ -107,6 +117,13 @@ def _nvml_rows(nvml: Any) -> tuple[list[str], list[list[Any]]]:
             for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
                 apps.append([p.pid, uuid, (p.usedGpuMemory or 0) // _MIB])
     return rows, apps
+
+
+def _nvml_shutdown(nvml: Any) -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        nvml.nvmlShutdown()
 
 
 def _smi(*args: str, timeout: float = 10.0) -> str | None:
@@ -144,10 +161,9 @@ def gpu_snapshot() -> dict[str, Any] | None:
     nvml = _nvml()
     if nvml is not None:
         rows, apps = _nvml_rows(nvml)
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        _nvml_shutdown(nvml)
         return {"fields": GPU_QUERY, "rows": rows, "apps": apps}
-    if shutil.which("nvidia-smi") is None:
+    if which("nvidia-smi") is None:
         return None
     out = _smi(f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits")
     if out is None:
@@ -199,6 +215,8 @@ def job_workers(tag_var: str, tag: str, slurm_tasks: bool = False) -> list[list[
 def _die_with_parent() -> None:
     """The sampler's nvidia-smi ends with the thread that started it, even when the helper
     is killed outright (prctl PR_SET_PDEATHSIG)."""
+    import contextlib
+
     with contextlib.suppress(Exception):
         import ctypes
         import signal
@@ -223,25 +241,42 @@ class GpuSampler:
         self.period_s = max(0.05, period_ms / 1000)
         self.period_ms = max(50, int(period_ms))
         self.write = write
-        self._stop = threading.Event()
+        self._stop_event: threading.Event | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._thread: threading.Thread | None = None
         self._workers: list[list[Any]] = []
         self._workers_at = 0.0
         self.samples = 0
 
     def start(self) -> None:
+        """Sample in a thread of its own; on a node without GPU tools, nothing (no thread:
+        not even threading's import, a few ms of every node's launch)."""
+        if not has_gpu_tools():
+            return
+        import threading
+
+        self._stop_event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._thread.start()
 
+    @property
+    def _stop(self) -> threading.Event:
+        assert self._stop_event is not None, "the sampler was not started"
+        return self._stop_event
+
     def stop(self) -> None:
+        if self._thread is None:
+            return
         self._stop.set()
         if self._proc is not None:
+            import contextlib
+
             with contextlib.suppress(OSError):
                 self._proc.kill()
         self._thread.join(timeout=5)
 
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def workers(self) -> list[list[Any]]:
         """The job's workers as the last sample found them."""
@@ -266,7 +301,7 @@ class GpuSampler:
             nvml = _nvml()
             if nvml is not None:
                 self._run_nvml(nvml)
-            elif shutil.which("nvidia-smi") is not None:
+            elif which("nvidia-smi") is not None:
                 self._run_smi()
         except Exception:
             return  # telemetry is never worth a helper's crash: the log keeps flowing
@@ -277,8 +312,7 @@ class GpuSampler:
             rows, apps = _nvml_rows(nvml)
             self._send(rows, apps)
             self._stop.wait(max(0.0, self.period_s - (time.monotonic() - began)))
-        with contextlib.suppress(Exception):
-            nvml.nvmlShutdown()
+        _nvml_shutdown(nvml)
 
     def _run_smi(self) -> None:
         """One `nvidia-smi -lms` loop; its rows are grouped into samples: a group ends when

@@ -10,13 +10,12 @@ this file as one program (see `ddptui.core.node.job_helper_source`).
 
 from __future__ import annotations
 
+import _thread
 import base64
 import json
 import os
 import select
-import shutil
 import sys
-import threading
 import time
 
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
@@ -131,6 +130,8 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     argv = list(job["argv"])
     if job.get("prelude"):
         # bash where there is one: `source` and `conda activate` are what operators type.
+        import shutil  # here: few jobs have a prelude, and shutil's imports cost every launch
+
         shell = shutil.which("bash") or "sh"
         argv = [shell, "-c", job["prelude"] + ' && exec "$@"', "ddptui-node", *argv]
     cwd = os.path.expanduser(job["cwd"]) if job.get("cwd") else None
@@ -227,7 +228,7 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
     """
     paths = _paths(os.path.expanduser(log_path))
     out = sys.stdout.buffer
-    lock = threading.Lock()
+    lock = _thread.allocate_lock()  # not threading's: its import is a few ms of every launch
 
     def write(data: bytes) -> None:
         with lock:

@@ -12,10 +12,7 @@ re-parented to PID 1 and keep training). Every process of the job inherits `DDPT
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import time
 
 from ddptui.core.node.gpu_sampler import gpu_snapshot  # sent ahead of this program
@@ -61,6 +58,8 @@ def is_alive(pid: int) -> bool:
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
+    import contextlib
+
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
@@ -184,6 +183,9 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before:
     `run` client leaves it to conmon) and its conmon/shim must be gone and the engine must
     no longer list it; the engine is asked with the job's own client's settings (engine_env).
     """
+    import json  # here, not at the top: a `launch` of the same program does without them
+    import signal
+
     grace = float(grace_arg)
     pids = [p for p in _tagged(tag) if is_alive(p)]
     container_id = ""
