@@ -166,6 +166,8 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
         os.close(out_fd)
         debug = (lambda log, e: _debug_env(job, log, e)) if job.get("hook") else None
         splitter, program = split_step(split, env, debug, log_fd)
+        import threading  # here: only a step's supervisor feeds a program to its tasks
+
         threading.Thread(target=_feed, args=(feed_fd, program), daemon=True).start()
     failure = os.read(err_r, 4096).decode()
     os.close(err_r)
