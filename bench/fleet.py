@@ -55,19 +55,23 @@ Sample = dict[str, Any]
 NOTES = """\
 Per host, pdsh runs one `ssh` process (the key exchange in C, the processes spread over both
 cores) and one remote shell. ddptui runs, from one Python process, one asyncssh connection and
-one remote command, the node helper's `launch` (`python3 -S`: it checks the rendezvous port on
-the first host, picks GLOO/NCCL_SOCKET_IFNAME for the address it was reached at, starts the
-agent detached and streams its log, all in one process; the probe that used to come first is
-gone). The steps table shows the split: up to "all connected" is start-up and connecting, up
-to "all started" the launches. What is left beyond pdsh's work: the console's start-up
-(imports of pydantic and asyncssh, 0.4-0.5 s of CPU, several seconds of wall time at a load
-of 30-50), and on every host the helper's Python (~10 ms to start, ~25 ms importing json,
-threading, typing and the like under `-S`, against a bare `bash` for pdsh). What would close
-it: trim the helper's imports for `launch` (lazy threading/typing/shutil), start each host as
-soon as its own connection is up (its `--local-addr` is known then; only the head's address
-is needed by all), and spread the SSH handshakes over a second process at hundreds of hosts.
-Teardown is faster than pdsh's because ddptui's reap runs over the connections it already
-holds, where `pdsh pkill` opens a new one per host.
+one remote command, the node helper's `launch` (`python3 -S -c`, its program read whole from
+stdin: it checks the rendezvous port on the first host, picks GLOO/NCCL_SOCKET_IFNAME for the
+address it was reached at, starts the agent detached and streams its log, all in one
+process). Each host is started as soon as its own connection and the first host's are up
+(the first host's address is the rendezvous endpoint), not once every host is connected, so
+"all connected" and "all started" in the steps table overlap: their difference is what the
+last hosts' launches add after the last handshake. On this testbed every host's sshd and
+helper run on the same 2 cores as the console, so the launches that overlap the handshakes
+also take CPU from them ("all connected" comes later than when nothing else runs beside
+them); on a real cluster the helpers run on the nodes' own CPUs and the overlap is free. The
+helper costs ~26 ms of CPU per command here (python3 -S alone ~8 ms, compiling its 37 KB
+~8 ms, json ~5 ms), down from ~52 ms: CPython parses a program given as `python3 -` from the
+pipe one character at a time (~20 ms for this one), and contextlib, shutil, threading and
+signal were imported for every verb. What is left beyond pdsh's work: the console's start-up
+(imports, 0.4-0.5 s of CPU idle) and every handshake in one Python process, where pdsh's
+`ssh` processes spread over both cores. Teardown is faster than pdsh's because ddptui's reap
+runs over the connections it already holds, where `pdsh pkill` opens a new one per host.
 
 Scale on this machine: the kernel's ARP table is one for all namespaces and holds 1,024
 entries by default; a 512-host testbed overflows it, so the testbed raises gc_thresh1-3 for its
