@@ -6,17 +6,19 @@ Three tiers, each in a fresh process (so its peak RSS is its own):
   a prototype of batching per chunk (what the per-line work costs at least);
 - headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
   (same node helper, log files, tail processes and pipes as a real run), no UI;
-- ui: the same Session inside the real DdpApp under `app.run_test()` (which runs the session
-  on a thread and event loop of its own: ddptui/core/session_thread.py), launched with `l`,
+- ui: the same Session run by the real DdpApp under `app.run_test()` (which runs the session
+  in a process of its own: ddptui/core/session_process.py), launched with `l`,
   while Pilot presses keys in turn, 100 ms apart: `]` (next node's log), `up` (scroll the
   log up) and `end` (follow again). Key-to-screen latency is the time from the press to the
   first frame that shows its effect (frames serialised as a terminal driver would, so that
   cost counts too; bench/_flood_ui.py, bench/_pilot.py).
 Lines lost = lines the nodes wrote (counted in the on-disk logs) minus lines the console
-ingested (lines of NodeLines events); the UI may skip lines on screen by design (the view says how
-many, the run directory has them all), and that is reported separately. Console CPU a line:
-the console process's CPU time (user + system, all its threads) over the lines it ingested,
-the figure a loaded machine moves least; core tiers are in lines per CPU-second too.
+ingested (lines of NodeLines events; in the app, the session process's own count of them); the
+UI may skip lines on screen by design (the view says how many, the run directory has them
+all), and that is reported separately. Console CPU a line: the console's CPU time (user +
+system, all its threads; in the app, its session process's too) over the lines it ingested,
+the figure a loaded machine moves least; core tiers are in lines per CPU-second too. Peak RSS
+in the app: the app's process plus its session process.
 With `--baseline TREE`, every tier also runs the ddptui of TREE, just before this tree's.
 """
 

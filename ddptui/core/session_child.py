@@ -19,8 +19,10 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import os
 import sys
 import threading
+import time
 import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -29,14 +31,16 @@ from typing import Any
 
 from ddptui.core.events import Event, NodeLines, RunSummary
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.run_dir import RunDir, open_private
 from ddptui.core.session import Session
 from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
 
-# The most lines a block carries, and how often blocks go: what a screen can show (its own
-# buffer is as long), far beyond reading. The rest is counted as skipped; the run directory
-# has every line.
-BLOCK_LINES = 2000
+# The lines the console gets: what a screen can show, far beyond reading. A sustained flood
+# gets LINES_PER_S; a burst after a quieter spell up to BURST_LINES at once (a 1,024-rank job
+# printing its epoch line together comes whole). The rest is counted as skipped; the run
+# directory has every line.
+LINES_PER_S = 30_000
+BURST_LINES = 8_000
 FLUSH_S = 1 / 20
 SETTLE_S = 2.0
 # The collector looks at new objects after this many allocations (Python's default: 700).
@@ -47,11 +51,14 @@ GC_YOUNG_THRESHOLD = 20_000
 
 class Outbox:
     """What the session emits, written to the console by a thread of its own, so that a
-    console slow to read never holds up the ingest: events wait in order, lines beyond
-    `limit` since the last block are left out oldest first (counted per node)."""
+    console slow to read never holds up the ingest: events wait in order; of the lines, a
+    block carries what the budget allows (`rate` a second, saved up to `burst`), the newest,
+    and the older ones are left out (counted per node).
+    """
 
-    def __init__(self, fd: int, limit: int, gone: Callable[[], None]) -> None:
-        self.fd, self.limit, self._gone = fd, limit, gone
+    def __init__(self, fd: int, rate: float, burst: int, gone: Callable[[], None]) -> None:
+        self.fd, self.rate, self.burst, self._gone = fd, rate, burst, gone
+        self._budget, self._budget_at = float(burst), time.monotonic()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._items: list[object] = []
@@ -69,10 +76,7 @@ class Outbox:
                 self._seen += len(event.lines)
                 self._lines.append(event)
                 self._count += len(event.lines)
-                while self._count - len(self._lines[0].lines) >= self.limit:
-                    oldest = self._lines.popleft()
-                    self._count -= len(oldest.lines)
-                    self._dropped[oldest.node] += len(oldest.lines)
+                self._trim(self.burst)
                 return
             self._items.append(event)
         self._wake.set()
@@ -90,22 +94,38 @@ class Outbox:
         self._wake.set()
         self._thread.join(timeout)
 
+    def _trim(self, keep: int) -> None:
+        """Leave out the oldest whole batches beyond `keep` lines (under the lock)."""
+        while self._lines and self._count - len(self._lines[0].lines) >= keep:
+            oldest = self._lines.popleft()
+            self._count -= len(oldest.lines)
+            self._dropped[oldest.node] += len(oldest.lines)
+
     def _take(self) -> tuple[list[object], LineBlock | None, bool]:
+        now = time.monotonic()
+        budget = min(self.burst, self._budget + (now - self._budget_at) * self.rate)
+        keep = int(budget)
         with self._lock:
             self._wake.clear()
             items, self._items = self._items, []
+            self._trim(max(keep, 1))
+            skip = max(0, self._count - keep)  # only ever inside the oldest batch now
             batches, self._lines = list(self._lines), deque()
-            skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
+            sent = self._count - skip
             dropped = dict(self._dropped)
             self._dropped.clear()
             self._count = 0
             seen, closing = self._seen, self._closing
+        self._budget, self._budget_at = budget - sent, now
         if skip:
             first = batches[0]
             dropped[first.node] = dropped.get(first.node, 0) + skip
-            batches[0] = dataclasses.replace(
-                first, lines=first.lines[skip:], first_seq=first.first_seq + skip
-            )
+            if skip < len(first.lines):
+                batches[0] = dataclasses.replace(
+                    first, lines=first.lines[skip:], first_seq=first.first_seq + skip
+                )
+            else:
+                del batches[0]
         block = LineBlock(batches, dropped, seen) if batches or dropped else None
         return items, block, closing
 
@@ -129,9 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     start = next(frames, None)
     if start is None:  # the console closed before it had a run for this process
         return 0
-    _, spec, run_path, attaching = start
+    _, spec, run_path, attaching, environ, cwd = start
+    _adopt(environ, cwd, Path(run_path) / "session.log")
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     return asyncio.run(_serve(spec, RunDir(Path(run_path)), attaching, frames, fd_out))
+
+
+def _adopt(environ: dict[str, str], cwd: str, log: Path) -> None:
+    """Take the console's environment and directory as they are at the launch (a spare
+    started earlier), and write this process's own output into the run's session.log."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.chdir(cwd)
+    with open_private(log, "ab") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
 
 
 async def _serve(
@@ -151,7 +183,7 @@ async def _serve(
         if session is not None and running and not state["cancelled"]:
             session.request_detach()
 
-    outbox = Outbox(fd_out, BLOCK_LINES, lambda: soon(console_gone))
+    outbox = Outbox(fd_out, LINES_PER_S, BURST_LINES, lambda: soon(console_gone))
 
     def emit(event: Event) -> None:
         if session is not None and session.plan is not state["plan"]:

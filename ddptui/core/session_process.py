@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddptui.core.events import Event, TeardownReport
-from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
+from ddptui.core.runs.run_dir import RunDir, new_run_id
 from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ddptui.core.job.spec import JobSpec
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs from
+CHILD = "ddptui.core.session_child"
 
 
 class SessionProcessError(RuntimeError):
@@ -54,6 +55,59 @@ def call_on_loop(loop: asyncio.AbstractEventLoop | None, call: Callable[[], obje
         return
     with contextlib.suppress(RuntimeError):  # closed meanwhile: the session is over
         loop.call_soon_threadsafe(call)
+
+
+class _Started:
+    """A session process and this end of its two pipes; before its start frame it waits,
+    its imports done (a spare), and exits when the console closes its pipe unused."""
+
+    def __init__(self) -> None:
+        to_child, self.to_child = os.pipe()
+        self.from_child, from_child = os.pipe()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", CHILD, str(to_child), str(from_child)],
+            pass_fds=(to_child, from_child),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # until its start frame names the run's session.log
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # no terminal signals, and a scheduling group its own
+        )
+        os.close(to_child)
+        os.close(from_child)
+
+    def close(self) -> None:
+        for fd in (self.to_child, self.from_child):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.process.wait()
+
+
+_spare: _Started | None = None
+_spare_lock = threading.Lock()
+
+
+def prepare_spare() -> None:
+    """Start a session process ahead of the next run, so that a launch does not wait for
+    its interpreter and imports (a second or more on a busy head node)."""
+    global _spare
+    with _spare_lock:
+        if _spare is None or _spare.process.poll() is not None:
+            _spare = _Started()
+
+
+def _take_spare() -> _Started | None:
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None and spare.process.poll() is not None:
+        spare.close()
+        return None
+    return spare
 
 
 class SessionProcess:
@@ -120,27 +174,34 @@ class SessionProcess:
     # -- the process ----------------------------------------------------------------------
 
     def _spawn(self) -> None:
-        to_child, from_here = os.pipe()
-        to_here, from_child = os.pipe()
-        env = dict(os.environ)
-        paths = [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        with open_private(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "ddptui.core.session_child", str(to_child), str(from_child)],
-                pass_fds=(to_child, from_child),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                env=env,
-                start_new_session=True,  # no terminal signals, and a scheduling group its own
-            )
-        os.close(to_child)
-        os.close(from_child)
-        self._to_child = from_here
-        self._send(("start", self.spec, str(self.run.path), self.attaching))
+        """Hand the run to the spare session process (else a new one): the job, its run
+        directory, and this console's environment and directory as they are now."""
+        start = (
+            "start",
+            self.spec,
+            str(self.run.path),
+            self.attaching,
+            dict(os.environ),
+            os.getcwd(),
+        )
+        for make in (_take_spare, _Started):
+            started = make()
+            if started is None:
+                continue
+            try:
+                write_frame(started.to_child, start)
+            except OSError:  # it died meanwhile
+                started.close()
+                continue
+            break
+        else:
+            raise SessionProcessError("the session's process could not be started")
+        self.process, self._to_child = started.process, started.to_child
         reader = threading.Thread(
-            target=self._read, args=(to_here,), name=f"session {self.run_id}", daemon=True
+            target=self._read,
+            args=(started.from_child,),
+            name=f"session {self.run_id}",
+            daemon=True,
         )
         reader.start()
 

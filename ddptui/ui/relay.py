@@ -13,10 +13,12 @@ from ddptui.core.session_wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_store import LogEntry
 
-# The most lines the screen takes a tick (15 a second): 30,000 lines a second on screen, far
-# beyond reading; under a flood, formatting more only takes the interpreter from the ingest
-# (the session's thread) and the keys. The rest is counted as skipped; the run directory has it.
-DEFAULT_BUFFER_LINES = 2000
+# The most lines the screen takes a tick (15 a second). The session's process already paces
+# what it sends (30,000 lines a second under a flood, bursts of up to 8,000 at once: see
+# core/session_child.py); this bounds what waits here when the screen falls behind, since
+# formatting more only takes the keys' time. The rest is counted as skipped; the run
+# directory has it.
+DEFAULT_BUFFER_LINES = 8000
 _new = tuple.__new__  # LogEntry(...) without its Python-level __new__: the hot path
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.core import session_process
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.run_dir import RunDir
@@ -223,3 +224,45 @@ def test_a_console_that_dies_leaves_its_job_running_and_detached(tmp_path: Path)
     finally:
         asyncio.run(teardown_by_attach(flood_spec(tmp_path, 2, 1), run_id))
     assert pids_with_tag(f"{run_id}.") == []
+
+
+SAYS_ITS_ENV = """
+import os, sys
+print("DDPTUI_TEST_LATE=" + os.environ.get("DDPTUI_TEST_LATE", "unset"), flush=True)
+"""
+
+
+async def test_a_spare_session_process_runs_the_job_in_the_consoles_environment_of_the_launch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spare starts before the launch; what the console's environment says at the launch
+    (a variable set since, a state directory) is what the run gets, and its output goes to
+    the run's session.log."""
+    session_process.prepare_spare()
+    spare = session_process._spare
+    assert spare is not None
+    monkeypatch.setenv("DDPTUI_TEST_LATE", "set-after-the-spare")
+    script = tmp_path / "says.py"
+    script.write_text(SAYS_ITS_ENV)
+    spec = make_spec(
+        backend="local",
+        nodes=1,
+        nproc_per_node=1,
+        script=str(script),
+        launcher=f"{sys.executable} {script}",  # no torchrun: it says its environment, ends
+        workdir=str(tmp_path),
+    )
+    console = Console()
+    texts: list[str] = []
+
+    def lines(block: LineBlock) -> None:
+        texts.extend(text for batch in block.batches for text, _, _ in batch.lines)
+
+    session = SessionProcess(spec, console.emit, lines)
+    await session.serve()
+
+    assert session.process is spare.process  # the spare ran it
+    assert "DDPTUI_TEST_LATE=set-after-the-spare" in texts
+    assert session.run.path.parent == tmp_path / "state" / "runs"
+    assert (session.run.path / "session.log").is_file()
+    assert oct((session.run.path / "session.log").stat().st_mode & 0o777) == "0o600"

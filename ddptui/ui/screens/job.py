@@ -18,7 +18,7 @@ from textual.worker import Worker, WorkerState
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session_process import SessionProcess, call_on_loop
+from ddptui.core.session_process import SessionProcess, call_on_loop, prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
@@ -144,6 +144,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.set_interval(DETAILS_INTERVAL_S, self.refresh_details)
         self.logs.active_view.focus()
         self.call_after_refresh(self._learn_keys)
+        prepare_spare()  # the next launch's session process, its imports done meanwhile
         if self.attach is not None:
             self._start(self._new_session(self.attach))
 
@@ -255,12 +256,13 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         return await session.serve()
 
     def _post_from_session(self, message: Message) -> None:
-        """The relay's way to the screen, from the session's thread."""
+        """The relay's way to the screen, from the session process's reader thread."""
         call_on_loop(self._ui_loop, partial(self.post_message, message))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker is not self._worker or not event.worker.is_finished:
             return
+        prepare_spare()  # for a launch again
         self._flush_logs()
         result = event.worker.result
         if event.state == WorkerState.SUCCESS and self.summary is None and result is not None:
