@@ -1,13 +1,14 @@
-"""Slurm at scale: many slurmd nodes in namespaces; ddptui's salloc + one step per node vs srun.
+"""Slurm at scale: many slurmd nodes in namespaces; ddptui's salloc + one step vs srun by hand.
 
 The testbed is the project's own (tests/testbed): slurmctld in the head namespace, one slurmd
 per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in for torchrun
 (bench/fleet_standin.sh) reports its rank, then holds until killed.
 
 - ddptui: `ddptui run --headless --backend slurm --nodes N --nproc-per-node 1 --launcher
-  'bash fleet_standin.sh'` (salloc --no-shell, then one srun step per node); launched = every
-  rank shown running; teardown = SIGTERM to the process's exit (steps signalled, each node's
-  reap step, the allocation released).
+  'bash fleet_standin.sh'` (salloc --no-shell, a probe step, then one srun step with a task
+  per node, its stream split per node); launched = every rank shown running; teardown =
+  SIGTERM to the process's exit (the step signalled, one reap step proving every node, the
+  allocation released).
 - by hand: `srun -N N --ntasks-per-node=1 bash fleet_standin.sh` (one step, N tasks, the
   same stand-in), launched = every node's ready line; teardown = SIGTERM to srun (it
   forwards to the tasks and ends the job) until srun exits.
@@ -130,7 +131,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="bench-slurm-scale-") as tmp_name:
                 tmp = Path(tmp_name)
                 tools: dict[str, Callable[[int], Sample]] = {
-                    "ddptui (salloc + a step per node)": lambda _: ddptui_run(cluster, n, tmp),
+                    "ddptui (salloc + one step)": lambda _: ddptui_run(cluster, n, tmp),
                     "srun by hand (one step)": lambda _: srun_run(cluster, n, tmp),
                 }
                 runs = interleaved(reps, tools)
@@ -156,11 +157,13 @@ def main() -> None:
         )
     report.table(table)
     ours, theirs = (median([s["launch"] for s in r]) for r in runs.values())
+    down_ours, down_theirs = (median([s["teardown"] for s in r]) for r in runs.values())
     granted = median([s["granted"] for s in next(iter(runs.values()))])
     report.para(
-        f"ddptui / srun by hand, launch: {ours / theirs:.2f}x; ddptui had its allocation "
-        f"{granted:.2f} s after it started (salloc), the rest is its steps. Load average at "
-        f"the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}."
+        f"ddptui / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
+        f"{down_ours / down_theirs:.2f}x; ddptui had its allocation {granted:.2f} s after it "
+        f"started (salloc), the rest is its probe and launch steps. Load average at the end: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
     )
     report.write()
 

@@ -223,6 +223,9 @@ def each(job_text: str, verbs: dict, verb: str) -> int:
     args = json.loads(base64.b64decode(job_text).decode())["nodes"].get(node)
     if args is None:
         return 1
+    if verb == "gpu":  # a stream, not a report: the node's mark first, then its samples
+        _mark(f"node {node}")
+        return int(verbs[verb](*args) or 0)
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         code = verbs[verb](*args)

@@ -69,9 +69,7 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
 
 def _task(tmp_path: Path, node: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     table = {"nodes": {"node1": {"argv": argv, "env": {"DDPTUI_TAG": "r.0", "X": "1"}}}}
-    program = program_with(
-        base64.b64encode(job_helper_source()).decode(), JOB_LINE.decode(), table
-    )
+    program = program_with(base64.b64encode(job_helper_source()).decode(), JOB_LINE.decode(), table)
     env = {**os.environ, "SLURMD_NODENAME": node}
     return subprocess.run(
         [sys.executable, "-S", "-", "task"], input=program, capture_output=True, env=env

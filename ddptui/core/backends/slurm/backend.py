@@ -41,8 +41,10 @@ from ddptui.core.backends.slurm.commands import (
     direct_argv,
     direct_plan,
     direct_tag,
+    every_node_argv,
     helper_argv,
     job_name,
+    node_tag,
     resolve_mode,
     salloc_argv,
     step_nodes,
@@ -55,7 +57,7 @@ from ddptui.core.backends.slurm.follow import (
     probe_all,
     run_for_job,
 )
-from ddptui.core.backends.slurm.gpu_follow import NodeGpuFollow
+from ddptui.core.backends.slurm.gpu_follow import LabelledGpu, NodeGpuFollow
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
@@ -63,6 +65,7 @@ from ddptui.core.backends.slurm.steps import SlurmSteps
 from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import AllocationChanged, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
+from ddptui.core.node import with_job
 
 __all__ = ["SlurmBackend", "run_for_job"]
 
@@ -271,27 +274,45 @@ class SlurmBackend(SlurmSteps):
     # -- following --------------------------------------------------------------------------------
 
     async def follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
-        gpus = self._gpu_follow(command)
-        if gpus is not None:
-            await gpus.start()
+        await self._gpu_join()
         try:
             return await self._follow(command, offset, on_chunk)
         finally:
-            if gpus is not None:
-                await gpus.stop()
+            await self._gpu_leave()
 
-    def _gpu_follow(self, command: NodeCommand) -> NodeGpuFollow | None:
-        """The node's GPU sampler, a step beside the job's for as long as it is followed."""
+    async def _gpu_join(self) -> None:
+        """The GPU sampler, one step with a task per node beside the job's, runs while any
+        node is followed (gpu_follow.py)."""
         if not self.spec.gpu_sample_ms or self.job_id is None:
-            return None
+            return
+        self._gpu_users += 1
+        if self._gpu_step is None:
+            self._gpu_step = self._gpu_follow()
+            await self._gpu_step.start()
+
+    async def _gpu_leave(self) -> None:
+        if self._gpu_step is None:
+            return
+        self._gpu_users -= 1
+        if self._gpu_users <= 0:
+            step, self._gpu_step = self._gpu_step, None
+            await step.stop()
+
+    def _gpu_follow(self) -> NodeGpuFollow:
+        assert self.job_id is not None
+        names = [n.name for n in self.nodes]
         name = f"{job_name(self.run.run_id)}-gpu"
-        argv = helper_argv(
-            self.job_id, command.node, name, self.spec.python, "gpu", command.tag,
-            str(self.spec.gpu_sample_ms), "", "slurm" if self.direct else "",
-        )  # fmt: skip
-        return NodeGpuFollow(
-            argv, self._helper_source, lambda record: self.gpu_sample(command.node, record)
+        argv = every_node_argv(
+            self.job_id, names, name, self.spec.python, "each", "gpu", label=True
         )
+        ms, tasks = str(self.spec.gpu_sample_ms), "slurm" if self.direct else ""
+        table = {
+            n.name: [node_tag(self.run.run_id, i, self.direct), ms, "", tasks]
+            for i, n in enumerate(self.nodes)
+        }
+        program = with_job(self._helper_source, {"nodes": table})
+        demux = LabelledGpu(names, self.gpu_sample)
+        return NodeGpuFollow(argv, program, lambda _: None, demux)
 
     async def _follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         if self.direct:

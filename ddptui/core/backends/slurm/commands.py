@@ -216,6 +216,25 @@ def helper_argv(
     return [*argv, *extra, *shlex.split(python), "-", verb, *args]
 
 
+def every_node_argv(
+    job_id: str, nodes: Sequence[str], name: str, python: str, *args: str, label: bool = False
+) -> list[str]:
+    """The node shim on every node in one step inside the allocation (--overlap), one task
+    per node, the shim on every task's stdin; `label`: each line says its task."""
+    argv = [
+        "srun",
+        f"--jobid={job_id}",
+        "--overlap",
+        f"--nodes={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(nodes)}",
+        f"--job-name={name}",
+        "--export=ALL",
+        "--input=all",
+    ]
+    return [*argv, *(["--label"] if label else []), *shlex.split(python), "-", *args]
+
+
 def torchrun_plan(
     spec: JobSpec,
     run_id: str,

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ddptui.core.backends.base import reap_clean, reap_detail
 from ddptui.core.backends.slurm.cli import SlurmError, last_error, slurm
-from ddptui.core.backends.slurm.commands import helper_argv
+from ddptui.core.backends.slurm.commands import every_node_argv, helper_argv
 from ddptui.core.backends.slurm.log_follow import Ended, follow_log
 from ddptui.core.backends.slurm.srun_output import SrunDemux
 from ddptui.core.backends.transport import ChunkSink
@@ -151,19 +150,7 @@ async def step_reports(
     on every task's stdin), inside the allocation: {node: report} for the nodes that
     answered (each report names its node, SLURMD_NODENAME). Raises SlurmError when the step
     could not run at all; the caller asks the missing nodes one by one."""
-    argv = [
-        "srun",
-        f"--jobid={job_id}",
-        "--overlap",
-        f"--nodes={len(nodes)}",
-        "--ntasks-per-node=1",
-        f"--nodelist={','.join(nodes)}",
-        f"--job-name={name}",
-        "--export=ALL",
-        "--input=all",
-        *shlex.split(spec.python),
-        *("-", *args),
-    ]
+    argv = every_node_argv(job_id, nodes, name, spec.python, *args)
     result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S, check=False)
     reports: dict[str, dict[str, Any]] = {}
     for line in result.stdout.splitlines():

@@ -1,10 +1,11 @@
-"""Provides NodeGpuFollow: a Slurm node's GPU samples, from a sampler step of their own.
+"""Provides NodeGpuFollow: Slurm nodes' GPU samples, from a sampler step of their own.
 
 On Slurm a node's log is written by srun into the run directory and read there, not through
 the node helper, so the helper's sampler (core/node/gpu_sampler.py) does not run with it.
-Instead each followed node gets one `srun --overlap` step inside the job's allocation that
-runs the helper's `gpu` verb (the sampler alone) for as long as the node is followed: one
-stream per node, its GPU_MARK lines read by the same GpuDemux as the other backends'.
+Instead one `srun --overlap` step inside the job's allocation, a task per node, runs the
+helper's `gpu` verb (the sampler alone) on every node for as long as nodes are followed
+(`--label`: LabelledGpu splits it per node), each node's GPU_MARK lines read by the same
+GpuDemux as the other backends'.
 Stopping it is srun's SIGTERM (srun passes it to the step's task); the sampler also ends by
 itself once the job's workers are gone, should the console vanish first.
 """
@@ -15,20 +16,64 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ddptui.core.backends.gpu_stream import GpuDemux, GpuSink
+from ddptui.core.node.step import LABEL, MARK
+
+NodeGpuSink = Callable[[str, dict[str, Any]], None]
 
 STOP_GRACE_S = 5.0
 
 
-class NodeGpuFollow:
-    """One node's sampler step: `start()`, then `stop()` when the node's log has ended."""
+class LabelledGpu:
+    """A sampler step with a task per node (`--label`, node/step.py's `each gpu`): each
+    task's lines to its node's GpuDemux; a task's first line names its node."""
 
-    def __init__(self, argv: Sequence[str], program: bytes, on_gpu: GpuSink) -> None:
+    def __init__(self, order: Sequence[str], on_gpu: NodeGpuSink) -> None:
+        self.order = list(order)
+        self.on_gpu = on_gpu
+        self.task_node: dict[int, str] = {}
+        self.demuxes: dict[str, GpuDemux] = {}
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        for line in lines:
+            label = LABEL.match(line)
+            if label is None:
+                continue  # srun's own words: the job is not affected, nothing to sample
+            task, body = int(label.group(1)), line[label.end() :]
+            if body.startswith(MARK + b"node "):
+                self.task_node[task] = body[len(MARK) + 5 :].decode(errors="replace")
+                continue
+            node = self.task_node.get(task)
+            if node is None and task < len(self.order):
+                node = self.order[task]
+            if node is not None:
+                self._demux(node).feed(body + b"\n")
+
+    def _demux(self, node: str) -> GpuDemux:
+        if node not in self.demuxes:
+            self.demuxes[node] = GpuDemux(lambda _: None, lambda r: self.on_gpu(node, r))
+        return self.demuxes[node]
+
+
+class NodeGpuFollow:
+    """One node's sampler step (or, `demux` a LabelledGpu, every node's in one step):
+    `start()`, then `stop()` when the node's log (every node's) has ended."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        program: bytes,
+        on_gpu: GpuSink,
+        demux: GpuDemux | LabelledGpu | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.program = program
-        self.demux = GpuDemux(lambda _: None, on_gpu)  # the step prints nothing else
+        self.demux = demux or GpuDemux(lambda _: None, on_gpu)  # the step prints nothing else
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 

@@ -32,6 +32,7 @@ from ddptui.core.backends.slurm.commands import (
     step_name,
 )
 from ddptui.core.backends.slurm.follow import reap_all, reap_report, run_job_helper
+from ddptui.core.backends.slurm.gpu_follow import NodeGpuFollow
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, TeardownReport
@@ -61,6 +62,8 @@ class SlurmSteps(HelperBackend):
         self._told_batch_output = False
         self._complaints: set[str] = set()
         self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
+        self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
+        self._gpu_users = 0
 
     # -- plumbing ---------------------------------------------------------------------------------
 
