@@ -47,7 +47,28 @@ def job_helper_source() -> bytes:
     """The job helper's program (the GPU sampler, the reaper, one step's tasks and its
     split (step.py), then job_helper.py):
     `python3 - VERB ...` with this on stdin."""
-    return _joined("gpu_sampler.py", "reaper.py", "step.py", "job_helper.py")
+    return _joined(
+        "gpu_sampler.py", "reaper.py", "netinfo.py", "each.py", "step.py", "job_helper.py"
+    )
+
+
+def node_probe_source() -> bytes:
+    """netinfo.py's `probe` alone, `python3 -S - probe [ADDR PORT]` (the Slurm probe step:
+    a tenth of the job helper for every node to compile)."""
+    main = b'\nif __name__ == "__main__":\n    import sys\n\n    sys.exit(probe(*sys.argv[2:]))\n'
+    return _joined("netinfo.py") + main
+
+
+def reap_step_source() -> bytes:
+    """The reaper alone, `python3 -S - each reap` with a JOB of every node's arguments (the
+    Slurm reap step: the helper without what only its launch and probe need)."""
+    main = b'if __name__ == "__main__":\n    sys.exit(each(JOB, {"reap": reap}, sys.argv[2]))\n'
+    return _joined("gpu_sampler.py", "reaper.py", "each.py") + b"\n" + JOB_LINE + main
+
+
+def step_task_source() -> bytes:
+    """The task of one Slurm step for every node (`python3 -S -`, step_task.py)."""
+    return resources.files(__name__).joinpath("step_task.py").read_bytes()
 
 
 def worker_hook_source() -> bytes:

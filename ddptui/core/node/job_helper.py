@@ -18,9 +18,11 @@ import select
 import sys
 import time
 
+from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
+from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
-from ddptui.core.node.step import each, split_step, task  # sent ahead of this program
+from ddptui.core.node.step import split_step  # sent ahead of this program
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
@@ -62,13 +64,11 @@ def start() -> int:
     environment names one.
     """
     job = json.loads(base64.b64decode(JOB).decode())
-    if job.get("port_check"):
-        taken = _port_report(*job["port_check"])
-        if not taken["free"]:
-            sys.stdout.write(f"port-taken {taken['error']}\n")
-            sys.stdout.flush()
-            return 1
-    ifname = _ifname_holding(job["ifname_for"]) if job.get("ifname_for") else None
+    taken, ifname = start_checks(job.get("port_check"), job.get("ifname_for"))
+    if taken is not None:
+        sys.stdout.write(f"port-taken {taken}\n")
+        sys.stdout.flush()
+        return 1
     if ifname:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             job["env"].setdefault(name, ifname)
@@ -299,74 +299,6 @@ def status(log_path: str) -> int:
     return 0
 
 
-def _ipv4_of(ifname: str) -> str | None:
-    import fcntl
-    import socket
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
-        except OSError:
-            return None
-        return socket.inet_ntoa(packed[20:24])
-
-
-def _ifname_holding(address: str) -> str | None:
-    """The interface that holds `address` here, if one does."""
-    import socket
-
-    for _, name in socket.if_nameindex():
-        if _ipv4_of(name) == address:
-            return name
-    return None
-
-
-def probe(addr: str = "", number: str = "") -> int:
-    """What the console needs to know of a node: its hostname and which interface holds
-    which IPv4 address (so GLOO/NCCL_SOCKET_IFNAME can follow the address we reached);
-    given an address and port, also whether the rendezvous port is free there (one round
-    trip for the first node instead of two)."""
-    import platform
-    import socket
-
-    ifaces = {}
-    for _, name in socket.if_nameindex():
-        address = _ipv4_of(name)
-        if address:
-            ifaces[address] = name
-    report = {
-        "hostname": socket.gethostname(),
-        "ifaces": ifaces,
-        "python": platform.python_version(),
-    }
-    if os.environ.get("SLURMD_NODENAME"):  # one srun step probes every node at once
-        report["node"] = os.environ["SLURMD_NODENAME"]
-    if number:
-        report["port"] = _port_report(addr, number)
-    print(json.dumps(report))
-    return 0
-
-
-def _port_report(addr: str, number: str | int) -> dict[str, Any]:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # As c10d's TCPStore does: connections of an earlier run in TIME_WAIT don't count.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((addr, int(number)))
-        except OSError as exc:
-            return {"free": False, "error": exc.strerror, "port": int(number), "addr": addr}
-    return {"free": True, "error": "", "port": int(number), "addr": addr}
-
-
-def port(addr: str, number: str) -> int:
-    """Whether the rendezvous port can be bound on this node."""
-    print(json.dumps(_port_report(addr, number)))
-    return 0
-
-
 def launch() -> int:
     """`start`, then `tail` of the log from its first byte, in this same process: a node costs
     the console one remote process and one channel, not two. The start report is the first
@@ -394,7 +326,6 @@ VERBS: dict[str, Any] = {
     "status": status,
     "probe": probe,
     "port": port,
-    "task": lambda: task(JOB),
     "each": lambda verb: each(JOB, VERBS, verb),
 }
 

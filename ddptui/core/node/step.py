@@ -6,10 +6,10 @@ s each at 64 nodes); one step with a task per node starts them all at once, as a
 `srun -N N` does. Both halves run from the job helper's program (sent ahead of
 job_helper.py, standard library only):
 
-- on each node, `task` (srun's task, this program on its stdin) looks its node up
-  (SLURMD_NODENAME) in the table the console put in JOB, runs that node's command with the
-  node's environment (its own DDPTUI_TAG, so teardown finds it per node), and prints a start
-  mark before it and an exit mark with the command's exit code after it;
+- on each node, srun's task is step_task.py (a small program of its own, on its stdin, with
+  the table in its JOB): it looks its node up (SLURMD_NODENAME), runs that node's command
+  with the node's environment (its own DDPTUI_TAG, so teardown finds it per node), and
+  prints a start mark before it and an exit mark with the command's exit code after it;
 - on the console's host, the detached supervisor (job_helper._supervise) reads srun's
   `--label`led stream and writes each task's lines into its node's log and, at its exit
   mark, the node's `LOG.exit`: exactly the files a step per node wrote, so following,
@@ -26,54 +26,14 @@ import base64
 import json
 import os
 import re
-import signal
-import sys
 
+from ddptui.core.node.each import MARK  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR  # sent ahead of this program
 
-MARK = b"\x1eddptui-step "  # a task's start (`node NAME`) and end (`exit CODE`), own line
 LABEL = re.compile(rb"^ *(\d+): ")
 SRUN_TASKS = re.compile(rb"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
 _EXITED = re.compile(rb"Exited with exit code (\d+)")
 _SIGNALS = {b"Terminated": -15, b"Killed": -9, b"Interrupt": -2, b"Aborted": -6}
-
-
-def _mark(text: str) -> None:
-    os.write(1, MARK + text.encode() + b"\n")
-
-
-def task(job_text: str) -> int:
-    """srun's task on a node: its node's command from the table, then its exit mark.
-
-    SIGTERM/SIGINT/SIGHUP reach the command from Slurm (every process of the step is
-    signalled); this process outlives them to report the command's exit code.
-    """
-    table = json.loads(base64.b64decode(job_text).decode())
-    node = os.environ.get("SLURMD_NODENAME", "")
-    _mark(f"node {node}")
-    entry = table["nodes"].get(node)
-    if entry is None:
-        os.write(1, f"ddptui: node {node} has no command in this step\n".encode())
-        _mark("exit 127")
-        return 127
-    env = dict(os.environ)
-    env.update(entry["env"])
-    argv = list(entry["argv"])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: None)  # caught, not ignored: exec resets it
-    pid = os.fork()
-    if pid == 0:
-        try:
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.execvpe(argv[0], argv, env)
-        except OSError as exc:
-            os.write(2, f"ddptui: cannot start {argv[0]}: {exc.strerror}\n".encode())
-        os._exit(127)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    _mark(f"exit {code}")
-    return code if code >= 0 else 128 - code
 
 
 def task_table(
@@ -94,7 +54,7 @@ def task_table(
 
 
 def program_with(source: str, job_line: str, table: dict) -> bytes:
-    """The helper's program (base64 `source`) with `table` as its JOB, for srun's stdin."""
+    """The task's program (base64 `source`) with `table` as its JOB, for srun's stdin."""
     encoded = base64.b64encode(json.dumps(table).encode())
     text = base64.b64decode(source)
     return text.replace(job_line.encode(), b'JOB = "' + encoded + b'"\n')
@@ -211,25 +171,3 @@ def split_step(split: dict, env: dict[str, str], debug: object, own_fd: int) -> 
     table = task_table(split["nodes"], split["logs"], env, debug)
     program = program_with(split["program"], split["job_line"], table)
     return StepSplit(split["logs"], split["order"], own_fd), program
-
-
-def each(job_text: str, verbs: dict, verb: str) -> int:
-    """A task of a step on every node: `verb` with this node's arguments from the table
-    (JOB: {"nodes": {NAME: [ARGS]}}); its JSON report, naming the node, on one line."""
-    import contextlib
-    import io
-
-    node = os.environ.get("SLURMD_NODENAME", "")
-    args = json.loads(base64.b64decode(job_text).decode())["nodes"].get(node)
-    if args is None:
-        return 1
-    if verb == "gpu":  # a stream, not a report: the node's mark first, then its samples
-        _mark(f"node {node}")
-        return int(verbs[verb](*args) or 0)
-    said = io.StringIO()
-    with contextlib.redirect_stdout(said):
-        code = verbs[verb](*args)
-    report = json.loads(said.getvalue().strip().splitlines()[-1])
-    report["node"] = node
-    sys.stdout.write(json.dumps(report) + "\n")
-    return int(code or 0)

@@ -10,8 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddptui.core.node import JOB_LINE, job_helper_source, with_job
-from ddptui.core.node.step import MARK, StepSplit, program_with
+from ddptui.core.node import JOB_LINE, job_helper_source, step_task, step_task_source, with_job
+from ddptui.core.node.each import MARK
+from ddptui.core.node.step import StepSplit, program_with
 
 
 def _split(tmp_path: Path, nodes: list[str]) -> tuple[StepSplit, dict[str, Path], Path]:
@@ -69,11 +70,9 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
 
 def _task(tmp_path: Path, node: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
     table = {"nodes": {"node1": {"argv": argv, "env": {"DDPTUI_TAG": "r.0", "X": "1"}}}}
-    program = program_with(base64.b64encode(job_helper_source()).decode(), JOB_LINE.decode(), table)
+    program = program_with(base64.b64encode(step_task_source()).decode(), JOB_LINE.decode(), table)
     env = {**os.environ, "SLURMD_NODENAME": node}
-    return subprocess.run(
-        [sys.executable, "-S", "-", "task"], input=program, capture_output=True, env=env
-    )
+    return subprocess.run([sys.executable, "-S", "-"], input=program, capture_output=True, env=env)
 
 
 def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
@@ -95,3 +94,7 @@ def test_each_runs_the_verb_with_this_nodes_arguments() -> None:
     )
     report = json.loads(done.stdout.decode().strip().splitlines()[-1])
     assert report["node"] == "node2" and report["addr"] == "127.0.0.1"
+
+
+def test_the_task_and_the_split_agree_on_the_mark() -> None:
+    assert step_task.MARK == MARK

@@ -65,7 +65,7 @@ from ddptui.core.backends.slurm.steps import SlurmSteps
 from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import AllocationChanged, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
-from ddptui.core.node import with_job
+from ddptui.core.node import node_probe_source, with_job
 
 __all__ = ["SlurmBackend", "run_for_job"]
 
@@ -191,7 +191,7 @@ class SlurmBackend(SlurmSteps):
             name = f"{job_name(self.run.run_id)}-probe"
             assert self.job_id is not None
             reports = await probe_all(
-                self.spec, self._helper_source, name, names, self.job_id, head.address, port
+                self.spec, node_probe_source(), name, names, self.job_id, head.address, port
             )
 
         async def probe(node: NodeTarget) -> None:
@@ -204,6 +204,7 @@ class SlurmBackend(SlurmSteps):
                     raise BackendError(
                         f"{node.name}: cannot run {self.spec.python} there through srun: {exc}"
                     ) from None
+            self._gpu_tools[node.name] = bool(report.get("gpu", True))
             ifname = report.get("ifaces", {}).get(node.address)
             if ifname:
                 self._ifnames[node.name] = ifname
@@ -285,9 +286,12 @@ class SlurmBackend(SlurmSteps):
         node is followed (gpu_follow.py)."""
         if not self.spec.gpu_sample_ms or self.job_id is None:
             return
+        nodes = [n for n in self.nodes if self._gpu_tools.get(n.name, True)]
+        if not nodes:
+            return  # the probe found no GPU (nor nvidia-smi) on any node: nothing to sample
         self._gpu_users += 1
         if self._gpu_step is None:
-            self._gpu_step = self._gpu_follow()
+            self._gpu_step = self._gpu_follow(nodes)
             await self._gpu_step.start()
 
     async def _gpu_leave(self) -> None:
@@ -298,9 +302,9 @@ class SlurmBackend(SlurmSteps):
             step, self._gpu_step = self._gpu_step, None
             await step.stop()
 
-    def _gpu_follow(self) -> NodeGpuFollow:
+    def _gpu_follow(self, nodes: Sequence[NodeTarget]) -> NodeGpuFollow:
         assert self.job_id is not None
-        names = [n.name for n in self.nodes]
+        names = [n.name for n in nodes]
         name = f"{job_name(self.run.run_id)}-gpu"
         argv = every_node_argv(
             self.job_id, names, name, self.spec.python, "each", "gpu", label=True
@@ -309,6 +313,7 @@ class SlurmBackend(SlurmSteps):
         table = {
             n.name: [node_tag(self.run.run_id, i, self.direct), ms, "", tasks]
             for i, n in enumerate(self.nodes)
+            if n.name in names
         }
         program = with_job(self._helper_source, {"nodes": table})
         demux = LabelledGpu(names, self.gpu_sample)

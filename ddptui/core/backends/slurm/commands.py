@@ -123,8 +123,8 @@ def torchrun_step_argv(
 def nodes_step_argv(
     spec: JobSpec, job_id: str, run_id: str, nodes: Sequence[str], cpus: int, cwd: str
 ) -> list[str]:
-    """One step for every node's torchrun (node/step.py): a task per node, each running the
-    node helper's `task` (the helper on every task's stdin), which picks its node's line;
+    """One step for every node's torchrun (node/step.py): a task per node, each running
+    node/step_task.py (on every task's stdin), which picks its node's line;
     `--label` lets the console's side split the stream back into one log per node."""
     argv = [
         "srun",
@@ -142,7 +142,7 @@ def nodes_step_argv(
     ]
     if cpus:
         argv.append(f"--cpus-per-task={cpus}")
-    return [*argv, *container_flags(spec, cwd), *shlex.split(spec.python), "-S", "-", "task"]
+    return [*argv, *container_flags(spec, cwd), *shlex.split(spec.python), "-S", "-"]
 
 
 def direct_argv(spec: JobSpec) -> list[str]:
@@ -232,7 +232,8 @@ def every_node_argv(
         "--export=ALL",
         "--input=all",
     ]
-    return [*argv, *(["--label"] if label else []), *shlex.split(python), "-", *args]
+    label_flag = ["--label"] if label else []
+    return [*argv, *label_flag, *shlex.split(python), "-S", "-", *args]  # -S: see _argv
 
 
 def torchrun_plan(

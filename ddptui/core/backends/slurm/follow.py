@@ -19,7 +19,7 @@ from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import TeardownReport
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus
-from ddptui.core.node import with_job
+from ddptui.core.node import reap_step_source, with_job
 from ddptui.core.runs.run_dir import RunDir, open_private, state_dir
 
 HELPER_TIMEOUT_S = 90.0
@@ -134,12 +134,12 @@ async def probe_all(
 
 
 async def reap_all(
-    spec: JobSpec, shim: bytes, name: str, job_id: str, args: Mapping[str, Sequence[str]]
+    spec: JobSpec, name: str, job_id: str, args: Mapping[str, Sequence[str]]
 ) -> dict[str, dict[str, Any]]:
     """The node shim's `reap` on every node in one srun step, each node with its own
     arguments (`args`: {node: reap_args}, the table the shim's `each` reads)."""
     table = {"nodes": {node: list(a) for node, a in args.items()}}
-    source = with_job(shim, table)
+    source = with_job(reap_step_source(), table)
     return await step_reports(spec, source, name, list(args), job_id, "each", "reap")
 
 

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ddptui.core.backends.gpu_stream import GpuDemux, GpuSink
-from ddptui.core.node.step import LABEL, MARK
+from ddptui.core.node.each import MARK
+from ddptui.core.node.step import LABEL
 
 NodeGpuSink = Callable[[str, dict[str, Any]], None]
 

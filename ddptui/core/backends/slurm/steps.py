@@ -38,7 +38,7 @@ from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, TeardownReport
 from ddptui.core.job.plan import NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import JOB_LINE
+from ddptui.core.node import JOB_LINE, step_task_source
 from ddptui.core.runs.run_dir import RunDir
 
 
@@ -64,6 +64,7 @@ class SlurmSteps(HelperBackend):
         self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
         self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
         self._gpu_users = 0
+        self._gpu_tools: dict[str, bool] = {}  # the probe's word: may the node have a GPU
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ class SlurmSteps(HelperBackend):
                 "nodes": self._step_nodes,
                 "logs": logs,
                 "order": [n.name for n in self.nodes],
-                "program": base64.b64encode(self._helper_source).decode(),
+                "program": base64.b64encode(step_task_source()).decode(),
                 "job_line": JOB_LINE.decode(),
             }
         }
@@ -135,7 +136,11 @@ class SlurmSteps(HelperBackend):
         ended = "step ended" if gone else "step still listed by squeue"
         tag = direct_tag(self.run.run_id)  # the srun client's, on this machine
         local = await self._one_time("local", lambda: self._reap_here(tag))
-        job = await self._job_now()
+        # squeue's word and every node's proof at once (the proof step fails by itself in an
+        # allocation that has ended)
+        job, reports = await asyncio.gather(
+            self._one_time("job-now", self._job_now), self._one_time("reap-all", self._reap_all)
+        )
         if job is None or job.ended:
             state = job.state if job is not None else "gone from squeue"
             # Proving it with a new job could wait for hours on a busy cluster: not done.
@@ -146,7 +151,6 @@ class SlurmSteps(HelperBackend):
                 f"{ended}; allocation {self.job_id} ended ({state}) before the check: "
                 f"nothing on {command.node} could be checked inside it",
             )
-        reports = await self._one_time("reap-all", self._reap_all)
         try:
             report = reports.get(command.node)
             if report is None:  # the one step missed it: on its own, to tell why
@@ -169,7 +173,7 @@ class SlurmSteps(HelperBackend):
         }
         name = f"{job_name(self.run.run_id)}-reap"
         with contextlib.suppress(SlurmError):
-            return await reap_all(self.spec, self._helper_source, name, self.job_id or "", args)
+            return await reap_all(self.spec, name, self.job_id or "", args)
         return {}
 
     async def _reap_batch(self, command: NodeCommand) -> TeardownReport:
