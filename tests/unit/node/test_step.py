@@ -10,7 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddptui.core.node import JOB_LINE, job_helper_source, step_task, step_task_source, with_job
+from ddptui.core.node import (
+    JOB_LINE,
+    STDIN_PROGRAM,
+    job_helper_source,
+    step_task,
+    step_task_source,
+    with_job,
+)
 from ddptui.core.node.each import MARK
 from ddptui.core.node.step import StepSplit, program_with
 
@@ -72,7 +79,9 @@ def _task(tmp_path: Path, node: str, argv: list[str]) -> subprocess.CompletedPro
     table = {"nodes": {"node1": {"argv": argv, "env": {"DDPTUI_TAG": "r.0", "X": "1"}}}}
     program = program_with(base64.b64encode(step_task_source()).decode(), JOB_LINE.decode(), table)
     env = {**os.environ, "SLURMD_NODENAME": node}
-    return subprocess.run([sys.executable, "-S", "-"], input=program, capture_output=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", STDIN_PROGRAM], input=program, capture_output=True, env=env
+    )
 
 
 def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
@@ -90,7 +99,10 @@ def test_each_runs_the_verb_with_this_nodes_arguments() -> None:
     source = with_job(job_helper_source(), {"nodes": {"node2": ["127.0.0.1", "0"]}})
     env = {**os.environ, "SLURMD_NODENAME": "node2"}
     done = subprocess.run(
-        [sys.executable, "-S", "-", "each", "port"], input=source, capture_output=True, env=env
+        [sys.executable, "-S", "-c", STDIN_PROGRAM, "each", "port"],
+        input=source,
+        capture_output=True,
+        env=env,
     )
     report = json.loads(done.stdout.decode().strip().splitlines()[-1])
     assert report["node"] == "node2" and report["addr"] == "127.0.0.1"

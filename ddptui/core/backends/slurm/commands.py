@@ -15,6 +15,7 @@ from ddptui.core.job.plan import (
     node_environment,
 )
 from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.node import STDIN_PROGRAM
 
 JOB_PREFIX = "ddptui"
 STEP_LOG = "step.log"  # srun direct: one step, one labelled stream, demuxed per node
@@ -142,7 +143,8 @@ def nodes_step_argv(
     ]
     if cpus:
         argv.append(f"--cpus-per-task={cpus}")
-    return [*argv, *container_flags(spec, cwd), *shlex.split(spec.python), "-S", "-"]
+    python = [*shlex.split(spec.python), "-S", "-c", STDIN_PROGRAM]
+    return [*argv, *container_flags(spec, cwd), *python]
 
 
 def direct_argv(spec: JobSpec) -> list[str]:
@@ -213,7 +215,7 @@ def helper_argv(
     ]
     if job_id:
         argv[1:1] = [f"--jobid={job_id}", "--overlap"]
-    return [*argv, *extra, *shlex.split(python), "-", verb, *args]
+    return [*argv, *extra, *shlex.split(python), "-c", STDIN_PROGRAM, verb, *args]
 
 
 def every_node_argv(
@@ -233,7 +235,7 @@ def every_node_argv(
         "--input=all",
     ]
     label_flag = ["--label"] if label else []
-    return [*argv, *label_flag, *shlex.split(python), "-S", "-", *args]  # -S: see _argv
+    return [*argv, *label_flag, *shlex.split(python), "-S", "-c", STDIN_PROGRAM, *args]
 
 
 def torchrun_plan(

@@ -9,6 +9,7 @@ from typing import Any
 from ddptui.core.backends.slurm.commands import every_node_argv, nodes_step_argv
 from ddptui.core.backends.slurm.gpu_follow import LabelledGpu
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.node import STDIN_PROGRAM
 from ddptui.core.node.each import MARK
 from ddptui.core.node.gpu_sampler import GPU_MARK
 
@@ -16,7 +17,7 @@ from ddptui.core.node.gpu_sampler import GPU_MARK
 def test_one_step_runs_a_task_per_node_with_the_helper_on_stdin() -> None:
     spec = JobSpec(script="train.py", nodes=3, nproc_per_node=2)
     argv = nodes_step_argv(spec, "12", "run1", ["a", "b", "c"], 2, "/work")
-    assert argv[:1] == ["srun"] and argv[-2:] == ["-S", "-"]
+    assert argv[:1] == ["srun"] and argv[-3:] == ["-S", "-c", STDIN_PROGRAM]
     for flag in (
         "--jobid=12",
         "--nodes=3",
@@ -33,7 +34,9 @@ def test_one_step_runs_a_task_per_node_with_the_helper_on_stdin() -> None:
         assert flag in argv, flag
     helper = every_node_argv("12", ["a", "b"], "n", "python3", "each", "gpu", label=True)
     assert (
-        "--overlap" in helper and "--label" in helper and helper[-4:] == ["-S", "-", "each", "gpu"]
+        "--overlap" in helper
+        and "--label" in helper
+        and helper[-5:] == ["-S", "-c", STDIN_PROGRAM, "each", "gpu"]
     )
 
 
