@@ -371,7 +371,8 @@ def sample_alone(
     slurm_tasks: bool = False,
 ) -> int:
     """The sampler as a process of its own, its samples on stdout (Slurm: an `srun --overlap`
-    step per node beside the job's, as the job's log is not read through the helper there).
+    step beside the job's with a task per node, as the job's log is not read through the
+    helper there).
     It ends when its reader goes (stdout closed; srun's SIGTERM ends it anyway), when the
     sampler cannot run (no GPU), or when the job's workers, once seen, have been gone for
     `gone_s` (a torchrun restart is shorter)."""

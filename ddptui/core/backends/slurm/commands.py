@@ -26,7 +26,8 @@ def job_name(run_id: str) -> str:
 
 
 def step_name(run_id: str, index: int | None = None) -> str:
-    """torchrun steps are named per node (`ddptui-RUN-0`); the srun-direct step `ddptui-RUN`."""
+    """The one step that runs every node (`ddptui-RUN`); a node's own step (`ddptui-RUN-0`),
+    the line shown for the node in the plan, as a person would start it alone."""
     return job_name(run_id) if index is None else f"{job_name(run_id)}-{index}"
 
 
@@ -104,7 +105,8 @@ def torchrun_step_argv(
     cwd: str,
     inner: Sequence[str],
 ) -> list[str]:
-    """One step per node: one stream per node, and --local-addr can differ per node."""
+    """A node's own step (as the plan shows it, and as by hand): one stream per node, and
+    --local-addr can differ per node. The launch runs every node in one step instead."""
     argv = [
         "srun",
         f"--jobid={job_id}",
@@ -248,8 +250,9 @@ def torchrun_plan(
     cpus: int,
     ifnames: Mapping[str, str],
 ) -> LaunchPlan:
-    """Every node's torchrun line; with a job id, wrapped in that node's own srun step
-    (the activation step and the working directory then belong to the node side)."""
+    """Every node's torchrun line; with a job id, shown wrapped in that node's own srun step
+    (the activation step and the working directory then belong to the node side); the
+    launch runs the lines of torchrun_lines in one step for every node (steps.py)."""
     if job_id is None:
         return build_plan(spec, nodes, run_id, port)
     base = torchrun_lines(spec, run_id, nodes, port, cwd, ifnames)
