@@ -49,6 +49,15 @@ def _tagged(tag: str) -> list[int]:
     return found
 
 
+def _still_tagged(pids: list[int], tag: str) -> list[int]:
+    """The job's processes still alive: those known first, and only once they are all gone
+    every process again (what a forked child may have added). Reading every process's
+    environment on each poll cost a reap a scan of /proc every 50 ms: where many processes
+    run (a login node, or hundreds of test hosts on one machine) that was most of its time."""
+    alive = [p for p in pids if is_alive(p)]
+    return alive or [p for p in _tagged(tag) if is_alive(p)]
+
+
 def is_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -200,14 +209,19 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before:
     deadline = time.monotonic() + grace
     while pids and time.monotonic() < deadline:
         time.sleep(REAP_POLL_S)
-        pids = [p for p in _tagged(tag) if is_alive(p)]
+        pids = _still_tagged(pids, tag)
         if pids and not any(_parent(p) in pids for p in pids):
             deadline = min(deadline, time.monotonic() + AGENT_GRACE_S)
-    killed = list(pids)
-    _signal_all(pids, signal.SIGKILL)
+    # An empty list here came from a look at every process (_still_tagged); one that is not
+    # gets another, for what started meanwhile; the proof at the end is such a look too.
+    killed = [p for p in _tagged(tag) if is_alive(p)] if pids else []
+    _signal_all(killed, signal.SIGKILL)
+    pids = list(killed)
     deadline = time.monotonic() + 5.0
     while pids and time.monotonic() < deadline:
         time.sleep(REAP_POLL_S)
+        pids = _still_tagged(pids, tag)
+    if pids:
         pids = [p for p in _tagged(tag) if is_alive(p)]
     report: dict[str, Any] = {"found": found, "killed": killed}
     if name:
