@@ -25,6 +25,13 @@ def render(data: dict[str, Any], command: str) -> None:
     )
     if data.get("baseline"):
         report.para(f"Baseline (measured interleaved with this tree): {data['baseline']}.")
+    if data.get("nodes_apart"):
+        report.para(
+            "Nodes apart (`--nodes-apart`): each pseudo-node's writer and node helper ran in a "
+            "scheduling group of the lowest priority (autogroup nice 19), standing for nodes "
+            "that are other machines: they got the CPU the console left. Without it, the "
+            "console shares the 2 cores with the 16 nodes' 32 processes as equals."
+        )
     if data.get("loads"):
         loads = data["loads"]
         report.para(

@@ -9,6 +9,10 @@ the node's index, taken from the DDPTUI_TAG (`<run id>.<index>`) every process o
 
     --lines N     lines to write (per node)
     --rate R      lines per second (per node); 0 = as fast as possible
+
+With FLOOD_NODES_APART=1 in its environment (`bench.log_flood --nodes-apart`) it first puts
+its scheduling group (its session: itself and the node helper that tails it) at the lowest
+priority, standing for a node that is another machine.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ def main() -> int:
     parser.add_argument("--lines", type=int, required=True)
     parser.add_argument("--rate", type=float, default=0.0)
     args = parser.parse_args(_script_args(sys.argv[1:]))
+    if os.environ.get("FLOOD_NODES_APART"):
+        with open("/proc/self/autogroup", "w") as group:
+            group.write("19")
+        os.nice(19)
     rank = int(os.environ.get("DDPTUI_TAG", "x.0").rsplit(".", 1)[1])
     prefix = f"[ddptui:{rank}:0]:"
     written, start = 0, time.monotonic()

@@ -124,10 +124,15 @@ class Ingest:
         }
 
 
+NODES_APART = "FLOOD_NODES_APART"  # read by bench/flood_node.py
+
+
 def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
     from ddptui.core.job.spec import make_spec
 
+    apart = {NODES_APART: "1"} if os.environ.get(NODES_APART) else {}
     return make_spec(
+        env=apart,
         backend="local",
         nodes=NODES,
         nproc_per_node=1,
@@ -212,8 +217,17 @@ def main() -> None:
     parser.add_argument(
         "--rates", nargs="+", choices=list(RATES), default=list(RATES), help="offered rates"
     )
+    parser.add_argument(
+        "--nodes-apart",
+        action="store_true",
+        help="run each pseudo-node's processes (its writer and node helper) in a scheduling "
+        "group at the lowest priority (/proc/self/autogroup nice 19), standing for nodes "
+        "that are other machines: they get the CPU the console leaves",
+    )
     parser.add_argument("--tree", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.nodes_apart:
+        os.environ[NODES_APART] = "1"  # the children's specs pass it to the nodes
     if args.child is not None:
         if args.tree:  # before anything imports ddptui: the tree's, with this bench
             sys.path.insert(0, str(Path(args.tree).resolve()))
@@ -241,6 +255,7 @@ def main() -> None:
         "cores": [],
         "sweeps": [],
         "baseline": args.baseline and _describe_tree(args.baseline),
+        "nodes_apart": args.nodes_apart,
         "loads": [],
     }
     trees: list[tuple[str, str | None]] = [("", None)]
