@@ -145,3 +145,19 @@ def test_host_lost_while_others_started_is_reported_and_they_are_torn_down(
     assert set(teardown) == {"node1", "node2"}
     assert all(t["clean"] for t in teardown.values()), teardown
     assert not _wait_clean(tb, HOSTS)
+
+
+def test_operator_stop_while_a_host_connects_tears_down_those_started(
+    held_back: tuple[Testbed, int], tmp_path: Path
+) -> None:
+    tb, _ = held_back
+    proc = _start(tb, tmp_path, "asyncssh", "--sleep", "300")
+    _started_before_node3(tb, proc)
+    proc.send_signal(signal.SIGTERM)  # what `q` does in the console
+    events = _events(proc)
+    summary = events[-1]
+    assert summary["stopped_by"] == "operator" and not summary["ok"], summary
+    teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
+    assert set(teardown) == {"node1", "node2"}
+    assert all(t["clean"] for t in teardown.values()), teardown
+    assert not _wait_clean(tb, HOSTS)
