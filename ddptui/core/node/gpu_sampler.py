@@ -370,9 +370,8 @@ def sample_alone(
     gone_s: float | None = None,
     slurm_tasks: bool = False,
 ) -> int:
-    """The sampler as a process of its own, its samples on stdout (Slurm: an `srun --overlap`
-    step beside the job's with a task per node, as the job's log is not read through the
-    helper there).
+    """The sampler as a process of its own, its samples on stdout (Slurm: a task per node of
+    an `srun --overlap` step beside the job's, as the job's log is not read through the helper).
     It ends when its reader goes (stdout closed; srun's SIGTERM ends it anyway), when the
     sampler cannot run (no GPU), or when the job's workers, once seen, have been gone for
     `gone_s` (a torchrun restart is shorter)."""

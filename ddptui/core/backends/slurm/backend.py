@@ -41,10 +41,8 @@ from ddptui.core.backends.slurm.commands import (
     direct_argv,
     direct_plan,
     direct_tag,
-    every_node_argv,
     helper_argv,
     job_name,
-    node_tag,
     resolve_mode,
     salloc_argv,
     step_nodes,
@@ -57,7 +55,6 @@ from ddptui.core.backends.slurm.follow import (
     probe_all,
     run_for_job,
 )
-from ddptui.core.backends.slurm.gpu_follow import LabelledGpu, NodeGpuFollow
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
@@ -65,7 +62,7 @@ from ddptui.core.backends.slurm.steps import SlurmSteps
 from ddptui.core.backends.transport import ChunkSink
 from ddptui.core.events import AllocationChanged, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
-from ddptui.core.node import node_probe_source, with_job
+from ddptui.core.node import node_probe_source
 
 __all__ = ["SlurmBackend", "run_for_job"]
 
@@ -280,44 +277,6 @@ class SlurmBackend(SlurmSteps):
             return await self._follow(command, offset, on_chunk)
         finally:
             await self._gpu_leave()
-
-    async def _gpu_join(self) -> None:
-        """The GPU sampler, one step with a task per node beside the job's, runs while any
-        node is followed (gpu_follow.py)."""
-        if not self.spec.gpu_sample_ms or self.job_id is None:
-            return
-        nodes = [n for n in self.nodes if self._gpu_tools.get(n.name, True)]
-        if not nodes:
-            return  # the probe found no GPU (nor nvidia-smi) on any node: nothing to sample
-        self._gpu_users += 1
-        if self._gpu_step is None:
-            self._gpu_step = self._gpu_follow(nodes)
-            await self._gpu_step.start()
-
-    async def _gpu_leave(self) -> None:
-        if self._gpu_step is None:
-            return
-        self._gpu_users -= 1
-        if self._gpu_users <= 0:
-            step, self._gpu_step = self._gpu_step, None
-            await step.stop()
-
-    def _gpu_follow(self, nodes: Sequence[NodeTarget]) -> NodeGpuFollow:
-        assert self.job_id is not None
-        names = [n.name for n in nodes]
-        name = f"{job_name(self.run.run_id)}-gpu"
-        argv = every_node_argv(
-            self.job_id, names, name, self.spec.python, "each", "gpu", label=True
-        )
-        ms, tasks = str(self.spec.gpu_sample_ms), "slurm" if self.direct else ""
-        table = {
-            n.name: [node_tag(self.run.run_id, i, self.direct), ms, "", tasks]
-            for i, n in enumerate(self.nodes)
-            if n.name in names
-        }
-        program = with_job(self._helper_source, {"nodes": table})
-        demux = LabelledGpu(names, self.gpu_sample)
-        return NodeGpuFollow(argv, program, lambda _: None, demux)
 
     async def _follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
         if self.direct:

@@ -2,10 +2,10 @@
 its steps end and are proven gone.
 
 The base of SlurmBackend, apart so that each file holds one role: this one the job's state,
-the node helper run on a node by srun, the one step that starts every node's torchrun, and
-teardown (SIGTERM to the step's tasks first, then the proof on every node from one step
-inside the job's own allocation, a node it missed on its own; sbatch: the batch script's last
-step).
+the node helper run on a node by srun, the one step that starts every node's torchrun, the
+GPU sampler's step while nodes are followed, and teardown (SIGTERM to the step's tasks
+first, then the proof on every node from one step inside the job's own allocation, a node it
+missed on its own; sbatch: the batch script's last step).
 """
 
 from __future__ import annotations
@@ -26,19 +26,20 @@ from ddptui.core.backends.slurm.cli import SlurmError, choose_query
 from ddptui.core.backends.slurm.commands import (
     STEP_LOG,
     direct_tag,
+    every_node_argv,
     job_name,
     node_tag,
     nodes_step_argv,
     step_name,
 )
 from ddptui.core.backends.slurm.follow import reap_all, reap_report, run_job_helper
-from ddptui.core.backends.slurm.gpu_follow import NodeGpuFollow
+from ddptui.core.backends.slurm.gpu_follow import LabelledGpu, NodeGpuFollow
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, TeardownReport
 from ddptui.core.job.plan import NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import JOB_LINE, step_task_source
+from ddptui.core.node import JOB_LINE, step_task_source, with_job
 from ddptui.core.runs.run_dir import RunDir
 
 
@@ -120,6 +121,46 @@ class SlurmSteps(HelperBackend):
                 "job_line": JOB_LINE.decode(),
             }
         }
+
+    # -- the GPU sampler step ---------------------------------------------------------------
+
+    async def _gpu_join(self) -> None:
+        """The GPU sampler, one step with a task per node beside the job's, runs while any
+        node is followed (gpu_follow.py)."""
+        if not self.spec.gpu_sample_ms or self.job_id is None:
+            return
+        nodes = [n for n in self.nodes if self._gpu_tools.get(n.name, True)]
+        if not nodes:
+            return  # the probe found no GPU (nor nvidia-smi) on any node: nothing to sample
+        self._gpu_users += 1
+        if self._gpu_step is None:
+            self._gpu_step = self._gpu_follow(nodes)
+            await self._gpu_step.start()
+
+    async def _gpu_leave(self) -> None:
+        if self._gpu_step is None:
+            return
+        self._gpu_users -= 1
+        if self._gpu_users <= 0:
+            step, self._gpu_step = self._gpu_step, None
+            await step.stop()
+
+    def _gpu_follow(self, nodes: Sequence[NodeTarget]) -> NodeGpuFollow:
+        assert self.job_id is not None
+        names = [n.name for n in nodes]
+        name = f"{job_name(self.run.run_id)}-gpu"
+        argv = every_node_argv(
+            self.job_id, names, name, self.spec.python, "each", "gpu", label=True
+        )
+        ms, tasks = str(self.spec.gpu_sample_ms), "slurm" if self.direct else ""
+        table = {
+            n.name: [node_tag(self.run.run_id, i, self.direct), ms, "", tasks]
+            for i, n in enumerate(self.nodes)
+            if n.name in names
+        }
+        program = with_job(self._helper_source, {"nodes": table})
+        demux = LabelledGpu(names, self.gpu_sample)
+        return NodeGpuFollow(argv, program, lambda _: None, demux)
 
     # -- teardown ---------------------------------------------------------------------------------
 
