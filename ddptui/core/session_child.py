@@ -35,11 +35,11 @@ from ddptui.core.runs.run_dir import RunDir, open_private
 from ddptui.core.session import Session
 from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
 
-# The lines the console gets: what a screen can show, far beyond reading. A sustained flood
-# gets LINES_PER_S; a burst after a quieter spell up to BURST_LINES at once (a 1,024-rank job
-# printing its epoch line together comes whole). The rest is counted as skipped; the run
-# directory has every line.
-LINES_PER_S = 30_000
+# The lines the console gets: what a screen can show (15 frames a second of 40-odd rows),
+# far beyond reading. A sustained flood gets LINES_PER_S; a burst after a quieter spell up to
+# BURST_LINES at once (a 1,024-rank job printing its epoch line together comes whole). The
+# rest is counted as skipped; the run directory has every line.
+LINES_PER_S = 10_000
 BURST_LINES = 8_000
 FLUSH_S = 1 / 20
 SETTLE_S = 2.0

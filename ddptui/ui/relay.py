@@ -14,7 +14,7 @@ from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_store import LogEntry
 
 # The most lines the screen takes a tick (15 a second). The session's process already paces
-# what it sends (30,000 lines a second under a flood, bursts of up to 8,000 at once: see
+# what it sends (10,000 lines a second under a flood, bursts of up to 8,000 at once: see
 # core/session_child.py); this bounds what waits here when the screen falls behind, since
 # formatting more only takes the keys' time. The rest is counted as skipped; the run
 # directory has it.
