@@ -166,17 +166,16 @@ class KnownHosts:
     def __init__(self, user_files: Sequence[str], global_files: Sequence[str] = ()) -> None:
         self.user_files = list(user_files)
         self.global_files = list(global_files)
-        self.keys: list[KnownKey] = []
-        for path in [*self.user_files, *self.global_files]:
-            self.keys += _read(path)
-        self._by_name: dict[str, list[int]] = {}
-        self._patterned: list[int] = []
-        for index, key in enumerate(self.keys):
-            literal = _literal_names(key.patterns)
-            if literal is None:
-                self._patterned.append(index)
-            for name in literal or ():
-                self._by_name.setdefault(name, []).append(index)
+        read = [(path, *_read_stamped(path)) for path in self.files]
+        signature = tuple((path, stamp) for path, stamp, _ in read)
+        index = _index_cache.get(signature)
+        if index is None:  # the same files, unchanged, are indexed once, not once a host
+            index = _indexed([key for _, _, keys in read for key in keys])
+            if len(_index_cache) >= 8:
+                _index_cache.clear()
+            _index_cache[signature] = index
+        keys, self._by_name, self._patterned = index
+        self.keys: list[KnownKey] = list(keys)
 
     @property
     def files(self) -> list[str]:
@@ -272,21 +271,37 @@ class KnownHosts:
         return path
 
 
+Stamp = tuple[int, int, int] | None  # a file's inode, size and mtime; None: unreadable
+Index = tuple[list[KnownKey], dict[str, list[int]], list[int]]
 _read_cache: dict[str, tuple[tuple[int, int, int], list[KnownKey]]] = {}
+_index_cache: dict[tuple[tuple[str, Stamp], ...], Index] = {}
 
 
-def _read(path: str) -> list[KnownKey]:
-    """The file's usable lines; a file unchanged since it was last read (same inode, size
-    and mtime) is not read again (every host's connection reads the same files)."""
+def _indexed(keys: list[KnownKey]) -> Index:
+    """The keys, each plain name's lines, and the lines with patterns (see KnownHosts)."""
+    by_name: dict[str, list[int]] = {}
+    patterned: list[int] = []
+    for index, key in enumerate(keys):
+        literal = _literal_names(key.patterns)
+        if literal is None:
+            patterned.append(index)
+        for name in literal or ():
+            by_name.setdefault(name, []).append(index)
+    return keys, by_name, patterned
+
+
+def _read_stamped(path: str) -> tuple[Stamp, list[KnownKey]]:
+    """The file's usable lines and its stamp; a file unchanged since it was last read (same
+    inode, size and mtime) is not read again (every host's connection reads the same files)."""
     with contextlib.suppress(OSError):
         st = os.stat(path)
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = _read_cache.get(path)
         if cached is not None and cached[0] == stamp:
-            return list(cached[1])
+            return stamp, cached[1]
         text = Path(path).read_bytes().decode(errors="replace")
         found = (parse_line(path, n, raw) for n, raw in enumerate(text.splitlines(), start=1))
         keys = [k for k in found if k is not None]
         _read_cache[path] = (stamp, keys)
-        return list(keys)
-    return []
+        return stamp, keys
+    return None, []

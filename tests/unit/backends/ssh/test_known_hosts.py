@@ -120,3 +120,16 @@ def test_plain_and_patterned_lines_match_in_file_order_and_a_rewrite_is_reread(
     with path.open("a") as f:
         f.write(f"node9 ssh-ed25519 {key(5)}\n")
     assert [k.line for k in KnownHosts([str(path)]).matching(("node9",))] == [5]
+
+
+def test_hosts_share_one_reading_of_unchanged_files_but_not_its_list(tmp_path: Path) -> None:
+    """Every host's lookup uses the files read and indexed once (not once a host: that was
+    quadratic at hundreds of hosts); what one host's KnownHosts does to its keys stays its own."""
+    path = tmp_path / "known_hosts"
+    path.write_text(f"node1 ssh-ed25519 {KEY_A}\nnode2 ssh-ed25519 {KEY_B}\n")
+    first = KnownHosts([str(path)])
+    second = KnownHosts([str(path)])
+    assert first._by_name is second._by_name  # indexed once
+    first.keys.clear()
+    assert [k.line for k in second.matching(("node2",))] == [2]
+    assert [k.line for k in KnownHosts([str(path)]).matching(("node1",))] == [1]
