@@ -16,12 +16,16 @@ def render(data: dict[str, Any], command: str) -> None:
     """The report from the raw results (`--render bench/results/log_flood.json` redoes it)."""
     reps, core_lines, cores = data["reps"], data["core_lines"], data["cores"]
     command = data.get("command", command)  # how the run was made, not how it was redrawn
-    report = Report("log_flood", "Log ingest under flood (16 pseudo-nodes)", command)
+    from bench.log_flood import report_name
+
+    name = report_name(data)
+    apart = ", nodes apart" if data.get("nodes_apart") else ""
+    report = Report(name, f"Log ingest under flood (16 pseudo-nodes{apart})", command)
     report.env = data.get("env", report.env)  # the machine as it was during the run
     report.para(_flood_doc())
     report.para(
         f"Each figure is the median of {reps} run(s); the sweep is repeated as a whole "
-        f"(rates and tiers alternate within a sweep). Raw results: bench/results/log_flood.json."
+        f"(rates and tiers alternate within a sweep). Raw results: bench/results/{name}.json."
     )
     if data.get("baseline"):
         report.para(f"Baseline (measured interleaved with this tree): {data['baseline']}.")

@@ -280,13 +280,18 @@ def main() -> None:
                     result = _child(tier, str(lines), str(rate), tree=tree)
                     data["sweeps"][-1][f"{label}|{name}"] = result
                     print(f"    {_brief(result)}", flush=True)
-        raw = RESULTS / "log_flood.json"  # after every sweep: `--render` works on a cut run
+        raw = RESULTS / f"{report_name(data)}.json"  # each sweep: `--render` works on a cut run
         RESULTS.mkdir(parents=True, exist_ok=True)
         raw.write_text(json.dumps({**data, "reps": rep + 1}, indent=1))
     render(data, command_line())
 
 
 BASE = " (base)"
+
+
+def report_name(data: dict[str, Any]) -> str:
+    """log_flood, or log_flood_nodes_apart for a run with `--nodes-apart`."""
+    return "log_flood_nodes_apart" if data.get("nodes_apart") else "log_flood"
 
 
 def _describe_tree(tree: str) -> str:
