@@ -255,36 +255,33 @@ def _versus_base(
     report.table(table)
 
 
-LIMITS = """Where the time goes (py-spy on the ui tier at `max`, 16 x 150,000 lines;
-`python -m bench.pyspy_summary` of `py-spy record --format speedscope`, `--gil` once there
-are two threads). Before (one thread, one event loop for ingest and screen, ~100% of a core):
-ingest 54% (Monitor.feed 50%: the rank split of each block 26%, the progress pattern searched
-line by line 15%, the rest of the per-line loop 5%, the failure clues 3%), the screen's timer
-35% (formatting up to 5,000 lines a tick into two views 16%, painting 15%), the relay 4%. A
-key's every hop through Textual's message queues waited behind 16 pipes' chunks in the same
-loop. After: the session runs on a thread and event loop of its own
-(ddptui/core/session_thread.py), so keys no longer queue behind ingest; whole prefixed lines
-are split by one regex pass a block (each prefix parsed once), progress lines are found by
-one search of the block, a block of plain rank lines is counted per rank, not line by line;
-the screen takes at most 2,000 lines a tick (30,000 a second; the rest counted as skipped)
-and makes its rows without a per-line object. The second profile showed the collector as the
-largest cost left: each line's tuple is tracked until a young collection looks at it, so at
-Python's default threshold (700) a flood of 1.6M lines set off ~3,600 young and ~30 full
-collections of ~0.3 s each, in whichever thread allocated (8 s of the screen's thread); the
-session's thread now raises the young threshold to 20,000 while it runs (2 full collections
-instead of 30). What is left in the session's thread is the attribution itself (a tuple per
-line, ~45% of its time), the progress search (~20%) and the failure clues (~7%); in the
-screen's thread, painting and the views' rows. Both threads share one interpreter: together
-they use at most one core, and on this 2-core VM the 16 writers and 16 tail helpers take
-most of the other. What would close the rest: the session in a process of its own (its own
-interpreter and core; the screen gets a bounded sample of lines and the state events over a
-pipe), and a line representation that is not a Python object per line (offsets into the
-block's text). Keys: in the same sweeps the median press fell from 0.3-1.7 s to 0.08-0.23 s,
-but the tail stays 0.6-1.2 s (p99 over ~8 presses of each key is their slowest): the screen's
-thread gets at most its turn at the one interpreter (handed over every 1 ms), a full
-collection stops both threads, and at load 6-16 on 2 cores the OS runs the console's threads
-only part of the time; this tail was not profiled apart from the collector. The process split
-above would take the screen's thread out of the ingest's interpreter and collector."""
+LIMITS = """Where the time goes. Before this round's last step the session ran on a thread of
+its own in the app's process: the ingest and the screen shared one interpreter (together at
+most one core; the screen's thread got its turn every 1 ms at best, and a full collection
+stopped both), and keys' p99 stayed at 0.6-1.2 s. Now the session runs in a process of its
+own (ddptui/core/session_process.py, session_child.py), in a session (so a scheduling group)
+of its own: it reads every node's output, writes every line to the run directory, and hands
+the app, over a pipe, every event in order and of the lines at most 10,000 a second (bursts
+of up to 8,000 at once; the rest counted as skipped). The app's process only draws.
+
+py-spy of both processes (`py-spy record --subprocesses`, 16 x 150,000 lines): in the
+session's process Monitor.feed is most of the work (the progress search ~12%, attribution
+~7%, failure clues ~5%), the rest waits on pipes; in the app's process drawing is ~43% of its
+event loop (Textual's compositor; the log view's rows ~13%), the log views' append ~14%,
+layout ~8%, the reader thread's unpickling ~2%.
+
+Keys. The app's slowest stops were first full collections of its stored lines (15 of up to
+174 ms in one flood run at Python's default threshold; the app now raises the young threshold
+while a session runs: 2). What is left is drawing: timed in the app during a flood with the
+nodes apart (load 5), a screen update took p50 20 ms, p90 42 ms, p99 84 ms, at most 184 ms;
+the log flush p50 3.5 ms, p99 28 ms. The slowest key is `]`: a tab switch lays out the screen
+again and draws the newly shown log whole. With no flood at all (after the run) it takes p50
+30 ms, p90 121 ms, at most 136 ms; under py-spy most of it is Textual's strips (Strip.__init__
+~30%, divide ~18%) for every widget redrawn. The scroll and follow keys are at p99 50-150 ms
+with the nodes apart. So the p99 target is not met by this console on this machine, flood or
+not; what would close it: drawing less on a tab switch and per tick (the log view's rows
+kept as strips between frames, the hidden log views not laid out again), and, for the runs
+with the nodes on the same 2 cores, the nodes elsewhere (`--nodes-apart` stands for that)."""
 
 
 def _flood_doc() -> str:

@@ -256,6 +256,7 @@ def main() -> None:
         "sweeps": [],
         "baseline": args.baseline and _describe_tree(args.baseline),
         "nodes_apart": args.nodes_apart,
+        "command": command_line(),
         "loads": [],
     }
     trees: list[tuple[str, str | None]] = [("", None)]
