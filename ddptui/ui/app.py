@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterable
 from functools import partial
@@ -14,6 +15,7 @@ from textual.screen import Screen
 
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.session_process import GC_YOUNG_THRESHOLD
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,
@@ -54,6 +56,7 @@ class DdpApp(App[int]):
         self, spec: JobSpec, keymap_path: str | Path | None = None, attach: RunDir | None = None
     ) -> None:
         super().__init__()
+        self._gc_thresholds = gc.get_threshold()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # No sliding tab underlines or smooth scrolls: under a log flood each costs a
             # key press ~0.2 s of CPU. TEXTUAL_ANIMATIONS=full brings them back.
@@ -91,6 +94,15 @@ class DdpApp(App[int]):
     def on_mount(self) -> None:
         if self.keymap:
             self.set_keymap(self.keymap)
+        # The screen keeps every view's newest lines and Textual's strips, some 150,000
+        # tracked objects: at Python's default thresholds a full collection of them (~100 ms
+        # here) came every few key presses, even with no job running, and was the slowest
+        # stop a key waited behind. Collections stay frequent enough for what dies young.
+        self._gc_thresholds = gc.get_threshold()
+        gc.set_threshold(max(self._gc_thresholds[0], GC_YOUNG_THRESHOLD), *self._gc_thresholds[1:])
+
+    def on_unmount(self) -> None:
+        gc.set_threshold(*self._gc_thresholds)
 
     # -- keys, help and the command palette -------------------------------------------------
 
