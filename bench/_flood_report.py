@@ -274,16 +274,20 @@ Keys. The app's slowest stops were first full collections of its stored lines (1
 174 ms in one flood run at Python's default threshold; the app now raises the young threshold
 while a session runs: 2). What is left is drawing: timed in the app during a flood with the
 nodes apart (load 5), a screen update took p50 20 ms, p90 42 ms, p99 84 ms, at most 184 ms;
-the log flush p50 3.5 ms, p99 28 ms. On a quiet machine (log_flood.md, load 3-7) the scroll and
-follow keys are at p50 16-21 ms (the thread: 22-49 ms) and p99 40-104 ms, but `]` has a tail
-of 149-395 ms (the thread: 77-215 ms): a tab switch lays out the screen again and draws the
-newly shown log whole, p50 30 ms, p90 121 ms, at most 136 ms even with no flood at all (after
-the run); under py-spy most of it is Textual's strips (Strip.__init__ ~30%, divide ~18%) for
-every widget redrawn. Handing a burst to the screen over several ticks (at most 1,000 lines a
-tick) was tried and gave no measurable change (p99 191 vs 198 ms at 100k/s, 483 vs 394 ms at
-max, N=1), so it was left out. On a loaded machine (log_flood_loaded.md, load 9-212) the
-process split cut the keys' p99 from 525 to 318 ms at max and from 876 to 528 ms at 100k/s.
-What would close the rest: drawing less on a tab switch and per tick (the log view's rows
+the log flush p50 3.5 ms, p99 28 ms. The app also kept Python's default collector
+thresholds once a run was over: with its ~150,000 tracked objects (the views' lines,
+Textual's strips and their caches) a full collection of ~100 ms came every few tab switches
+even with no job running (14 in 51 switches); the app now keeps the young threshold raised
+for as long as it runs, and the same 51 switches at rest took at most 66 ms (was 183 ms).
+On a quiet machine (log_flood.md, load 1-4) the scroll and follow keys under the flood are
+at p50 26-32 ms (the thread: 55-118 ms) and p99 45-73 ms (the thread: 126-178 ms), but
+`]` has a tail under the flood of 343-524 ms (the thread: 150-153 ms): a tab switch lays
+out the screen again and draws the newly shown log whole (under py-spy mostly Textual's
+strips, Strip.__init__ ~30%, divide ~18%), and this tail, which the thread did not have,
+was not explained. Handing a burst to the screen over several ticks (at most 1,000 lines a
+tick) was tried and made no measurable difference, so it was left out. On a loaded machine
+(log_flood_loaded.md, load 9-212) the process split cut the keys' p99 from 525 to 318 ms
+at max and from 876 to 528 ms at 100k/s. What would close the rest: drawing less on a tab switch and per tick (the log view's rows
 kept as strips between frames, the hidden log views not laid out again)."""
 
 
