@@ -287,8 +287,9 @@ strips, Strip.__init__ ~30%, divide ~18%), and this tail, which the thread did n
 was not explained. Handing a burst to the screen over several ticks (at most 1,000 lines a
 tick) was tried and made no measurable difference, so it was left out. On a loaded machine
 (log_flood_loaded.md, load 9-212) the process split cut the keys' p99 from 525 to 318 ms
-at max and from 876 to 528 ms at 100k/s. What would close the rest: drawing less on a tab switch and per tick (the log view's rows
-kept as strips between frames, the hidden log views not laid out again)."""
+at max and from 876 to 528 ms at 100k/s. What would close the rest: drawing less on a tab
+switch and per tick (the log view's rows kept as strips between frames, the hidden log views
+not laid out again), and finding the tab switch's tail under a flood."""
 
 
 def _flood_doc() -> str:
