@@ -77,8 +77,9 @@ def worker_hook_source() -> bytes:
 
 
 def probe_source() -> bytes:
-    """The preflight probe's source, run the same way as the job helper."""
-    return resources.files(__name__).joinpath("probe.py").read_bytes()
+    """The preflight probe's source (netinfo.py, then probe.py), run the same way as the job
+    helper."""
+    return _joined("netinfo.py", "probe.py")
 
 
 def with_job(source: bytes, job: Mapping[str, Any]) -> bytes:

@@ -1,8 +1,9 @@
 """Provides the node-side half of preflight: what a node knows of itself and its peers.
 
-Like the node shim, this file runs on every node as `python3 - VERB ARGS` with its own source
-on stdin, so it uses only the standard library and never imports ddptui or torch: the job's
-python is asked about torch in a process of its own, after the job's activation step.
+Like the node shim, this file runs on every node as `python3 - VERB ARGS` with its source on
+stdin (after netinfo.py, whose interface lookup it shares), so it uses only the standard
+library and never imports torch: the job's python is asked about torch in a process of its
+own, after the job's activation step.
 """
 
 from __future__ import annotations
@@ -16,20 +17,9 @@ import sys
 import time
 from typing import Any
 
+from ddptui.core.node.netinfo import _ipv4_of  # sent ahead of this program
+
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
-
-
-def _ipv4_of(ifname: str) -> str | None:
-    import fcntl
-    import socket
-    import struct
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
-        except OSError:
-            return None
-        return socket.inet_ntoa(packed[20:24])
 
 
 FACTS_MARK = "DDPTUI-FACTS "
