@@ -26,19 +26,6 @@ from tests.testbed.netns import Testbed
 ENGINES = ["asyncssh", "paramiko"]
 
 
-def _left_on(tb: Testbed, hosts: list[str]) -> dict[str, list[str]]:
-    """Processes other than sshd still living in each host namespace."""
-    left = {h: [p for p in tb.describe_pids(h) if "sshd" not in p] for h in hosts}
-    return {h: p for h, p in left.items() if p}
-
-
-def _wait_clean(tb: Testbed, hosts: list[str], timeout: float = 10) -> dict[str, list[str]]:
-    deadline = time.monotonic() + timeout
-    while (left := _left_on(tb, hosts)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
 def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict]:
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
@@ -81,7 +68,7 @@ def test_two_hosts_each_trainer_green_then_done(
     assert expect in text
     if script == "envcheck.py":
         assert "host=node1" in text and "host=node2" in text
-    assert not _wait_clean(testbed, ["node1", "node2"])
+    assert not testbed.wait_clean(["node1", "node2"])
 
 
 def test_three_hosts_from_a_hostlist_expression(testbed: Testbed, tmp_path: Path) -> None:
@@ -117,7 +104,7 @@ def test_teardown_leaves_nothing_even_after_a_cut_connection(
         "300",
     )
     all_running(proc)
-    assert len(_left_on(tb, ["node2"])["node2"]) >= 3  # agent + 2 workers (+ the tail)
+    assert len(tb.left_on(["node2"])["node2"]) >= 3  # agent + 2 workers (+ the tail)
     tb.cut_link("node2")
     read_until(
         proc,
@@ -129,7 +116,7 @@ def test_teardown_leaves_nothing_even_after_a_cut_connection(
     events = _finish(proc)
     teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
     assert teardown["node1"]["clean"] and teardown["node2"]["clean"], teardown
-    assert not _wait_clean(tb, ["node1", "node2"])
+    assert not tb.wait_clean(["node1", "node2"])
 
 
 def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_path: Path) -> None:
@@ -148,7 +135,7 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
     summary = run.summary
     assert summary["detached"] is True
     run_id = summary["run_id"]
-    assert _left_on(testbed, ["node1", "node2"]).keys() == {"node1", "node2"}
+    assert testbed.left_on(["node1", "node2"]).keys() == {"node1", "node2"}
     time.sleep(2)
     attach = subprocess.Popen(
         testbed.ns_argv(
@@ -176,7 +163,7 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
     assert ranks == {0, 1, 2, 3}  # the grid rebuilt from the logs
     events = _finish(attach)
     assert all(e["clean"] for e in events if e["event"] == "teardown")
-    assert not _wait_clean(testbed, ["node1", "node2"])
+    assert not testbed.wait_clean(["node1", "node2"])
 
 
 def test_sshd_down_at_launch_is_a_clear_error(clean_testbed: Testbed, tmp_path: Path) -> None:
@@ -190,7 +177,7 @@ def test_sshd_down_at_launch_is_a_clear_error(clean_testbed: Testbed, tmp_path: 
         "node2: cannot connect: connection refused (is sshd running there?)"
         in run.summary["detail"]
     )
-    assert not _wait_clean(clean_testbed, ["node1", "node2"])
+    assert not clean_testbed.wait_clean(["node1", "node2"])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -276,7 +263,7 @@ def test_rank_crash_shows_exit_code_and_traceback(testbed: Testbed, tmp_path: Pa
     assert {f["rank"] for f in told} <= {2}
     assert [r["rank"] for r in run.summary["ranks"] if r["culprit"]] == [2]
     assert all(t["clean"] for t in run.of("teardown"))
-    assert not _wait_clean(testbed, ["node1", "node2"])
+    assert not testbed.wait_clean(["node1", "node2"])
 
 
 def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Path) -> None:
@@ -300,7 +287,7 @@ def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Pa
     assert nodes[-1]["state"] == "failed" and nodes[-1]["exit_code"] == -9
     assert all(t["clean"] for t in events if t["event"] == "teardown")
     assert events[-1]["ok"] is False and proc.returncode == 1
-    assert not _wait_clean(tb, ["node1", "node2"])
+    assert not tb.wait_clean(["node1", "node2"])
 
 
 def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -> None:
@@ -333,7 +320,7 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
     assert "--rdzv-port" in run.summary["detail"]
     # The first node's own `launch` refuses (no probe before): node2 may have started
     # meanwhile, and teardown leaves nothing of the job on either host.
-    assert not _wait_clean(testbed, ["node1", "node2"])
+    assert not testbed.wait_clean(["node1", "node2"])
 
 
 def test_odd_host_names_and_arguments_are_taken_literally(testbed: Testbed, tmp_path: Path) -> None:

@@ -37,18 +37,6 @@ def _agents(tb: Testbed, host: str) -> list[str]:
     return [p for p in tb.describe_pids(host) if "torchrun" in p]
 
 
-def _left_on(tb: Testbed, hosts: list[str]) -> dict[str, list[str]]:
-    left = {h: [p for p in tb.describe_pids(h) if "sshd" not in p] for h in hosts}
-    return {h: p for h, p in left.items() if p}
-
-
-def _wait_clean(tb: Testbed, hosts: list[str], timeout: float = 10) -> dict[str, list[str]]:
-    deadline = time.monotonic() + timeout
-    while (left := _left_on(tb, hosts)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
 @pytest.fixture
 def held_back(clean_testbed: Testbed) -> Iterator[tuple[Testbed, int]]:
     """The testbed with node3's sshd stopped; continued afterwards (the reset restarts it
@@ -120,7 +108,7 @@ def test_slow_host_does_not_hold_back_the_others_start(
         assert states.count("launched") == 1 and states[-1] == "exited", states
     teardown = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert teardown == {h: True for h in HOSTS}
-    assert not _wait_clean(tb, HOSTS)
+    assert not tb.wait_clean(HOSTS)
 
 
 @pytest.mark.parametrize("engine", ["asyncssh", "paramiko"])
@@ -144,7 +132,7 @@ def test_host_lost_while_others_started_is_reported_and_they_are_torn_down(
     teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
     assert set(teardown) == {"node1", "node2"}
     assert all(t["clean"] for t in teardown.values()), teardown
-    assert not _wait_clean(tb, HOSTS)
+    assert not tb.wait_clean(HOSTS)
 
 
 def test_operator_stop_while_a_host_connects_tears_down_those_started(
@@ -160,4 +148,4 @@ def test_operator_stop_while_a_host_connects_tears_down_those_started(
     teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
     assert set(teardown) == {"node1", "node2"}
     assert all(t["clean"] for t in teardown.values()), teardown
-    assert not _wait_clean(tb, HOSTS)
+    assert not tb.wait_clean(HOSTS)

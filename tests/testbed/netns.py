@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -351,6 +352,19 @@ class Testbed:
 
     def describe_pids(self, where: str, **kw: Any) -> list[str]:
         return [f"{pid} {cmdline(pid)}" for pid in self.pids_in(where, **kw)]
+
+    def left_on(self, hosts: list[str]) -> dict[str, list[str]]:
+        """Processes other than sshd still living in each host namespace (hosts with none
+        left out)."""
+        left = {h: [p for p in self.describe_pids(h) if "sshd" not in p] for h in hosts}
+        return {h: p for h, p in left.items() if p}
+
+    def wait_clean(self, hosts: list[str], timeout: float = 10) -> dict[str, list[str]]:
+        """What is still left on the hosts once they are clean, or after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while (left := self.left_on(hosts)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
 
     def reset(self) -> list[str]:
         """Undo a test's damage: links up, sshd running, stray processes in the host
