@@ -1,7 +1,9 @@
-"""Provides the cases more than one test file runs: the bundled trainers and a Slurm job."""
+"""Provides the cases more than one test file runs: the bundled trainers, a Slurm job and a
+local log flood."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINER = ROOT / "trainer"
 DATA = Path(__file__).resolve().parent / "data"
 TORCHRUN_CAPTURES = DATA / "torchrun"
+FLOOD = ROOT / "bench" / "flood_node.py"  # a stand-in torchrun that floods numbered lines
 
 # Each bundled trainer on 2 nodes x 2: its arguments (`{tmp}` is the test's own directory)
 # and a line every run of it prints.
@@ -37,3 +40,17 @@ def slurm_spec(**fields: object) -> JobSpec:
         "script_args": ("--lr", "0.1 x"),
     }
     return make_spec(**{**base, **fields})
+
+
+def flood_spec(workdir: Path, nodes: int, lines: int, rate: float = 0.0) -> JobSpec:
+    """A local job of `nodes` pseudo-nodes, each writing `lines` numbered lines (`rate` a
+    second; 0: as fast as it can)."""
+    return make_spec(
+        backend="local",
+        nodes=nodes,
+        nproc_per_node=1,
+        script=str(FLOOD),
+        script_args=("--lines", str(lines), "--rate", str(rate)),
+        launcher=f"{sys.executable} {FLOOD}",
+        workdir=str(workdir),
+    )

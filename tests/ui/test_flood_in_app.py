@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -12,30 +11,19 @@ from typing import Any
 from textual.widgets import TabbedContent
 
 from ddptui.core.events import Event
-from ddptui.core.job.spec import make_spec
 from ddptui.core.session_wire import LineBlock
 from ddptui.ui.app import DdpApp
+from tests.cases import flood_spec
 
 from .conftest import SIZE, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-FLOOD = ROOT / "bench" / "flood_node.py"
 NODES, LINES, RATE = 4, 40_000, 5_000.0  # per node: 8 s of flood
 
 
 async def test_a_flood_is_ingested_whole_off_the_app_thread_while_keys_work(
     tmp_path: Path,
 ) -> None:
-    spec = make_spec(
-        backend="local",
-        nodes=NODES,
-        nproc_per_node=1,
-        script=str(FLOOD),
-        script_args=("--lines", str(LINES), "--rate", str(RATE)),
-        launcher=f"{sys.executable} {FLOOD}",
-        workdir=str(tmp_path),
-    )
-    app = DdpApp(spec)
+    app = DdpApp(flood_spec(tmp_path, NODES, LINES, RATE))
     async with app.run_test(size=SIZE) as pilot:
         screen = app.job_screen
         emitted_in: set[str] = set()

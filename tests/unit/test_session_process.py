@@ -29,28 +29,16 @@ from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session import Session
 from ddptui.core.session_process import SessionProcess, SessionProcessError
 from ddptui.core.session_wire import LineBlock
+from tests.cases import flood_spec
 from tests.procs import pids_with_tag
 
 ROOT = Path(__file__).resolve().parents[2]
-FLOOD = ROOT / "bench" / "flood_node.py"
 SEQ = re.compile(r"seq=(\d+) ")
 
 
 @pytest.fixture(autouse=True)
 def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DDPTUI_STATE_DIR", str(tmp_path / "state"))
-
-
-def flood_spec(tmp_path: Path, nodes: int, lines: int, rate: float = 0.0) -> JobSpec:
-    return make_spec(
-        backend="local",
-        nodes=nodes,
-        nproc_per_node=1,
-        script=str(FLOOD),
-        script_args=("--lines", str(lines), "--rate", str(rate)),
-        launcher=f"{sys.executable} {FLOOD}",
-        workdir=str(tmp_path),
-    )
 
 
 class Console:
@@ -185,7 +173,7 @@ async def teardown_by_attach(spec: JobSpec, run_id: str) -> None:
 CONSOLE_DIES = """
 import asyncio, os, sys, threading
 from ddptui.core.session_process import SessionProcess
-from tests.unit.test_session_process import flood_spec
+from tests.cases import flood_spec
 from pathlib import Path
 
 async def main():
