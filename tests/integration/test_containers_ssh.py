@@ -17,7 +17,6 @@ from tests.integration.sshrun import (
     rank_steps,
     run_headless,
 )
-from tests.integration.test_ssh_backend import _wait_clean
 from tests.procs import pids_with_tag
 from tests.testbed.containers import Podman, pids_naming
 from tests.testbed.netns import Testbed
@@ -31,7 +30,7 @@ def assert_nothing_left(tb: Testbed, podman: Podman, run_id: str) -> None:
     assert podman.containers(f"ddptui-{run_id}") == {}
     assert pids_naming([f"ddptui-{run_id}.0", f"ddptui-{run_id}.1"]) == []  # conmon -n NAME
     assert pids_with_tag(run_id) == []
-    assert not _wait_clean(tb, HOSTS)  # nothing but sshd in either host
+    assert not tb.wait_clean(HOSTS)  # nothing but sshd in either host
 
 
 def check_teardown(events: list[dict], run_id: str) -> None:

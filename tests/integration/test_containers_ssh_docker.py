@@ -22,7 +22,6 @@ from tests.integration.sshrun import (
     run_headless,
 )
 from tests.integration.test_containers_ssh import HOSTS, check_teardown
-from tests.integration.test_ssh_backend import _wait_clean
 from tests.procs import pids_with_tag
 from tests.testbed.containers import Podman
 from tests.testbed.dockerd import shims
@@ -50,7 +49,7 @@ def assert_nothing_left(tb: Testbed, dockers: dict[str, Podman], run_id: str) ->
         assert dockers[host].containers(f"ddptui-{run_id}") == {}, host
         assert shims(dockers[host].root) == [], host
     assert pids_with_tag(run_id) == []
-    assert not _wait_clean(tb, HOSTS)
+    assert not tb.wait_clean(HOSTS)
 
 
 @pytest.mark.parametrize(
