@@ -170,3 +170,27 @@ async def test_switching_logs_keeps_the_footer_and_it_still_shows_new_keys() -> 
         await pilot.pause()
         shown = {key.description: key.key_display for key in screen.query(FooterKey)}
         assert shown["Next log"] == "x"
+
+
+async def test_lines_arriving_lay_out_nothing_but_move_the_end_and_the_scrollbar() -> None:
+    """Textual's `virtual_size` lays out the whole screen on every change; views that grow
+    on every tick of a flood must not (only their scrollbars depend on it)."""
+    app = DdpApp(local_spec(nodes=3))
+    async with app.run_test(size=SIZE) as pilot:
+        deck = app.job_screen.logs
+        view = deck.active_view
+        deck.append(lines("local0", 300) + lines("local1", 300))
+        await pilot.pause()  # the first scrollbar comes with a layout
+        layouts: list[object] = []
+        app.screen.screen_layout_refresh_signal.subscribe(view, layouts.append)
+        for i in range(20):
+            deck.append(lines("local0", 10, 300 + 10 * i) + lines("local1", 10, 300 + 10 * i))
+            await pilot.pause()
+        assert layouts == []
+        assert view.following and end_shows(view) and view.line_count == 500
+        assert view.vertical_scrollbar.window_virtual_size == 500
+        assert view.vertical_scrollbar.position == view.scroll_y
+
+        await pilot.press("right_square_bracket")  # the hidden view grew too: it opens at its end
+        await pilot.pause()
+        assert deck.active_view.node == "local1" and end_shows(deck.active_view)

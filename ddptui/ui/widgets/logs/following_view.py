@@ -66,6 +66,20 @@ class FollowingView(ScrollView, can_focus=True, inherit_bindings=False):
             self.catch_up()
             self._catch_up_after_refresh()
 
+    def set_content_size(self, size: Size) -> None:
+        """Give the view a new virtual size without laying out the screen.
+
+        Textual's `virtual_size` reactive asks for a layout of the whole screen on every
+        change; a view that grows every tick under a flood would reflow every widget every
+        tick. Only this view's scrollbars and scroll limits depend on it, and those are
+        updated here; a scrollbar that comes or goes still asks for a layout itself."""
+        if size == self.virtual_size:
+            return
+        self.set_reactive(ScrollView.virtual_size, size)
+        self._scroll_update(size)
+        self.refresh()
+        self.watch_virtual_size(size)
+
     def catch_up(self) -> None:
         """Go to the end if following. The deck calls it before it shows a view, so that the
         first frame of a view that got lines while hidden shows the newest. Forced: a view

@@ -135,7 +135,7 @@ class LogView(FollowingView):
             self._refold(group)
         self._prune()
         self._width = max(self._width, widest(texts))
-        self.virtual_size = Size(self._width, len(self._lines))
+        self.set_content_size(Size(self._width, len(self._lines)))
         self.refresh()
 
     def _refold(self, group: FoldGroup) -> None:
@@ -168,7 +168,7 @@ class LogView(FollowingView):
         self._width = 0
         self.match_row = None
         self.lines_written = 0
-        self.virtual_size = Size(0, 0)
+        self.set_content_size(Size(0, 0))
         self.refresh()
 
     @property
