@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from textual import events
 from textual.widgets._footer import FooterKey
@@ -193,4 +194,34 @@ async def test_lines_arriving_lay_out_nothing_but_move_the_end_and_the_scrollbar
 
         await pilot.press("right_square_bracket")  # the hidden view grew too: it opens at its end
         await pilot.pause()
-        assert deck.active_view.node == "local1" and end_shows(deck.active_view)
+        local1 = deck.active_view
+        assert local1.node == "local1" and end_shows(local1)
+        assert local1.vertical_scrollbar.window_virtual_size == 500
+
+
+async def test_lines_for_hidden_views_arrange_nothing() -> None:
+    """A hidden view that gets lines asks for no repaint: it is not on screen, and Textual
+    would arrange every widget again for it (a widget it cannot find invalidates its map)."""
+    app = DdpApp(local_spec(nodes=3))
+    async with app.run_test(size=SIZE) as pilot:
+        deck = app.job_screen.logs
+        deck.append(lines("local0", 100))
+        await pilot.pause()
+        compositor = app.screen._compositor
+        arranged: list[object] = []
+        arrange = compositor._arrange_root
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            arranged.append(args)
+            return arrange(*args, **kwargs)
+
+        compositor._arrange_root = spy  # type: ignore[method-assign]
+        for i in range(10):
+            deck.append(lines("local1", 50, 50 * i) + lines("local2", 50, 50 * i))
+            await pilot.pause()
+        assert arranged == []
+        assert deck.pane("local1").line_count == 500  # type: ignore[union-attr]
+        shown = deck.active_view.line_count
+        deck.append(lines("local0", 5, 100))  # the shown view's lines do draw
+        await pilot.pause()
+        assert deck.active_view.line_count == shown + 5 and end_shows(deck.active_view)

@@ -76,9 +76,10 @@ class FollowingView(ScrollView, can_focus=True, inherit_bindings=False):
         if size == self.virtual_size:
             return
         self.set_reactive(ScrollView.virtual_size, size)
-        self._scroll_update(size)
-        self.refresh()
-        self.watch_virtual_size(size)
+        if self.is_on_screen:  # a hidden view's scrollbars are set when it shows (on_show)
+            self._scroll_update(size)
+            self.refresh()
+            self.watch_virtual_size(size)
 
     def catch_up(self) -> None:
         """Go to the end if following. The deck calls it before it shows a view, so that the
@@ -96,7 +97,9 @@ class FollowingView(ScrollView, can_focus=True, inherit_bindings=False):
             self.call_after_refresh(self.catch_up)
 
     def on_show(self, event: events.Show) -> None:
-        """Shown by a click on its tab, which the deck does not see coming."""
+        """Shown: its scrollbars for the lines it got while hidden, and its end if following
+        (also when shown by a click on its tab, which the deck does not see coming)."""
+        self._scroll_update(self.virtual_size)
         self.catch_up()
 
     def set_following(self, following: bool) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.style import Style
 from textual import events
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.selection import Selection
 from textual.strip import Strip
@@ -94,6 +94,7 @@ class LogView(FollowingView):
         self.fold = False
         self._folder = LineFolder()
         self._dropped = 0  # rows pruned since the view was last emptied
+        self._pass_style: Style | None = None  # while render_lines draws
 
     # -- what it shows ----------------------------------------------------------------------
 
@@ -136,7 +137,8 @@ class LogView(FollowingView):
         self._prune()
         self._width = max(self._width, widest(texts))
         self.set_content_size(Size(self._width, len(self._lines)))
-        self.refresh()
+        if self.is_on_screen:  # a hidden view is drawn whole when it shows
+            self.refresh()
 
     def _refold(self, group: FoldGroup) -> None:
         """Give a group's row its rank set: `[r0-6,8-15] text`."""
@@ -295,12 +297,21 @@ class LogView(FollowingView):
 
     # -- rendering --------------------------------------------------------------------------
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """The rows in `crop`, with the view's style worked out once for all of them (Textual
+        works it out from every ancestor's styles each time it is asked)."""
+        self._pass_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass_style = None
+
     def render_line(self, y: int) -> Strip:
         """Screen row `y`: the view's row under it, cropped to the scroll position."""
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        base = self.rich_style
+        base = self._pass_style or self.rich_style
         if index >= len(self._lines):
             return Strip.blank(width, base)
         strip = self._row_strip(index, base)
