@@ -9,8 +9,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from textual import events
+from textual.widgets import TabbedContent
 from textual.widgets._footer import FooterKey
 
+from ddptui.core.events import NodeState
 from ddptui.ui.app import DdpApp
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.logs.log_store import LogEntry
@@ -225,3 +227,23 @@ async def test_lines_for_hidden_views_arrange_nothing() -> None:
         deck.append(lines("local0", 5, 100))  # the shown view's lines do draw
         await pilot.pause()
         assert deck.active_view.line_count == shown + 5 and end_shows(deck.active_view)
+
+
+async def test_a_node_s_new_state_marks_its_tab_without_a_layout() -> None:
+    """Every node's tab changes its mark several times in a launch; a mark as wide as the one
+    before is drawn without laying out the screen."""
+    app = DdpApp(local_spec(nodes=3))
+    async with app.run_test(size=SIZE) as pilot:
+        deck = app.job_screen.logs
+        tab = deck.query_one(TabbedContent).get_tab("node-1")
+        deck.show_state("local1", NodeState.CONNECTING, None)  # the first mark widens the tab
+        await pilot.pause()
+        assert tab.label.plain == "local1 …"
+        layouts: list[object] = []
+        app.screen.screen_layout_refresh_signal.subscribe(deck, layouts.append)
+        for state in (NodeState.LAUNCHED, NodeState.RUNNING, NodeState.EXITED):
+            deck.show_state("local1", state, None)
+            await pilot.pause()
+        assert layouts == []
+        assert tab.label.plain == "local1 ✓"
+        assert "local1 ✓" in str(tab.render())

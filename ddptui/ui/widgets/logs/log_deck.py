@@ -10,6 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.widgets import Static, Tab, TabbedContent, TabPane
 
 from ddptui.core.events import NodeState
@@ -196,7 +197,7 @@ class NodeLogDeck(Vertical):
         pane.set_class(state == NodeState.FAILED, "-failed")
         index = self.nodes.index(node)
         tab = self.query_one(TabbedContent).get_tab(self._tab_id(index))
-        tab.label = f"{node} {_STATE_MARK.get(state, '')}".strip()
+        _relabel(tab, f"{node} {_STATE_MARK.get(state, '')}".strip())
         self._update_title(node, pane)
 
     def _update_title(self, node: str, pane: LogView) -> None:
@@ -317,6 +318,18 @@ class NodeLogDeck(Vertical):
         sight: then the status line says which of how many logs shows."""
         wanted = sum(tab.label.cell_length + 2 for tab in self.query(Tab))  # padding 0 1
         return wanted > self.size.width
+
+
+def _relabel(tab: Tab, label: str) -> None:
+    """Give a tab a new label. `Tab.label` lays out the whole screen each time, and a launch
+    changes every node's mark several times (at 64 nodes, hundreds of layouts); a label as
+    wide as the one it replaces cannot move anything, so it is only redrawn."""
+    content = Content(label)
+    if content.cell_length != tab.label.cell_length:
+        tab.label = label
+        return
+    tab._label = content  # what Tab.label reads back
+    Static.update(tab, content, layout=False)
 
 
 def _entries_for(
