@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import json
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -310,15 +312,32 @@ def finish(code: int = 0) -> NoReturn:
 
 def _record_for_torchrun(exc: BaseException) -> None:
     """Write torchelastic's error file so torchrun's summary names the root
-    cause (``@record`` would, but it relies on normal interpreter exit)."""
-    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):
-        return
-    try:
-        from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+    cause (``@record`` would, but it relies on normal interpreter exit).
 
-        ErrorHandler().record_exception(exc)
-    except Exception:
-        pass
+    Written whole or not at all (a temporary file renamed into place): when
+    one rank fails, torchrun stops the others, and a rank stopped while it
+    wrote its own file would leave it empty; torchrun's agent then dies on it
+    (``JSONDecodeError``) instead of printing its failure summary."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {
+        "message": {  # the layout of torch's ErrorHandler.record_exception
+            "message": f"{type(exc).__name__}: {exc}",
+            "extraInfo": {
+                "py_callstack": "".join(traceback.format_exception(exc)),
+                "timestamp": str(int(time.time())),
+            },
+        }
+    }
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(partial, "w") as fp:
+            json.dump(data, fp)
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:

@@ -8,7 +8,10 @@ milliseconds and pin the rules the scripts rely on under every launcher.
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -277,3 +280,38 @@ def test_say_finishes_a_partial_write(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(D.os, "write", short_write)
     D.say("abcdefghij")
     assert b"".join(c[:4] for c in calls) == b"abcdefghij\n"
+
+
+def _raised(message: str) -> BaseException:
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        return exc
+
+
+def test_the_error_file_for_torchrun_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    D._record_for_torchrun(_raised("rank 3 broke"))
+    message = json.loads(path.read_text())["message"]  # what torchrun's agent reads
+    assert message["message"] == "ValueError: rank 3 broke"
+    assert "Traceback" in message["extraInfo"]["py_callstack"]
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_an_error_file_cut_short_never_takes_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank stopped while writing leaves no half file where torchrun looks."""
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+
+    def cut_short(data: object, fp: io.TextIOBase) -> None:
+        fp.write('{"message": ')
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(D.json, "dump", cut_short)
+    D._record_for_torchrun(_raised("rank 3 broke"))
+    assert list(tmp_path.iterdir()) == []
