@@ -42,9 +42,13 @@ async def _one_round(
         return
     if not at_end():  # a view shown after it got lines while hidden may sit at its top
         await end()
-    y = pane.scroll_y
+    # Its effect: the view has stopped following and sits above its end. Not "above where
+    # it was": lines arriving between the press and its handling move the end (and the
+    # view, while it follows) further down, so the old place can stay above the new one.
     latencies["scroll (up)"].append(
-        await probe.key(pilot, "up", None, lambda: pane.scroll_y < y and not pane.following)
+        await probe.key(
+            pilot, "up", None, lambda: not pane.following and pane.scroll_y < pane.max_scroll_y
+        )
     )
     await asyncio.sleep(PRESS_EVERY_S)
     await end()
