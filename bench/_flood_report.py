@@ -279,17 +279,41 @@ thresholds once a run was over: with its ~150,000 tracked objects (the views' li
 Textual's strips and their caches) a full collection of ~100 ms came every few tab switches
 even with no job running (14 in 51 switches); the app now keeps the young threshold raised
 for as long as it runs, and the same 51 switches at rest took at most 66 ms (was 183 ms).
-On a quiet machine (log_flood.md, load 1-4) the scroll and follow keys under the flood are
-at p50 26-32 ms (the thread: 55-118 ms) and p99 45-73 ms (the thread: 126-178 ms), but
-`]` has a tail under the flood of 343-524 ms (the thread: 150-153 ms): a tab switch lays
-out the screen again and draws the newly shown log whole (under py-spy mostly Textual's
-strips, Strip.__init__ ~30%, divide ~18%), and this tail, which the thread did not have,
-was not explained. Handing a burst to the screen over several ticks (at most 1,000 lines a
-tick) was tried and made no measurable difference, so it was left out. On a loaded machine
-(log_flood_loaded.md, load 9-212) the process split cut the keys' p99 from 525 to 318 ms
-at max and from 876 to 528 ms at 100k/s. What would close the rest: drawing less on a tab
-switch and per tick (the log view's rows kept as strips between frames, the hidden log views
-not laid out again), and finding the tab switch's tail under a flood."""
+The session process cut the keys' p99 on a loaded machine (log_flood_loaded.md, load 9-212)
+from 525 to 318 ms at max and from 876 to 528 ms at 100k/s.
+
+Drawing, this round. Four costs of the log views came out, each found by timing the app's
+screen updates during a flood and each with a test (tests/ui/test_log_keys_latency.py):
+(1) a log view that grew set Textual's `virtual_size`, which lays out the whole screen, so
+every tick of a flood reflowed every widget (layouts in one 16-node flood run: 107 -> 71,
+the rest tab switches); the view now sets it and updates its own scrollbars. (2) A hidden
+view that got lines asked for a repaint; a widget that is not on screen makes Textual arrange
+every widget again, so with 16 hidden views every tick did (at 64 nodes on a loaded
+machine, a tick with nothing else to draw took 40-100 ms); hidden views now repaint nothing
+until shown. (3) The log view asked Textual for its style once per row drawn, which walks
+every ancestor's styles (54% of the view's drawing); now once per drawing (a 64-node
+tick's repaint: 73 -> 31 ms of CPU under cProfile). (4) A node's new state mark relabelled
+its tab through `Tab.label`, which lays out the screen; a mark as wide as the one before is
+now only redrawn.
+
+The tab switch's tail. In these sweeps `]` has p50 38-42 ms for both trees and p99 144-343
+ms for this tree (base 189-430), while scroll and follow stay at p99 35-51 ms. The slow
+presses are the first ones of a flood: in one run the presses in order took 59, 42, 335, 95,
+25, 22, 12 ms and then never more than 62 ms. In that first second the session's first burst
+(up to 8,000 lines at once), the launch's node and rank updates and the sixteen writers all
+land together; frames then took 100-700 ms of wall time while their CPU profiles were spread
+thin over Textual's drawing, and the collector's pauses, p50 0.1 ms (young) and 1 ms
+(middle), reached 106 and 190 ms: the app waiting for a CPU, not working. With the nodes
+apart (log_flood_nodes_apart.md) the tail is shorter (144-186 ms) but still there, and a tab
+switch is a layout of the screen (the ContentSwitcher shows another view) plus a redraw of
+the newly shown view (~25-45 ms at rest). What would close it: one log widget whose
+content is swapped on a switch, so that a switch is a redraw of one widget as a scroll is.
+
+Measuring. The scroll key's effect used to be "the view is above where it was before the
+press"; lines arriving between the reading and the press moved the end further down, so at
+a job's end a press that showed could count as never shown (seen in 3 of 6 runs of the
+older tree, 1 of 10 of this one, in a timing script); it is now "the view has stopped
+following and sits above its end"."""
 
 
 def _flood_doc() -> str:

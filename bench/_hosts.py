@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,41 @@ from ddptui.core.job.spec import make_spec
 from tests.testbed import Testbed, cleanup_stale
 
 ENVCHECK = str(TRAINER / "envcheck.py")
+
+
+CPU_CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+CPU_CGROUP_V2 = Path("/sys/fs/cgroup")
+APART = "ddptui-bench-hosts-apart"
+
+
+@contextmanager
+def hosts_apart(tb: Testbed, hosts: Sequence[str]) -> Iterator[Path]:
+    """Every host's sshd, and so all it starts (logins, node helpers, agents, ranks), in a CPU
+    cgroup of the lowest weight while inside: the hosts get the CPU the head's processes
+    leave, standing for hosts that are other machines. A login calls setsid, which on the
+    root cgroup would give it a scheduling group (autogroup) of its own at the same weight as
+    the console's; a cgroup keeps them all in one. Needs root and the cpu controller."""
+    assert tb.ssh is not None
+    if CPU_CGROUP_V1.is_dir():
+        group, weight, root = CPU_CGROUP_V1 / APART, ("cpu.shares", "2"), CPU_CGROUP_V1
+    elif (CPU_CGROUP_V2 / "cgroup.controllers").is_file():
+        (CPU_CGROUP_V2 / "cgroup.subtree_control").write_text("+cpu")
+        group, weight, root = CPU_CGROUP_V2 / APART, ("cpu.weight", "1"), CPU_CGROUP_V2
+    else:
+        raise SystemExit("--hosts-apart needs a cpu cgroup (v1 /sys/fs/cgroup/cpu or v2)")
+    group.mkdir(exist_ok=True)
+    (group / weight[0]).write_text(weight[1])
+    for host in hosts:
+        pid = tb.ssh.sshd_pid(host)
+        if pid is not None:
+            (group / "cgroup.procs").write_text(str(pid))
+    try:
+        yield group
+    finally:
+        for pid in (group / "cgroup.procs").read_text().split():
+            with suppress(OSError):  # gone meanwhile
+                (root / "cgroup.procs").write_text(pid)
+        group.rmdir()
 
 
 def open_testbed(hosts: int) -> Testbed:

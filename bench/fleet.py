@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,14 @@ from bench._common import (
     ratio,
     verdict,
 )
-from bench._hosts import TimedStream, all_ranks_running, bench_env, ddptui_ssh_argv, job_leftovers
+from bench._hosts import (
+    TimedStream,
+    all_ranks_running,
+    bench_env,
+    ddptui_ssh_argv,
+    hosts_apart,
+    job_leftovers,
+)
 from tests.testbed import Testbed, cleanup_stale
 
 STANDIN = str(BENCH / "fleet_standin.sh")
@@ -261,6 +269,12 @@ def main() -> None:
         "--ui", action="store_true", help="one more run in the console, keys probed (p99)"
     )
     parser.add_argument(
+        "--hosts-apart",
+        action="store_true",
+        help="every host's sshd and all it starts in a CPU cgroup of the lowest weight, "
+        "standing for hosts that are other machines (root; writes fleet_N_hosts_apart.md)",
+    )
+    parser.add_argument(
         "--ddptui-only-reps",
         type=int,
         default=0,
@@ -269,7 +283,10 @@ def main() -> None:
     args = parser.parse_args()
     n = 16 if args.quick else args.hosts
     reps = 1 if args.quick else args.reps
-    report = Report(f"fleet_{n}", f"Fleet: {n} hosts", command_line())
+    apart = " (hosts apart)" if args.hosts_apart else ""
+    report = Report(
+        f"fleet_{n}" + ("_hosts_apart" if apart else ""), f"Fleet: {n} hosts{apart}", command_line()
+    )
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
     report.para(compile_bytecode())
     cleanup_stale()
@@ -277,8 +294,13 @@ def main() -> None:
     tb = Testbed(n, sshd=True, plain_login=True).start()
     built = time.monotonic() - t0
     report.para(f"Testbed of {n} hosts on {tb.subnet} built in {built:.1f} s.")
+    if args.hosts_apart:
+        report.para(HOSTS_APART)
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name:
+        with (
+            hosts_apart(tb, tb.hosts[:n]) if args.hosts_apart else nullcontext(),
+            tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name,
+        ):
             tmp = Path(tmp_name)
             tools: dict[str, Callable[[int], Sample]] = {
                 "ddptui": lambda _: ddptui_run(tb, n, tmp),
@@ -306,6 +328,14 @@ def main() -> None:
     report.section("Where the launch time goes, and what would close the gap")
     report.para(NOTES)
     report.write()
+
+
+HOSTS_APART = """Hosts apart: every host's sshd, and so every login, node helper and stand-in
+it starts, ran in a CPU cgroup of the lowest weight (bench/_hosts.py `hosts_apart`): the
+hosts got the CPU that the console (or pdsh) left, standing for hosts that are other
+machines. Without it every SSH login is a scheduling group of its own (it calls setsid),
+with the same weight as the console's, and N hosts starting at once leave the console's
+process a 1/(N+1) share of the CPUs."""
 
 
 def summarize(
