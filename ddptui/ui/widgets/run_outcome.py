@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
+import hostlist
 from rich.text import Text
 from textual.widgets import Static
 
 from ddptui.core.events import Notice, RankState, RunSummary, TeardownReport
 
 MAX_NOTICES = 4
+NODE_LINES = 16  # up to this many nodes, a line each; beyond, the clean ones as one hostlist
 StopRequest = Literal["teardown", "detach"] | None
 """What the operator asked of a running job, if anything."""
 _LEVEL_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -35,6 +37,7 @@ class RunOutcome(Static):
         self.reports: dict[str, TeardownReport] = {}
         self.summary: RunSummary | None = None
         self.stopped_by: StopRequest = None
+        self._drawn_lines = 0
 
     def on_mount(self) -> None:
         self._redraw()
@@ -70,7 +73,15 @@ class RunOutcome(Static):
         return bool(self.reports) and all(r.clean for r in self.reports.values())
 
     def _redraw(self) -> None:
-        self.update(self.describe())
+        """Draw what the panel holds; laid out again only when its height may change (a
+        teardown brings a report per node, and a layout of the whole screen for each would
+        hold up the keys on a large job)."""
+        text = self.describe()
+        lines = text.plain.splitlines() or [""]
+        width = self.content_region.width if self.is_mounted else 0
+        fits = bool(width) and all(len(line) <= width for line in lines)
+        self.update(text, layout=len(lines) != self._drawn_lines or not fits)
+        self._drawn_lines = len(lines)
 
     def describe(self) -> Text:
         text = Text()
@@ -81,15 +92,7 @@ class RunOutcome(Static):
             text.append(f"\n    logs {self.run_dir}/nodes", style="dim")
         if self.reports:
             text.append("\nteardown", style="bold")
-            for node, report in self.reports.items():
-                text.append(f"\n  {node} ")
-                if report.clean:
-                    text.append("✓ clean", style="bold green")
-                else:
-                    pids = " ".join(str(p) for p in report.leftover_pids) or "unknown"
-                    text.append(f"✗ leftover pids {pids}", style="bold red")
-                if report.detail:
-                    text.append(f" — {report.detail}", style="dim")
+            text.append_text(_describe_reports(self.reports))
         if self.summary is not None:
             text.append("\nresult ", style="bold")
             text.append_text(_describe_summary(self.summary, self.stopped_by))
@@ -97,6 +100,31 @@ class RunOutcome(Static):
             text.append(f"\n{notice.level:>7} ", style=_LEVEL_STYLE.get(notice.level, ""))
             text.append(notice.message)
         return text
+
+
+def _describe_reports(reports: dict[str, TeardownReport]) -> Text:
+    """A line per node's proof; on a large job the clean nodes share one line, as a hostlist
+    (`✓ clean node[1-63]`; what each reaped stays in the run's events), and every node that
+    is not clean keeps a line of its own."""
+    text = Text()
+    many = len(reports) > NODE_LINES
+    if many:
+        clean = sorted(node for node, report in reports.items() if report.clean)
+        if clean:
+            text.append("\n  ✓ clean", style="bold green")
+            text.append(f" {hostlist.collect_hostlist(clean)} ({len(clean)} nodes)")
+    for node, report in reports.items():
+        if many and report.clean:
+            continue
+        text.append(f"\n  {node} ")
+        if report.clean:
+            text.append("✓ clean", style="bold green")
+        else:
+            pids = " ".join(str(p) for p in report.leftover_pids) or "unknown"
+            text.append(f"✗ leftover pids {pids}", style="bold red")
+        if report.detail:
+            text.append(f" — {report.detail}", style="dim")
+    return text
 
 
 def _describe_summary(summary: RunSummary, stopped_by: StopRequest) -> Text:
