@@ -306,8 +306,11 @@ thin over Textual's drawing, and the collector's pauses, p50 0.1 ms (young) and 
 (middle), reached 106 and 190 ms: the app waiting for a CPU, not working. With the nodes
 apart (log_flood_nodes_apart.md) the tail is shorter (144-186 ms) but still there, and a tab
 switch is a layout of the screen (the ContentSwitcher shows another view) plus a redraw of
-the newly shown view (~25-45 ms at rest). What would close it: one log widget whose
-content is swapped on a switch, so that a switch is a redraw of one widget as a scroll is.
+the newly shown view (~25-45 ms at rest); the redraw is needed however the deck is built (one
+log widget whose content is swapped would save the layout, a few ms of it). What would close
+the tail is the app's process getting a CPU in the flood's first second; handing the first
+burst over several ticks (at most 1,000 lines a tick) was tried before and made no
+measurable difference.
 
 Measuring. The scroll key's effect used to be "the view is above where it was before the
 press"; lines arriving between the reading and the press moved the end further down, so at
