@@ -312,6 +312,13 @@ the tail is the app's process getting a CPU in the flood's first second; handing
 burst over several ticks (at most 1,000 lines a tick) was tried before and made no
 measurable difference.
 
+The session's weight. The session process is a session of its own, so (with Linux's
+autogroups) a scheduling group of the console's weight; in a flood's first seconds both want
+a whole core. It now sets its group to nice 5 (a third of the console's weight when they meet
+on one core; ddptui/core/session_child.py). Interleaved with the same tree without that
+(log_flood_session_weight.md, nodes apart, 3 sweeps): `]` p99 199 -> 124 ms at 100k/s and
+136 -> 129 ms at max, ingest unchanged (99k/s; 404k -> 414k/s at max).
+
 Measuring. The scroll key's effect used to be "the view is above where it was before the
 press"; lines arriving between the reading and the press moved the end further down, so at
 a job's end a press that showed could count as never shown (seen in 3 of 6 runs of the

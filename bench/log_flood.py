@@ -291,7 +291,10 @@ BASE = " (base)"
 
 
 def report_name(data: dict[str, Any]) -> str:
-    """log_flood, or log_flood_nodes_apart for a run with `--nodes-apart`."""
+    """log_flood, or log_flood_nodes_apart for a run with `--nodes-apart`, unless the raw
+    results name their report (a sweep kept under a name of its own)."""
+    if data.get("name"):
+        return str(data["name"])
     return "log_flood_nodes_apart" if data.get("nodes_apart") else "log_flood"
 
 

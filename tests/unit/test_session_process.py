@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core import session_process
+from ddptui.core import session_child, session_process
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.run_dir import RunDir
@@ -76,6 +76,14 @@ class Console:
         if self.slow_blocks > 0:  # a console slower than the nodes
             self.slow_blocks -= 1
             time.sleep(0.5)
+
+
+def autogroups(*pids: int) -> list[list[str]] | None:
+    """Each process's autogroup (`/autogroup-12 nice 5`, split); None without autogroups."""
+    try:
+        return [Path(f"/proc/{pid}/autogroup").read_text().split() for pid in pids]
+    except FileNotFoundError:
+        return None
 
 
 def on_disk(run: RunDir) -> dict[str, int]:
@@ -137,6 +145,10 @@ async def test_teardown_asked_by_the_console_stops_the_run(tmp_path: Path) -> No
     session = SessionProcess(spec, console.emit, console.lines)
     runner = asyncio.ensure_future(session.serve())
     assert await asyncio.to_thread(console.first.wait, 120)
+    assert session.process is not None
+    groups = autogroups(session.process.pid, os.getpid())
+    if groups is not None:  # Linux's autogroups: the session's group weighs less
+        assert groups[0][0] != groups[1][0] and groups[0][-1] == str(session_child.AUTOGROUP_NICE)
     session.request_teardown()
     summary = await runner
 
