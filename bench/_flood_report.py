@@ -255,8 +255,8 @@ def _versus_base(
     report.table(table)
 
 
-LIMITS = """Where the time goes. Before this round's last step the session ran on a thread of
-its own in the app's process: the ingest and the screen shared one interpreter (together at
+LIMITS = """Where the time goes. Before the session moved to a process of its own it ran on a
+thread in the app's process: the ingest and the screen shared one interpreter (together at
 most one core; the screen's thread got its turn every 1 ms at best, and a full collection
 stopped both), and keys' p99 stayed at 0.6-1.2 s. Now the session runs in a process of its
 own (ddptui/core/session_process.py, session_child.py), in a session (so a scheduling group)
@@ -282,7 +282,7 @@ for as long as it runs, and the same 51 switches at rest took at most 66 ms (was
 The session process cut the keys' p99 on a loaded machine (log_flood_loaded.md, load 9-212)
 from 525 to 318 ms at max and from 876 to 528 ms at 100k/s.
 
-Drawing, this round. Four costs of the log views came out, each found by timing the app's
+Drawing. Four costs of the log views came out, each found by timing the app's
 screen updates during a flood and each with a test (tests/ui/test_log_keys_latency.py):
 (1) a log view that grew set Textual's `virtual_size`, which lays out the whole screen, so
 every tick of a flood reflowed every widget (layouts in one 16-node flood run: 107 -> 71,
