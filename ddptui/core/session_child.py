@@ -33,6 +33,7 @@ from ddptui.core.events import Event, NodeLines, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, open_private
 from ddptui.core.session import Session
+from ddptui.core.session_process import GC_YOUNG_THRESHOLD
 from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
 
 # The lines the console gets: what a screen can show (15 frames a second of 40-odd rows),
@@ -43,10 +44,6 @@ LINES_PER_S = 10_000
 BURST_LINES = 8_000
 FLUSH_S = 1 / 20
 SETTLE_S = 2.0
-# The collector looks at new objects after this many allocations (Python's default: 700).
-# Ingest makes a tuple per line: at the default a flood sets off thousands of young
-# collections and dozens of full ones per million lines, most of the process's CPU time.
-GC_YOUNG_THRESHOLD = 20_000
 
 
 class Outbox:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import gc
 import os
 import subprocess
 import sys
@@ -37,10 +36,11 @@ if TYPE_CHECKING:
     from ddptui.core.job.spec import JobSpec
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs from
-# While a session runs, the console's collector looks at new objects after this many
-# allocations (Python's default: 700). The screen keeps every view's newest lines, hundreds of
-# thousands of tracked objects: at the default, a flood set off a full collection every
-# second or so, each stopping the screen for 100-170 ms, the slowest key presses.
+# Both processes of a session raise their collector's young threshold to this (Python's
+# default: 700). The session's process makes a tuple per line it ingests: at the default a
+# flood set off thousands of young collections and dozens of full ones per million lines.
+# The console's screen keeps every view's newest lines and Textual's strips, some 150,000
+# tracked objects: a full collection of them stopped it for 100-170 ms every few key presses.
 GC_YOUNG_THRESHOLD = 20_000
 CHILD = "ddptui.core.session_child"
 
@@ -157,15 +157,11 @@ class SessionProcess:
         Cancelled, it asks the session to cancel (its teardown still runs, in its process).
         """
         self._spawn()
-        thresholds = gc.get_threshold()
-        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
         try:
             return await asyncio.shield(asyncio.wrap_future(self._done))
         except asyncio.CancelledError:
             self._send(("cancel",))
             raise
-        finally:
-            gc.set_threshold(*thresholds)
 
     def request_teardown(self) -> None:
         self._send(("teardown",))

@@ -94,11 +94,7 @@ class DdpApp(App[int]):
     def on_mount(self) -> None:
         if self.keymap:
             self.set_keymap(self.keymap)
-        # The screen keeps every view's newest lines and Textual's strips, some 150,000
-        # tracked objects: at Python's default thresholds a full collection of them (~100 ms
-        # here) came every few key presses, even with no job running, and was the slowest
-        # stop a key waited behind. Collections stay frequent enough for what dies young.
-        self._gc_thresholds = gc.get_threshold()
+        # For as long as the app runs, with or without a job (session_process.py says why).
         gc.set_threshold(max(self._gc_thresholds[0], GC_YOUNG_THRESHOLD), *self._gc_thresholds[1:])
 
     def on_unmount(self) -> None:
