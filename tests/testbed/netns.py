@@ -25,6 +25,7 @@ from typing import Any
 
 from .commands import TestbedError, _batch, _sh, check_prerequisites
 from .iproute import fit_neighbour_table
+from .netns_files import hosts_text, plain_passwd
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
 from .users import PlainUser, needed_paths, view_commands, yama_commands
 
@@ -197,7 +198,7 @@ class Testbed:
         ports += [f"link set {self.bridge_port(name)} master br0 up" for name in self._ns]
         _batch(br, ports)
         machine = socket.gethostname()
-        passwd = self._plain_passwd() if self.plain_login else None
+        passwd = plain_passwd(self.workdir / "home-root") if self.plain_login else None
         for name, ns in self._ns.items():
             _batch(
                 ns,
@@ -210,32 +211,13 @@ class Testbed:
             d = Path("/etc/netns") / ns
             d.mkdir(parents=True, exist_ok=True)
             extra = {name: machine} if machine not in self._ip else {}
-            (d / "hosts").write_text(self._hosts_text(extra))
+            (d / "hosts").write_text(hosts_text(self._ip, extra))
             (d / "resolv.conf").write_text("# testbed: no DNS inside the test network\n")
             if passwd is not None and name != self.head:
                 (d / "passwd").write_text(passwd)
             if self.user is not None:
                 (d / "passwd").write_text(self.user.passwd())
                 (d / "group").write_text(self.user.group())
-
-    def _plain_passwd(self) -> str:
-        home = self.workdir / "home-root"
-        home.mkdir(exist_ok=True)
-        lines = Path("/etc/passwd").read_text().splitlines()
-        out = []
-        for line in lines:
-            fields = line.split(":")
-            if fields[0] == "root" and len(fields) == 7:
-                fields[5] = str(home)
-            out.append(":".join(fields))
-        return "\n".join(out) + "\n"
-
-    def _hosts_text(self, alias: dict[str, str]) -> str:
-        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
-        for name, ip in self._ip.items():
-            names = f"{name} {alias[name]}" if name in alias else name
-            lines += [f"{ip} {names}", f"::ffff:{ip} {names}"]
-        return "\n".join(lines) + "\n"
 
     def close(self) -> None:
         """Stop what we started (by PID), kill leftovers in our namespaces, delete all."""
