@@ -39,7 +39,8 @@ def hosts_apart(tb: Testbed, hosts: Sequence[str]) -> Iterator[Path]:
     cgroup of the lowest weight while inside: the hosts get the CPU the head's processes
     leave, standing for hosts that are other machines. A login calls setsid, which on the
     root cgroup would give it a scheduling group (autogroup) of its own at the same weight as
-    the console's; a cgroup keeps them all in one. Needs root and the cpu controller."""
+    the console's, so N hosts starting at once would leave the console a 1/(N+1) share of the
+    CPUs; a cgroup keeps them all in one. Needs root and the cpu controller."""
     assert tb.ssh is not None
     if CPU_CGROUP_V1.is_dir():
         group, weight, root = CPU_CGROUP_V1 / APART, ("cpu.shares", "2"), CPU_CGROUP_V1

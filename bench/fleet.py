@@ -295,7 +295,10 @@ def main() -> None:
     built = time.monotonic() - t0
     report.para(f"Testbed of {n} hosts on {tb.subnet} built in {built:.1f} s.")
     if args.hosts_apart:
-        report.para(HOSTS_APART)
+        report.para(
+            "Hosts apart (bench/_hosts.py `hosts_apart`): "
+            + " ".join((hosts_apart.__doc__ or "").split())
+        )
     try:
         with (
             hosts_apart(tb, tb.hosts[:n]) if args.hosts_apart else nullcontext(),
@@ -328,14 +331,6 @@ def main() -> None:
     report.section("Where the launch time goes, and what would close the gap")
     report.para(NOTES)
     report.write()
-
-
-HOSTS_APART = """Hosts apart: every host's sshd, and so every login, node helper and stand-in
-it starts, ran in a CPU cgroup of the lowest weight (bench/_hosts.py `hosts_apart`): the
-hosts got the CPU that the console (or pdsh) left, standing for hosts that are other
-machines. Without it every SSH login is a scheduling group of its own (it calls setsid),
-with the same weight as the console's, and N hosts starting at once leave the console's
-process a 1/(N+1) share of the CPUs."""
 
 
 def summarize(
