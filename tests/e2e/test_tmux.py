@@ -115,8 +115,9 @@ def test_launch_crash_jump_to_error_and_teardown(terminal: Terminal, tmp_path: P
     run_id = runs[0].name
 
     try:
-        # rank 1 raises (on whichever node the rendezvous put it); torchrun restarts the workers
-        terminal.wait_for(lambda s: "rank 1 (--fail-rank)" in s, "rank 1 to crash")
+        # rank 1 raises (on whichever node the rendezvous put it); torchrun restarts the workers.
+        # Its error leads the diagnoses, where the panel's width may wrap it after "rank 1".
+        terminal.wait_for(lambda s: "(--fail-rank)" in s, "rank 1 to crash")
         terminal.keys("E")
         terminal.wait_for(
             lambda s: "[r1] Traceback (most recent call last):" in s and "(--fail-rank)" in s,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ddptui.core.events import RankChanged, RankState
+from ddptui.core.events import Diagnosis, RankChanged, RankState
+from ddptui.core.monitor.diagnosis import PEER_LOST, TRACEBACK, recognise
 from ddptui.ui.app import DdpApp
 
 from .conftest import SIZE, local_spec
@@ -105,3 +106,31 @@ async def test_hung_straggler_and_restarts_show_in_the_grid() -> None:
         assert slow.look == "straggler" and slow.render() == "r1 ▶slow"
         assert hung.look == "hung"
         assert grid.restarts()["local0"] == 1
+
+
+async def test_diagnoses_name_the_rank_with_its_own_error_before_those_that_lost_a_peer() -> None:
+    """While torchrun restarts the workers there is no failure record, only each rank's
+    output: the victims' lines came first, yet the rank whose own error it was leads."""
+    gloo = (
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+        "Connection closed by peer [127.0.0.1]:29831"
+    )
+    lost = recognise(gloo, seq=7)
+    assert lost is not None and lost.kind == PEER_LOST
+    own = Diagnosis(TRACEBACK, "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)")
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.job_screen.root_cause
+        for rank in (2, 3):  # local1's ranks lost their peer and said so first
+            panel.show_rank(
+                RankChanged(rank, "local1", rank - 2, RankState.RUNNING, diagnoses=(lost,))
+            )
+        panel.show_rank(RankChanged(1, "local0", 1, RankState.RUNNING, diagnoses=(own,)))
+        await pilot.pause()
+        text = panel.describe().plain
+        assert text.startswith("Diagnoses\n  rank 1 on local0: RuntimeError: envcheck")
+        assert (
+            text.index("rank 1 on local0")
+            < text.index("rank 2 on local1")
+            < text.index("rank 3 on local1")
+        )

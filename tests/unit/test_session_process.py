@@ -79,11 +79,16 @@ class Console:
 
 
 def autogroups(*pids: int) -> list[list[str]] | None:
-    """Each process's autogroup (`/autogroup-12 nice 5`, split); None without autogroups."""
+    """Each process's autogroup (`/autogroup-12 nice 5`, split); None without autogroups.
+
+    The file is missing where the kernel has no autogroups, and empty for a process whose
+    CPU group is a cgroup (a container's), where autogroups do not apply.
+    """
     try:
-        return [Path(f"/proc/{pid}/autogroup").read_text().split() for pid in pids]
+        groups = [Path(f"/proc/{pid}/autogroup").read_text().split() for pid in pids]
     except FileNotFoundError:
         return None
+    return groups if all(groups) else None
 
 
 def on_disk(run: RunDir) -> dict[str, int]:

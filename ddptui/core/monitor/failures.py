@@ -188,7 +188,7 @@ def jump_targets(
             recorded.append(key)
     victims = {(r.node, r.local_rank) for r in failures if is_victim(r.cause)}
     unrecorded = sorted(
-        (_lost_a_peer(event), target.ts, index, key)
+        (lost_a_peer(event.diagnoses), target.ts, index, key)
         for index, (key, event) in enumerate(ranks.items())
         if key not in recorded and (target := _target(event)) is not None
     )
@@ -199,6 +199,6 @@ def jump_targets(
     return [t for key in order if key in ranks and (t := _target(ranks[key]))]
 
 
-def _lost_a_peer(event: RankChanged) -> bool:
-    """Its output says a peer went away or a collective timed out: likely a victim."""
-    return any(d.kind in (PEER_LOST, COLLECTIVE_TIMEOUT) for d in event.diagnoses)
+def lost_a_peer(diagnoses: Iterable[Diagnosis]) -> bool:
+    """A rank's output says a peer went away or a collective timed out: likely a victim."""
+    return any(d.kind in (PEER_LOST, COLLECTIVE_TIMEOUT) for d in diagnoses)

@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit
+from ddptui.core.monitor.failures import lost_a_peer
 from ddptui.core.stall_events import FlightRecorderReport
 
 TRACEBACK_TAIL = 6
@@ -139,11 +140,13 @@ class RootCausePanel(VerticalScroll):
         return text
 
     def _noted(self) -> list[tuple[str, int, int | None, Diagnosis]]:
-        """Each rank's diagnoses, less what the failure records already say."""
+        """Each rank's diagnoses, less what the failure records already say; the ranks that
+        lost a peer (likely victims) after the others, whose own error may be the cause."""
         recorded = {(r.node, r.local_rank) for r in self.failures}
+        ranks = sorted(self.diagnoses.items(), key=lambda item: lost_a_peer(item[1][1]))
         return [
             (node, lr, rank, diag)
-            for (node, lr), (rank, diags) in self.diagnoses.items()
+            for (node, lr), (rank, diags) in ranks
             for diag in diags
             if diag.kind != EXITED and not (diag.kind == TRACEBACK and (node, lr) in recorded)
         ]
