@@ -33,8 +33,17 @@ T = TypeVar("T")
 # -- the machine --------------------------------------------------------------------------
 
 
-def compile_bytecode() -> str:
-    """Compile the console's sources (and the benchmarks') to bytecode in their __pycache__.
+def describe_tree(tree: str | Path) -> str:
+    """A tree of ddptui (a baseline) as `path @ commit subject`, for a report."""
+    cp = subprocess.run(
+        ["git", "-C", str(tree), "log", "-1", "--format=%h %s"], capture_output=True, text=True
+    )
+    return f"{tree} @ {cp.stdout.strip()[:100]}"
+
+
+def compile_bytecode(*trees: Path) -> str:
+    """Compile the console's sources (and the benchmarks', and those of other `trees` of
+    ddptui run beside it) to bytecode in their __pycache__.
 
     Why: an installed console runs from bytecode (pip compiles it at install), but this
     machine sets PYTHONDONTWRITEBYTECODE=1 and runs the sources in place, so every fresh
@@ -43,7 +52,8 @@ def compile_bytecode() -> str:
     Returns the sentence the results files say it with.
     """
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(ROOT / "ddptui"), str(BENCH)],
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "ddptui"), str(BENCH)]
+        + [str(Path(tree) / "ddptui") for tree in trees],
         check=True,
         stdout=subprocess.DEVNULL,
         env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},

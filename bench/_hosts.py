@@ -70,8 +70,9 @@ def open_testbed(hosts: int) -> Testbed:
     return Testbed(hosts, sshd=True).start()
 
 
-def bench_env(state: Path) -> dict[str, str]:
-    return {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+def bench_env(state: Path, tree: Path = ROOT) -> dict[str, str]:
+    """The environment of a ddptui run: its own state directory, the console of `tree`."""
+    return {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(tree)}
 
 
 def ddptui_ssh_argv(tb: Testbed, *args: str) -> list[str]:

@@ -34,11 +34,13 @@ from typing import Any
 
 from bench._common import (
     BENCH,
+    ROOT,
     Report,
     Table,
     arg_parser,
     command_line,
     compile_bytecode,
+    describe_tree,
     fmt_ms,
     fmt_s,
     interleaved,
@@ -57,6 +59,7 @@ from bench._hosts import (
 from tests.testbed import Testbed, cleanup_stale
 
 STANDIN = str(BENCH / "fleet_standin.sh")
+BASE = "ddptui (base)"
 MARK = "[d]dptui-fleet-standin"  # pkill -f pattern that does not match the shell running it
 Sample = dict[str, Any]
 
@@ -154,14 +157,16 @@ def _phases(events: list[dict[str, Any]], wall0: float) -> dict[str, float]:
     }
 
 
-def ddptui_run(tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None) -> Sample:
+def ddptui_run(
+    tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None, tree: Path = ROOT
+) -> Sample:
     hosts = tb.hosts[:n]
     argv = ddptui_ssh_argv(
         tb,
         *("--hosts", f"node[1-{n}]", "--nproc-per-node", "1", "--hang-timeout", "3600"),
         *("--launcher", f"bash {STANDIN}", "fleet.py"),
     )
-    stream = TimedStream(argv, env=bench_env(tmp / "state"), cwd=tmp)
+    stream = TimedStream(argv, env=bench_env(tmp / "state", tree), cwd=tmp)
     rss = PeakRss(stream.proc.pid)
     green = stream.until(all_ranks_running(n), timeout=600)
     ended = [e for e in stream.events() if e["event"] in ("summary", "notice")]
@@ -171,13 +176,16 @@ def ddptui_run(tb: Testbed, n: int, tmp: Path, cut: list[str] | None = None) -> 
         raise RuntimeError(f"ddptui: not all running: {ended[-4:]}")
     for host in cut or ():
         tb.cut_link(host)
-    t0 = time.monotonic()
+    t0, asked = time.monotonic(), time.time()
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
     events = stream.events()
     reports = {e["node"]: e for e in events if e["event"] == "teardown"}
     phases = _phases(events, stream.wall0)
+    proofs = [e["ts"] - asked for e in events if e["event"] == "teardown"]
+    phases["first proof"] = min(proofs, default=float("nan"))
+    phases["all proofs"] = max(proofs, default=float("nan"))
     healthy = [h for h in hosts if h not in (cut or ())]
     clean_s, dirty = _clean_after(tb, healthy, 30)
     sample: Sample = {
@@ -280,6 +288,11 @@ def main() -> None:
         default=0,
         help="extra ddptui runs after the interleaved ones (for the dirty-host count)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of ddptui (a git worktree) to run as `ddptui (base)`, interleaved",
+    )
     args = parser.parse_args()
     n = 16 if args.quick else args.hosts
     reps = 1 if args.quick else args.reps
@@ -288,7 +301,9 @@ def main() -> None:
         f"fleet_{n}" + ("_hosts_apart" if apart else ""), f"Fleet: {n} hosts{apart}", command_line()
     )
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(compile_bytecode())
+    report.para(compile_bytecode(*([args.baseline] if args.baseline else [])))
+    if args.baseline:
+        report.para(f"Baseline `ddptui (base)`: {describe_tree(args.baseline)}.")
     cleanup_stale()
     t0 = time.monotonic()
     tb = Testbed(n, sshd=True, plain_login=True).start()
@@ -305,12 +320,15 @@ def main() -> None:
             tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp_name,
         ):
             tmp = Path(tmp_name)
+            base = args.baseline
             tools: dict[str, Callable[[int], Sample]] = {
+                BASE: lambda _: ddptui_run(tb, n, tmp, tree=base),
                 "ddptui": lambda _: ddptui_run(tb, n, tmp),
                 "pdsh": lambda _: by_hand_run(tb, n, "pdsh"),
                 "clush": lambda _: by_hand_run(tb, n, "clush"),
             }
-            tools = {k: v for k, v in tools.items() if k in args.tools.split(",")}
+            wanted = args.tools.split(",") + ([BASE] if base else [])
+            tools = {k: v for k, v in tools.items() if k in wanted}
             runs = interleaved(reps, tools)
             for i in range(args.ddptui_only_reps):
                 runs["ddptui"].append(ddptui_run(tb, n, tmp))
@@ -362,6 +380,24 @@ def summarize(
         name = key if key != "launch" else "all ranks running"
         steps.add(name, fmt_s(median([s[key] for s in ours])))
     report.table(steps)
+    trees = [t for t in ("ddptui", BASE) if t in runs]
+    proofs = Table(["teardown step (median, s since SIGTERM)", *trees])
+    for key, name in (
+        ("first proof", "first host's proof"),
+        ("all proofs", "every host's proof"),
+        ("teardown", "process ended"),
+    ):
+        medians = [median([s.get(key, float("nan")) for s in runs[t]]) for t in trees]
+        proofs.add(name, *map(fmt_s, medians))
+    report.table(proofs)
+    if BASE in runs:
+        base = runs[BASE]
+        for what in ("launch", "teardown"):
+            mine, theirs = median([s[what] for s in ours]), median([s[what] for s in base])
+            report.para(
+                f"{what.capitalize()}: this tree / the baseline = {ratio(mine, theirs)}; the "
+                f"baseline / pdsh = {ratio(theirs, median([s[what] for s in runs['pdsh']]))}."
+            )
     our_launch = median([s["launch"] for s in ours])
     launch_r = our_launch / median([s["launch"] for s in runs["pdsh"]])
     down_r = median([s["teardown"] for s in ours]) / median([s["teardown"] for s in runs["pdsh"]])

@@ -42,6 +42,7 @@ from bench._common import (
     arg_parser,
     command_line,
     cpu_s,
+    describe_tree,
     environment,
     fmt_ms,
     peak_rss_mb,
@@ -254,7 +255,7 @@ def main() -> None:
         "env": environment(),
         "cores": [],
         "sweeps": [],
-        "baseline": args.baseline and _describe_tree(args.baseline),
+        "baseline": args.baseline and describe_tree(args.baseline),
         "nodes_apart": args.nodes_apart,
         "command": command_line(),
         "loads": [],
@@ -296,14 +297,6 @@ def report_name(data: dict[str, Any]) -> str:
     if data.get("name"):
         return str(data["name"])
     return "log_flood_nodes_apart" if data.get("nodes_apart") else "log_flood"
-
-
-def _describe_tree(tree: str) -> str:
-    """The baseline as `path @ commit subject`, for the report."""
-    cp = subprocess.run(
-        ["git", "-C", tree, "log", "-1", "--format=%h %s"], capture_output=True, text=True
-    )
-    return f"{tree} @ {cp.stdout.strip()[:100]}"
 
 
 def _brief(r: dict[str, Any]) -> str:

@@ -321,10 +321,13 @@ class Session:
             for c in self.plan.commands:
                 if self.node_exit.get(c.node) is None:
                     self.emit(NodeChanged(c.node, NodeState.STOPPING))
-            reports = await asyncio.gather(*(self.backend.reap(c) for c in self.plan.commands))
-            for report in reports:
-                self.teardown_reports[report.node] = report
-                self.emit(report)
+            await asyncio.gather(*(self._reap(c) for c in self.plan.commands))
+            # the plan's order, whatever order the proofs came in
+            self.teardown_reports = {
+                c.node: self.teardown_reports[c.node]
+                for c in self.plan.commands
+                if c.node in self.teardown_reports
+            }
             followers = getattr(self, "_followers", [])
             if followers:
                 _, pending = await asyncio.wait(followers, timeout=DRAIN_S)
@@ -333,6 +336,13 @@ class Session:
         with contextlib.suppress(BackendError):
             await self.backend.release()
         self._close_logs()
+
+    async def _reap(self, command: NodeCommand) -> None:
+        """One node's teardown; its proof goes out as it comes (the grid shows each host
+        proven while the slowest are still at it)."""
+        report = await self.backend.reap(command)
+        self.teardown_reports[report.node] = report
+        self.emit(report)
 
     def _close_logs(self) -> None:
         for log in self._logs.values():

@@ -18,7 +18,13 @@ from ddptui.core.events import Event, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus, memory_before
-from ddptui.core.node import STDIN_PROGRAM, job_helper_source, with_job, worker_hook_source
+from ddptui.core.node import (
+    STDIN_PROGRAM,
+    job_helper_source,
+    reaper_source,
+    with_job,
+    worker_hook_source,
+)
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -115,6 +121,7 @@ class HelperBackend(Backend):
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
         self._helper_source = job_helper_source()
+        self._reaper_source = reaper_source()
         self._hook_source = worker_hook_source()
         self._launches: dict[str, LaunchStream] = {}
         self._prestarted: dict[str, tuple[NodeCommand, LaunchStream]] = {}
@@ -281,7 +288,7 @@ class HelperBackend(Backend):
         """
         result = await transport.run(
             self._argv("reap", *reap_args(self.spec, tag, gpu_before)),
-            stdin=self._helper_source,
+            stdin=self._reaper_source,
             timeout=90,
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])

@@ -59,6 +59,14 @@ def node_probe_source() -> bytes:
     return _joined("netinfo.py") + main
 
 
+def reaper_source() -> bytes:
+    """The reaper alone, `python3 -S - reap TAG GRACE ...` (a teardown over SSH or on this
+    machine): half the job helper for every node to compile, which is most of what a reap
+    costs a node besides its look at every process."""
+    main = b'\nif __name__ == "__main__":\n    import sys\n\n    sys.exit(reap(*sys.argv[2:]))\n'
+    return _joined("gpu_sampler.py", "reaper.py") + main
+
+
 def reap_step_source() -> bytes:
     """The reaper alone, `python3 -S - each reap` with a JOB of every node's arguments (the
     Slurm reap step: the helper without what only its launch and probe need)."""

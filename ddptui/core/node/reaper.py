@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 TAG_VAR = "DDPTUI_TAG"
 REAP_POLL_S = 0.05
+ENVIRON_READ = 1 << 16  # bytes a read of /proc/PID/environ asks for
 AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
 ENGINE_VARS = (  # what points a docker/podman client at its daemon, store or settings
     "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
@@ -33,20 +34,36 @@ GPU_MARGIN_MIB = 256  # GPU memory above its level before the job that still cou
 
 
 def _tagged(tag: str) -> list[int]:
-    """PIDs of every process whose environment carries this job's tag."""
-    needle = f"{TAG_VAR}={tag}".encode()
-    me = os.getpid()
+    """PIDs of every process whose environment carries this job's tag.
+
+    A look at every process, the reap's main cost where many run (a login node, or hundreds
+    of test hosts on one machine): each environment is read with bare os.open/os.read (a
+    Python file object adds an fstat and a second read a process) and searched whole."""
+    needle = f"\0{TAG_VAR}={tag}\0".encode()
+    me = str(os.getpid())
     found = []
     for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or name == me:
             continue
         try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    found.append(int(name))
+            if needle in b"\0" + _environ(name) + b"\0":
+                found.append(int(name))
         except OSError:
             continue
     return found
+
+
+def _environ(pid: str) -> bytes:
+    """/proc/PID/environ whole: procfs hands as much as asked for in one read, so a read
+    shorter than asked is the end."""
+    fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
+    try:
+        chunks = [os.read(fd, ENVIRON_READ)]
+        while len(chunks[-1]) == ENVIRON_READ:
+            chunks.append(os.read(fd, ENVIRON_READ))
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
 
 
 def _still_tagged(pids: list[int], tag: str) -> list[int]:

@@ -9,9 +9,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ddptui.core.node import job_helper_source, with_job
+import pytest
+
+from ddptui.core.node import STDIN_PROGRAM, job_helper_source, reaper_source, with_job
 from ddptui.core.node.job_helper import TAG_VAR
 
 
@@ -58,7 +61,11 @@ AGENT = (
 )
 
 
-def test_reap_kills_an_agent_left_alone_without_waiting_out_the_grace() -> None:
+@pytest.mark.parametrize("source", [job_helper_source, reaper_source])
+def test_reap_kills_an_agent_left_alone_without_waiting_out_the_grace(
+    source: Callable[[], bytes],
+) -> None:
+    """The reap as the job helper's verb and as the reaper alone (what a teardown sends)."""
     tag = f"unit-reap-{os.getpid()}"
     agent = subprocess.Popen(
         [sys.executable, "-c", AGENT],
@@ -71,8 +78,8 @@ def test_reap_kills_an_agent_left_alone_without_waiting_out_the_grace() -> None:
         worker = int(agent.stdout.readline())
         # A 60 s grace: were the lone agent waited out, this would pass the 20 s timeout.
         cp = subprocess.run(
-            [sys.executable, "-", "reap", tag, "60"],
-            input=job_helper_source(),
+            [sys.executable, "-S", "-c", STDIN_PROGRAM, "reap", tag, "60"],
+            input=source(),
             capture_output=True,
             check=True,
             timeout=20,
