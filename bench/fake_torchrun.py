@@ -11,6 +11,9 @@ every local rank, `[ddptui:<rank>:<local>]:`-prefixed lines as a training script
     --epochs E          epochs to print (default 3), --epoch-s seconds between them
     --fail NODE/LOCAL   that rank fails in the last epoch: a traceback, then torchrun's
                         `failed (exitcode: 1) local_rank: LOCAL` line, and the node exits 1
+    --fail-late S       ... S seconds after its last epoch line (the console stops the nodes
+                        still running soon after a failure: with many nodes started over
+                        several seconds, those started last would still be running)
     --odd NODE/LOCAL    that rank's epoch line differs by one character (`Steps: 9`)
     --silent NODE/LOCAL that rank prints nothing after the rendezvous
 """
@@ -52,6 +55,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--epoch-s", type=float, default=1.0)
     parser.add_argument("--fail")
+    parser.add_argument("--fail-late", type=float, default=0.0)
     parser.add_argument("--odd")
     parser.add_argument("--silent")
     args = parser.parse_args(script_args)
@@ -80,6 +84,7 @@ def main() -> int:
             _say(f"[ddptui:{rank}:{local}]:Epoch {epoch} | Batchsize: 32 | Steps: {steps}")
         if fail is not None and fail[0] == node and epoch == args.epochs - 1:
             rank = first + fail[1]
+            time.sleep(args.fail_late)
             for line in ("Traceback (most recent call last):", "RuntimeError: stand-in failure"):
                 _say(f"[ddptui:{rank}:{fail[1]}]:{line}")
             pid = os.getpid()

@@ -42,7 +42,12 @@ async def test_a_128x8_job_folds_its_grid_and_its_merged_log() -> None:
         nodes=NODES,
         nproc_per_node=NPROC,
         script=str(ROOT / "trainer" / "envcheck.py"),  # not run: the stand-in takes its place
-        script_args=("--epochs", "3", "--epoch-s", "2", "--odd", "7/2", "--fail", "41/3"),
+        # rank 3 of node 41 fails once every other node is done, however far apart the 128
+        # nodes started on a loaded machine (the others, still running, would be stopped)
+        script_args=(
+            *("--epochs", "3", "--epoch-s", "2", "--odd", "7/2"),
+            *("--fail", "41/3", "--fail-late", "15"),
+        ),
         launcher=f"{sys.executable} {STAND_IN}",
     )
     app = DdpApp(spec)
