@@ -90,6 +90,23 @@ def test_no_route_outside(testbed: Testbed) -> None:
     assert "eth0" in addrs
 
 
+def test_head_and_hosts_know_each_other_without_arp(testbed: Testbed) -> None:
+    """The head holds a permanent entry for every host's real interface address, and every
+    host one for the head's: a connect burst to hundreds of hosts does not hang on ARP."""
+    head_ip = testbed.host_ip(testbed.head)
+    macs = {}
+    for where in [*testbed.hosts, testbed.head]:
+        link = testbed.run(where, ["ip", "-o", "link", "show", "eth0"]).stdout
+        macs[testbed.host_ip(where)] = re.search(r"link/ether (\S+)", link).group(1)  # type: ignore[union-attr]
+    head = testbed.run(testbed.head, ["ip", "neigh", "show", "nud", "permanent"]).stdout
+    for host in testbed.hosts:
+        ip = testbed.host_ip(host)
+        assert f"{ip} dev eth0 lladdr {macs[ip]} PERMANENT" in head
+        own = testbed.run(host, ["ip", "neigh", "show", "nud", "permanent"]).stdout
+        assert own.strip() == f"{head_ip} dev eth0 lladdr {macs[head_ip]} PERMANENT"
+    assert len(set(macs.values())) == len(macs)
+
+
 def test_pids_per_namespace(clean_testbed: Testbed) -> None:
     tb = clean_testbed
     assert wait_until(lambda: tb.pids_in("node2") == []), tb.describe_pids("node2")

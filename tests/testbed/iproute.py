@@ -44,3 +44,22 @@ def fit_neighbour_table(namespaces: int) -> None:
         with suppress(OSError, ValueError):
             if int(path.read_text()) < value:
                 path.write_text(f"{value}\n")
+
+
+def mac_of(address: str) -> str:
+    """A namespace's interface address, derived from its IPv4 address (locally administered,
+    unique per address): known before the namespace answers ARP, see `neighbours`."""
+    return "02:dd:" + ":".join(f"{int(b):02x}" for b in address.split("."))
+
+
+def neighbours(peers: dict[str, str], dev: str) -> list[str]:
+    """`ip neigh` commands that make each peer's (IP -> MAC) entry permanent on `dev`.
+
+    Why: a 512-host connect burst floods one bridge with 512 ARP broadcasts, each copied to
+    every port; under load some copies are dropped, and a host whose three ARP requests went
+    unanswered fails with "No route to host" (EHOSTUNREACH) though nothing is wrong with it.
+    Permanent entries between the head and the hosts take ARP out of what is measured.
+    """
+    return [
+        f"neigh replace {ip} lladdr {mac_of(ip)} dev {dev} nud permanent" for ip in peers.values()
+    ]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .commands import TestbedError, _batch, _sh, check_prerequisites
-from .iproute import fit_neighbour_table
+from .iproute import fit_neighbour_table, mac_of, neighbours
 from .netns_files import hosts_text, plain_passwd
 from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
 from .users import PlainUser, needed_paths, view_commands, yama_commands
@@ -190,7 +190,8 @@ class Testbed:
         self._created_ns = list(self.namespaces)
         links = [f"netns add {ns}" for ns in self.namespaces]
         links += [
-            f"link add {IFNAME} netns {ns} type veth peer name {self.bridge_port(name)} netns {br}"
+            f"link add {IFNAME} netns {ns} address {mac_of(self._ip[name])} type veth "
+            f"peer name {self.bridge_port(name)} netns {br}"
             for name, ns in self._ns.items()
         ]
         _batch(None, links)
@@ -199,6 +200,8 @@ class Testbed:
         _batch(br, ports)
         machine = socket.gethostname()
         passwd = plain_passwd(self.workdir / "home-root") if self.plain_login else None
+        head = {self.head: self._ip[self.head]}
+        hosts = {name: ip for name, ip in self._ip.items() if name != self.head}
         for name, ns in self._ns.items():
             _batch(
                 ns,
@@ -206,6 +209,7 @@ class Testbed:
                     "link set lo up",
                     f"addr add {self._ip[name]}/{self._prefixlen} dev {IFNAME}",
                     f"link set {IFNAME} up",
+                    *neighbours(hosts if name == self.head else head, IFNAME),
                 ],
             )
             d = Path("/etc/netns") / ns
