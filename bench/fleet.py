@@ -84,12 +84,25 @@ signal were imported for every verb. What is left beyond pdsh's work: the consol
 `ssh` processes spread over both cores. Teardown is faster than pdsh's because ddptui's reap
 runs over the connections it already holds, where `pdsh pkill` opens a new one per host.
 
+Teardown, per host: one command over the held connection runs the reaper (`python3 -S -c`,
+the reaper alone on stdin: 27 KB to compile, not the whole 52 KB helper), which looks at every
+process's environment for the job's tag once to find the job and once more, after it is gone,
+as the proof. This testbed's 512 hosts share one /proc, so each look reads the environment of
+every process of every host (sshd, sessions, helpers, stand-ins: thousands), twice a host; it
+reads each with bare os.open/os.read (a Python file object adds an fstat and a second read per
+process). On a real cluster each host reads its own few hundred. All hosts are reaped at once
+(a reap mostly waits for the job's processes to end), so on 2 shared cores their proofs come
+at nearly the same moment; each goes out as it comes.
+
 Scale on this machine: the kernel's ARP table is one for all namespaces and holds 1,024
 entries by default; a 512-host testbed overflows it, so the testbed raises gc_thresh1-3 for its
-size. Two costs grew with the square of the number of hosts and are gone: asyncssh parsed the
-whole ssh_config (a block per host) for every connection, twice (now each host gets its own
-slice of it: ddptui/core/backends/ssh/config_slice.py), and every host's known_hosts lookup
-tested every line's patterns (now plain names are indexed, and the files read once)."""
+size, and gives the head and every host permanent ARP entries for each other: 512 connects
+at once flood the one bridge with ARP broadcasts copied to every port, and a host whose
+requests were dropped failed with "No route to host". Two costs grew with the square of the
+number of hosts and are gone: asyncssh parsed the whole ssh_config (a block per host) for
+every connection, twice (now each host gets its own slice of it:
+ddptui/core/backends/ssh/config_slice.py), and every host's known_hosts lookup tested every
+line's patterns (now plain names are indexed, and the files read once)."""
 
 
 class PeakRss:
