@@ -302,6 +302,11 @@ def main() -> None:
         help="extra ddptui runs after the interleaved ones (for the dirty-host count)",
     )
     parser.add_argument(
+        "--ui-only",
+        action="store_true",
+        help="only the console run with keys probed (no by-hand tools, no headless runs)",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="a tree of ddptui (a git worktree) to run as `ddptui (base)`, interleaved",
@@ -342,18 +347,19 @@ def main() -> None:
             }
             wanted = args.tools.split(",") + ([BASE] if base else [])
             tools = {k: v for k, v in tools.items() if k in wanted}
-            runs = interleaved(reps, tools)
-            for i in range(args.ddptui_only_reps):
+            runs = {} if args.ui_only else interleaved(reps, tools)
+            for i in range(0 if args.ui_only else args.ddptui_only_reps):
                 runs["ddptui"].append(ddptui_run(tb, n, tmp))
                 print(f"  [extra {i + 1}] ddptui: {runs['ddptui'][-1]}", flush=True)
-            ui = ui_run(tb, n, tmp) if args.ui else None
+            ui = ui_run(tb, n, tmp) if args.ui or args.ui_only else None
             cut_sample = None
-            if not args.no_cut:
+            if not (args.no_cut or args.ui_only):
                 cut = tb.hosts[:n][9::10]
                 cut_sample = ddptui_run(tb, n, tmp, cut=cut)
                 print(f"  cut run: {cut_sample}", flush=True)
                 tb.reset()
-        summarize(report, n, reps, runs, cut_sample)
+        if runs:
+            summarize(report, n, reps, runs, cut_sample)
         if ui is not None:
             summarize_ui(report, n, ui)
     finally:
