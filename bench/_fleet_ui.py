@@ -78,10 +78,9 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
         deadline = time.monotonic() + 30
         while screen.summary is None and time.monotonic() < deadline:
             await pilot.pause(0.1)
-        clean = bool(screen.session) and all(
-            r.clean
-            for r in screen.session.teardown_reports.values()  # type: ignore[union-attr]
-        )
+        reports = screen.session.teardown_reports if screen.session else {}
+        clean = bool(screen.session) and all(r.clean for r in reports.values())
+        not_clean = {node: r.detail for node, r in reports.items() if not r.clean}
 
     def stats(values: list[float]) -> dict[str, float]:
         seen = [v for v in values if v != float("inf")]
@@ -98,6 +97,7 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
         "launch_s": launched,
         "teardown_s": teardown,
         "clean": clean,
+        "not_clean": not_clean,  # node: why its proof failed, in the console's words
         "keys": stats(every),
         "keys_launch": stats(during["launch"]),
         "keys_teardown": stats(during["teardown"]),

@@ -246,12 +246,21 @@ def summarize_ui(report: Report, n: int, ui: Sample) -> None:
         f"The real DdpApp under Pilot (160x45), `l` to launch, then `]`, `up`, `end` in turn "
         f"until every rank runs, then teardown with keys still pressed. Launch took "
         f"{fmt_s(ui['launch_s'])} in the console (all running: {ui['all_running']}), teardown "
-        f"{fmt_s(ui['teardown_s'])} (every host proven clean: {ui['clean']}; dirty from "
+        f"{fmt_s(ui['teardown_s'])} (every host proven clean: {ui['clean']}"
+        f"{_not_clean(ui.get('not_clean') or {})}; dirty from "
         f"outside: {ui['dirty hosts']}); frame p99 {fmt_ms(ui['frame_p99'])}; the process's "
         f"peak RSS {ui['rss_mb']:.0f} MB. Key p99 {fmt_ms(keys['p99'])} with {keys['lost']} "
         f"lost (target < 100 ms, none lost: "
         f"{verdict(ok, f'{keys_over} ms over')})."
     )
+
+
+def _not_clean(hosts: dict[str, str]) -> str:
+    """The hosts the console did not prove clean, and why, for the report (at most 5)."""
+    if not hosts:
+        return ""
+    said = "; ".join(f"{node}: {detail}" for node, detail in list(hosts.items())[:5])
+    return f", not proven: {len(hosts)} ({said})"
 
 
 def by_hand_run(tb: Testbed, n: int, tool: str) -> Sample:
