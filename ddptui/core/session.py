@@ -322,12 +322,6 @@ class Session:
                 if self.node_exit.get(c.node) is None:
                     self.emit(NodeChanged(c.node, NodeState.STOPPING))
             await asyncio.gather(*(self._reap(c) for c in self.plan.commands))
-            # the plan's order, whatever order the proofs came in
-            self.teardown_reports = {
-                c.node: self.teardown_reports[c.node]
-                for c in self.plan.commands
-                if c.node in self.teardown_reports
-            }
             followers = getattr(self, "_followers", [])
             if followers:
                 _, pending = await asyncio.wait(followers, timeout=DRAIN_S)
@@ -338,8 +332,7 @@ class Session:
         self._close_logs()
 
     async def _reap(self, command: NodeCommand) -> None:
-        """One node's teardown; its proof goes out as it comes (the grid shows each host
-        proven while the slowest are still at it)."""
+        """One node's teardown, its proof sent as it comes, not once the slowest is done."""
         report = await self.backend.reap(command)
         self.teardown_reports[report.node] = report
         self.emit(report)

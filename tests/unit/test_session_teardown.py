@@ -53,6 +53,5 @@ async def test_each_hosts_proof_goes_out_when_it_comes(tmp_path: Path) -> None:
     proofs = {e.node: t for t, e in seen if isinstance(e, TeardownReport)}
     assert sorted(proofs) == ["local0", "local1"]
     assert proofs["local1"] - proofs["local0"] > SLOW_S * 0.8  # local0's did not wait for it
-    assert list(session.teardown_reports) == ["local0", "local1"]  # the plan's order
     assert all(r.clean for r in session.teardown_reports.values()), summary.detail
     assert pids_with_tag(f"{session.run_id}.") == []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +26,13 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def _start(procs: list[subprocess.Popen[bytes]], **env: str) -> int:
+    """A child with this environment, once the kernel shows it: Popen returns when the exec
+    has begun, and the new program's environment is in place a moment later."""
     proc = subprocess.Popen(SLEEP, env={"PATH": os.environ["PATH"], **env})
     procs.append(proc)
+    deadline = time.monotonic() + 10
+    while not Path(f"/proc/{proc.pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     return proc.pid
 
 
