@@ -8,7 +8,7 @@ namespaces fills up.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import suppress
 from pathlib import Path
 
@@ -52,7 +52,7 @@ def mac_of(address: str) -> str:
     return "02:dd:" + ":".join(f"{int(b):02x}" for b in address.split("."))
 
 
-def neighbours(peers: dict[str, str], dev: str) -> list[str]:
+def neighbours(peers: Iterable[str], dev: str) -> list[str]:
     """`ip neigh` commands that make each peer's (IP -> MAC) entry permanent on `dev`.
 
     Why: a 512-host connect burst floods one bridge with 512 ARP broadcasts, each copied to
@@ -60,6 +60,4 @@ def neighbours(peers: dict[str, str], dev: str) -> list[str]:
     unanswered fails with "No route to host" (EHOSTUNREACH) though nothing is wrong with it.
     Permanent entries between the head and the hosts take ARP out of what is measured.
     """
-    return [
-        f"neigh replace {ip} lladdr {mac_of(ip)} dev {dev} nud permanent" for ip in peers.values()
-    ]
+    return [f"neigh replace {ip} lladdr {mac_of(ip)} dev {dev} nud permanent" for ip in peers]

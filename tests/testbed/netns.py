@@ -200,8 +200,8 @@ class Testbed:
         _batch(br, ports)
         machine = socket.gethostname()
         passwd = plain_passwd(self.workdir / "home-root") if self.plain_login else None
-        head = {self.head: self._ip[self.head]}
-        hosts = {name: ip for name, ip in self._ip.items() if name != self.head}
+        head = [self._ip[self.head]]
+        hosts = [ip for name, ip in self._ip.items() if name != self.head]
         for name, ns in self._ns.items():
             _batch(
                 ns,
