@@ -40,8 +40,6 @@ def _spec(hosts: int, config: str, standin: str, workdir: str) -> Any:
 
 
 async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, Any]:
-    from textual.widgets import TabbedContent
-
     from ddptui.core.events import RankState
     from ddptui.ui.app import DdpApp
 
@@ -50,7 +48,6 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
     async with app.run_test(size=(160, 45)) as pilot:
         screen = app.job_screen
         probe = FrameProbe(app)
-        tabs = screen.logs.query_one(TabbedContent)
         t0 = time.monotonic()
         await pilot.press("l")
 
@@ -65,7 +62,7 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
                     "scroll (up)": [],
                     "follow (end)": [],
                 }
-                await _one_round(pilot, screen, probe, tabs, latencies)
+                await _one_round(pilot, screen, probe, latencies)
                 during[phase] += [v for values in latencies.values() for v in values]
 
         await keys_until(lambda: all_running() or not screen.job_active, "launch")

@@ -22,11 +22,13 @@ PRESS_EVERY_S = 0.1
 
 
 async def _one_round(
-    pilot: Any, screen: Any, probe: FrameProbe, tabs: Any, latencies: dict[str, list[float]]
+    pilot: Any, screen: Any, probe: FrameProbe, latencies: dict[str, list[float]]
 ) -> None:
-    before = tabs.active
+    before = screen.logs.active_view  # what every tree's deck says, whatever draws its tabs
     latencies["switch log (])"].append(
-        await probe.key(pilot, "right_square_bracket", "]", lambda: tabs.active != before)
+        await probe.key(
+            pilot, "right_square_bracket", "]", lambda: screen.logs.active_view is not before
+        )
     )
     await asyncio.sleep(PRESS_EVERY_S)
     pane = screen.logs.active_view
@@ -93,8 +95,6 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
     line of the nodes' logs, less those that are not the flood's), and its CPU time and peak
     RSS add to the app's; a tree whose session runs in the app's process is measured as
     before (every NodeLines event the relay gets)."""
-    from textual.widgets import TabbedContent
-
     from ddptui.core.events import NodeLines
     from ddptui.ui.app import DdpApp
 
@@ -136,10 +136,9 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
         session_use = SessionProcessUse()
         following = asyncio.ensure_future(session_use.follow(screen))
         probe = FrameProbe(app)
-        tabs = screen.logs.query_one(TabbedContent)
         await pilot.press("l")
         while screen.job_active:
-            await _one_round(pilot, screen, probe, tabs, latencies)
+            await _one_round(pilot, screen, probe, latencies)
         deadline = time.monotonic() + 30
         while screen.summary is None and time.monotonic() < deadline:
             await pilot.pause(0.1)

@@ -8,8 +8,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from textual.widgets import TabbedContent
-
 from ddptui.core.events import Event
 from ddptui.core.session_wire import LineBlock
 from ddptui.ui.app import DdpApp
@@ -49,10 +47,11 @@ async def test_a_flood_is_ingested_whole_off_the_app_thread_while_keys_work(
         screen.relay.drain = counting_drain  # type: ignore[method-assign]
         await pilot.press("l")
         await wait_for(pilot, lambda: screen.relay.lines_seen > 1000, "the flood to start")
-        tabs = screen.logs.query_one(TabbedContent)
-        before = tabs.active
+        before = screen.logs.active_view
         await pilot.press("]")
-        await wait_for(pilot, lambda: tabs.active != before, "`]` to show the next log")
+        await wait_for(
+            pilot, lambda: screen.logs.active_view is not before, "`]` to show the next log"
+        )
         assert screen.job_active  # the key was handled while the nodes still flooded
         await wait_for(pilot, lambda: screen.summary is not None, "the run to end")
         assert screen.summary is not None and screen.summary.ok, screen.summary

@@ -26,6 +26,7 @@ from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.past_run import PastRunScreen
+from ddptui.ui.widgets.logs.log_tabs import LogTabBar
 from tests.cases import ROOT
 
 from .conftest import SIZE, job_screen, local_spec, tagged_pids, wait_for, wait_no_tagged_pids
@@ -113,6 +114,13 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
         await pilot.press("right_square_bracket")
         assert past.logs.active_node == "local1"
         assert "[r3] hello from rank 3" in past.logs.text("local1")
+        bar = past.logs.query_one(LogTabBar)
+        first = bar.span_of(0)
+        assert first is not None and bar.active == 1
+        await pilot.click("#past-log-tabs", offset=(first.start + 1, 0))  # its tab, clicked
+        await pilot.pause()
+        assert past.logs.active_node == "local0" and bar.active == 0
+        assert [view.display for view in past.logs.views.values()] == [True, False]
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen, "back to the list")
 

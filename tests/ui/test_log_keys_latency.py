@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from textual import events
-from textual.widgets import TabbedContent
 from textual.widgets._footer import FooterKey
 
 from ddptui.core.events import NodeState
@@ -150,7 +149,9 @@ async def test_a_view_that_got_lines_while_hidden_opens_at_its_end() -> None:
         await pilot.pause()
         assert deck.active_view is local1 and end_shows(local1)
 
-        await pilot.click("#logs Tab#--content-tab-node-2")  # a click on the tab as well
+        tab = deck.tab_bar.span_of(2)  # a click on the tab as well
+        assert tab is not None
+        await pilot.click("#logs #log-tabs", offset=(tab.start + 1, 0))
         await pilot.pause()
         local2 = deck.active_view
         assert local2.node == "local2" and local2.following and end_shows(local2)
@@ -230,20 +231,28 @@ async def test_lines_for_hidden_views_arrange_nothing() -> None:
 
 
 async def test_a_node_s_new_state_marks_its_tab_without_a_layout() -> None:
-    """Every node's tab changes its mark several times in a launch; a mark as wide as the one
-    before is drawn without laying out the screen."""
+    """Every node's tab changes its mark several times in a launch; a new mark redraws the
+    tab bar's one row without laying out the screen, and a failed node's tab shows it."""
     app = DdpApp(local_spec(nodes=3))
     async with app.run_test(size=SIZE) as pilot:
         deck = app.job_screen.logs
-        tab = deck.query_one(TabbedContent).get_tab("node-1")
-        deck.show_state("local1", NodeState.CONNECTING, None)  # the first mark widens the tab
+        bar = deck.tab_bar
+        deck.show_state("local1", NodeState.CONNECTING, None)
         await pilot.pause()
-        assert tab.label.plain == "local1 …"
+        assert bar.labels[1] == "local1 …"
         layouts: list[object] = []
         app.screen.screen_layout_refresh_signal.subscribe(deck, layouts.append)
-        for state in (NodeState.LAUNCHED, NodeState.RUNNING, NodeState.EXITED):
+        for state in (NodeState.LAUNCHED, NodeState.RUNNING, NodeState.FAILED):
             deck.show_state("local1", state, None)
             await pilot.pause()
         assert layouts == []
-        assert tab.label.plain == "local1 ✓"
-        assert "local1 ✓" in str(tab.render())
+        assert bar.labels[1] == "local1 ✗"
+        assert "local1 ✗" in str(bar.render())
+        failed = bar.get_visual_style("log-tabs--failed").foreground
+        drawn = bar.render()
+        span = bar.span_of(1)
+        assert span is not None and failed is not None
+        assert any(
+            s.start <= span.start + 1 < s.end and getattr(s.style, "foreground", None) == failed
+            for s in drawn.spans
+        ), "the failed node's tab is drawn in the failure colour"

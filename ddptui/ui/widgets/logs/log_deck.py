@@ -10,15 +10,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.content import Content
-from textual.widgets import Static, Tab, TabbedContent, TabPane, Tabs
+from textual.widgets import ContentSwitcher, Static
 
 from ddptui.core.events import NodeState
 from ddptui.ui.widgets.logs.log_filter import LogFilter, compile_pattern
 from ddptui.ui.widgets.logs.log_store import LogEntry, LogStore, skipped_note
+from ddptui.ui.widgets.logs.log_tabs import LogTabBar
 from ddptui.ui.widgets.logs.log_view import DEFAULT_MAX_LINES, LogView
 
-MERGED_TAB = "all-nodes"
 MERGED_LABEL = "all nodes"
 _STATE_MARK = {
     NodeState.WAITING: "·",
@@ -45,8 +44,7 @@ class NodeLogDeck(Vertical):
 
     DEFAULT_CSS = """
     NodeLogDeck {
-        & TabbedContent { height: 1fr; }
-        & TabPane { padding: 0; }
+        & ContentSwitcher { height: 1fr; }
         & LogView { border: round $primary-background; height: 1fr; overflow: auto; }
         & LogView:focus { border: round $primary; }
         & LogView.-failed { border: round $error; }
@@ -69,6 +67,9 @@ class NodeLogDeck(Vertical):
         self._panes = self._make_panes(self.nodes)
         self._merged = LogView(MERGED_LABEL, self.store, max_lines=max_lines, id="log-all")
         self._status = Static("", id="log-status")
+        self._active = self.views[0]
+        self._bar = LogTabBar([*self.nodes, MERGED_LABEL], id="log-tabs")
+        self._switcher = ContentSwitcher(initial=self._active.id, id="log-views")
         self._update_titles()
 
     def _make_panes(self, nodes: Sequence[str]) -> dict[str, LogView]:
@@ -77,17 +78,10 @@ class NodeLogDeck(Vertical):
             for i, node in enumerate(nodes)
         }
 
-    @staticmethod
-    def _tab_id(index: int) -> str:
-        return f"node-{index}"
-
     def compose(self) -> ComposeResult:
-        with TabbedContent():
-            for index, (node, pane) in enumerate(self._panes.items()):
-                with TabPane(node, id=self._tab_id(index)):
-                    yield pane
-            with TabPane(MERGED_LABEL, id=MERGED_TAB):
-                yield self._merged
+        yield self._bar
+        with self._switcher:
+            yield from self.views
         yield self._status
 
     def on_mount(self) -> None:
@@ -100,6 +94,9 @@ class NodeLogDeck(Vertical):
         self.nodes = list(nodes)
         self._panes = self._make_panes(self.nodes)
         self._merged = LogView(MERGED_LABEL, self.store, max_lines=self.max_lines, id="log-all")
+        self._active = self.views[0]
+        self._bar = LogTabBar([*self.nodes, MERGED_LABEL], id="log-tabs")
+        self._switcher = ContentSwitcher(initial=self._active.id, id="log-views")
         self._update_titles()
         await self.recompose()
         for view in self.views:
@@ -120,11 +117,11 @@ class NodeLogDeck(Vertical):
 
     @property
     def active_view(self) -> LogView:
-        active = self.query_one(TabbedContent).active
-        for index, node in enumerate(self.nodes):
-            if self._tab_id(index) == active:
-                return self._panes[node]
-        return self._merged
+        return self._active
+
+    @property
+    def tab_bar(self) -> LogTabBar:
+        return self._bar
 
     @property
     def active_node(self) -> str | None:
@@ -135,9 +132,11 @@ class NodeLogDeck(Vertical):
         """Show a node's log (None: the merged view) and focus it for scrolling."""
         view = self._panes.get(node) if node is not None else self._merged
         view = view or self._merged
-        tab = MERGED_TAB if view is self._merged else self._tab_id(self.nodes.index(node or ""))
         view.catch_up()
-        self.query_one(TabbedContent).active = tab
+        self._active = view
+        if self.is_mounted:  # a switch shows one view and hides another: no query, no tabs
+            self._switcher.current = view.id
+            self.tab_bar.active = self.views.index(view)
         view.focus()
         self._show_status()
         return view
@@ -148,9 +147,10 @@ class NodeLogDeck(Vertical):
         current = order.index(self.active_node)
         self.show(order[(current + delta) % len(order)])
 
-    @on(TabbedContent.TabActivated)
-    def _tab_changed(self) -> None:
-        self._show_status()
+    @on(LogTabBar.Selected)
+    def _tab_clicked(self, event: LogTabBar.Selected) -> None:
+        event.stop()
+        self.show([*self.nodes, None][event.index])
 
     @on(LogView.Changed)
     def _view_changed(self, event: LogView.Changed) -> None:
@@ -181,11 +181,10 @@ class NodeLogDeck(Vertical):
         """Empty every view for a new run of the job."""
         self.store.clear()
         self.node_states.clear()
-        tabs = self.query_one(TabbedContent)
         for index, (node, pane) in enumerate(self._panes.items()):
             pane.restart()
             pane.remove_class("-failed")
-            tabs.get_tab(self._tab_id(index)).label = node
+            self.tab_bar.set_label(index, node)
         self._merged.restart()
         self._update_titles()
 
@@ -195,9 +194,8 @@ class NodeLogDeck(Vertical):
             return
         self.node_states[node] = (state, exit_code)
         pane.set_class(state == NodeState.FAILED, "-failed")
-        index = self.nodes.index(node)
-        tab = self.query_one(TabbedContent).get_tab(self._tab_id(index))
-        _relabel(tab, f"{node} {_STATE_MARK.get(state, '')}".strip())
+        label = f"{node} {_STATE_MARK.get(state, '')}".strip()
+        self.tab_bar.set_label(self.nodes.index(node), label, failed=state == NodeState.FAILED)
         self._update_title(node, pane)
 
     def _update_title(self, node: str, pane: LogView) -> None:
@@ -314,29 +312,9 @@ class NodeLogDeck(Vertical):
         self._show_status()
 
     def _tabs_cut(self) -> bool:
-        """Whether the tab bar is wider than the deck, so that some logs' tabs are out of
-        sight: then the status line says which of how many logs shows. The tabs are read from
-        the bar's own row: a query of the deck for them also walked every log view's widgets
-        (at 512 nodes, ~40 ms a look, and a tab switch looks twice)."""
-        tabbed = next((c for c in self.children if isinstance(c, TabbedContent)), None)
-        bar = next((c for c in tabbed.children if isinstance(c, Tabs)), None) if tabbed else None
-        if bar is None:
-            return False
-        row = bar.query_one("#tabs-list")  # where Tabs keeps its tabs (Tabs.add_tab mounts there)
-        wanted = sum(t.label.cell_length + 2 for t in row.children if isinstance(t, Tab))
-        return wanted > self.size.width  # each tab is padded by one cell on either side
-
-
-def _relabel(tab: Tab, label: str) -> None:
-    """Give a tab a new label. `Tab.label` lays out the whole screen each time, and a launch
-    changes every node's mark several times (at 64 nodes, hundreds of layouts); a label as
-    wide as the one it replaces cannot move anything, so it is only redrawn."""
-    content = Content(label)
-    if content.cell_length != tab.label.cell_length:
-        tab.label = label
-        return
-    tab._label = content  # what Tab.label reads back
-    Static.update(tab, content, layout=False)
+        """Whether some logs' tabs are out of sight: then the status line says which of how
+        many logs shows."""
+        return self.tab_bar.cut
 
 
 def _entries_for(

@@ -5,20 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Log, TabbedContent, TabPane
+from textual.widgets import ContentSwitcher, Log
 
 from ddptui.core.runs.node_log import MAX_LINES, read_node_log
+from ddptui.ui.widgets.logs.log_tabs import LogTabBar
 
 
 class RunLogTabs(Vertical):
-    """Read-only logs; the screen hands it the files and switches tabs."""
+    """Read-only logs; the screen hands it the files and switches tabs. One tab bar and
+    one log shown whatever the number of nodes, as in the live deck."""
 
     DEFAULT_CSS = """
     RunLogTabs {
-        & TabPane { padding: 0; }
+        & ContentSwitcher { height: 1fr; }
         & Log { border: round $primary-background; height: 1fr; }
         & Log:focus { border: round $primary; }
     }
@@ -32,12 +34,13 @@ class RunLogTabs(Vertical):
             node: Log(max_lines=MAX_LINES, id=f"past-log-{i}")
             for i, (node, _p) in enumerate(self.logs)
         }
+        self._index = 0
 
     def compose(self) -> ComposeResult:
-        with TabbedContent():
-            for i, (node, _path) in enumerate(self.logs):
-                with TabPane(node, id=f"past-node-{i}"):
-                    yield self.views[node]
+        yield LogTabBar([node for node, _path in self.logs], id="past-log-tabs")
+        initial = "past-log-0" if self.logs else None
+        with ContentSwitcher(initial=initial, id="past-log-views"):
+            yield from self.views.values()
 
     def on_mount(self) -> None:
         self._load()
@@ -59,17 +62,20 @@ class RunLogTabs(Vertical):
 
     @property
     def active_node(self) -> str | None:
-        active = self.query_one(TabbedContent).active
-        for i, (node, _path) in enumerate(self.logs):
-            if active == f"past-node-{i}":
-                return node
-        return None
+        return self.logs[self._index][0] if self.logs else None
 
     def step(self, delta: int) -> None:
         if not self.logs:
             return
-        nodes = [node for node, _p in self.logs]
-        current = nodes.index(self.active_node) if self.active_node in nodes else 0
-        index = (current + delta) % len(nodes)
-        self.query_one(TabbedContent).active = f"past-node-{index}"
-        self.views[nodes[index]].focus()
+        self._select((self._index + delta) % len(self.logs))
+
+    @on(LogTabBar.Selected)
+    def _tab_clicked(self, event: LogTabBar.Selected) -> None:
+        event.stop()
+        self._select(event.index)
+
+    def _select(self, index: int) -> None:
+        self._index = index
+        self.query_one(LogTabBar).active = index
+        self.query_one(ContentSwitcher).current = f"past-log-{index}"
+        self.views[self.logs[index][0]].focus()
