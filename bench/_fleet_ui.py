@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from bench._common import peak_rss_mb, percentile
@@ -40,6 +41,7 @@ def _spec(hosts: int, config: str, standin: str, workdir: str) -> Any:
 
 
 async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, Any]:
+    import ddptui
     from ddptui.core.events import RankState
     from ddptui.ui.app import DdpApp
 
@@ -100,6 +102,7 @@ async def run(hosts: int, config: str, standin: str, workdir: str) -> dict[str, 
         "keys_teardown": stats(during["teardown"]),
         "frame_p99": percentile(probe.frames, 99) if probe.frames else float("nan"),
         "rss_mb": peak_rss_mb(),
+        "tree": str(Path(ddptui.__file__).parents[1]),  # whose console ran
     }
 
 

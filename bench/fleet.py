@@ -50,6 +50,7 @@ from bench._hosts import (
     ddptui_ssh_argv,
     hosts_apart,
     job_leftovers,
+    wait_clean,
 )
 from tests.testbed import Testbed, cleanup_stale
 
@@ -166,20 +167,31 @@ def ddptui_run(
     return sample
 
 
-def ui_run(tb: Testbed, n: int, tmp: Path) -> Sample:
-    """The console itself (bench/_fleet_ui.py) launching on every host, keys probed."""
+def ui_run(tb: Testbed, n: int, tmp: Path, tree: Path = ROOT) -> Sample:
+    """The console of `tree` (bench/_fleet_ui.py) launching on every host, keys probed. The
+    probe is this tree's; the console, and the session process it starts, are `tree`'s."""
     assert tb.ssh is not None
-    argv = [sys.executable, "-m", "bench._fleet_ui", str(n), str(tb.ssh.ssh_config), STANDIN]
+    args = [str(n), str(tb.ssh.ssh_config), STANDIN, str(tmp)]
+    start = (
+        f"import sys; sys.path[:0] = [{str(tree)!r}]; import ddptui; "  # the console: tree's
+        f"sys.path.insert(0, {str(ROOT)!r}); from bench._fleet_ui import main; "
+        f"sys.argv[1:] = {args!r}; main()"
+    )
     done = tb.run(
         tb.head,
-        [*argv, str(tmp)],
-        env=bench_env(tmp / "state-ui"),
+        [sys.executable, "-c", start],
+        env=bench_env(tmp / "state-ui", tree),
+        cwd=tmp,
         check=True,
         timeout=1200,
     )
     sample: Sample = json.loads(done.stdout.strip().splitlines()[-1])
-    sample["dirty hosts"] = _clean_after(tb, tb.hosts[:n], 30)[1]
-    print(f"  console run: {sample}", flush=True)
+    left = wait_clean(tb, tb.hosts[:n], 30)[1]
+    sample["dirty hosts"] = len(left)
+    sample["left"] = {host: procs[:3] for host, procs in list(left.items())[:5]}
+    print(f"  console run ({tree}): {sample}", flush=True)
+    if left:  # the next run starts from clean hosts: its count is its own
+        print(f"  reset: {len(tb.reset())} process(es) killed", flush=True)
     return sample
 
 
@@ -280,7 +292,10 @@ def main() -> None:
             for i in range(0 if args.ui_only else args.ddptui_only_reps):
                 runs["ddptui"].append(ddptui_run(tb, n, tmp))
                 print(f"  [extra {i + 1}] ddptui: {runs['ddptui'][-1]}", flush=True)
-            ui = ui_run(tb, n, tmp) if args.ui or args.ui_only else None
+            uis: dict[str, list[Sample]] = {}
+            for _ in range(reps if args.ui or args.ui_only else 0):  # base first, as above
+                for label, tree in ([(BASE, base)] if base else []) + [("ddptui", ROOT)]:
+                    uis.setdefault(label, []).append(ui_run(tb, n, tmp, tree))
             cut_sample = None
             if not (args.no_cut or args.ui_only):
                 cut = tb.hosts[:n][9::10]
@@ -289,8 +304,8 @@ def main() -> None:
                 tb.reset()
         if runs:
             summarize(report, n, reps, runs, cut_sample)
-        if ui is not None:
-            summarize_ui(report, n, ui)
+        if uis:
+            summarize_ui(report, n, uis)
     finally:
         tb.close()
     report.para(f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")
