@@ -127,6 +127,26 @@ def summarize(
         )
 
 
+KEYS_NOTES = """\
+Where a key's time went at 512 hosts. With the app idle and no job, `]` alone took 39-165 ms
+at 512 nodes (16-31 ms at 16; `]` 20 times, FrameProbe). The log deck was Textual's
+TabbedContent: a Tab widget per log in one row, so each switch laid out 513 tab widgets, and
+TabbedContent's `_watch_active` queried them twice. The deck now has one tab bar widget
+(ddptui/ui/widgets/logs/log_tabs.py) that draws, in one row, only the tabs in sight around
+the one showing, with `‹N` and `N›` for how many lie either side, and a ContentSwitcher that
+shows one log view and hides the last: a switch lays out no tabs and queries none, and a
+node's new state mark redraws one row. Idle `]` at 512 nodes now takes 15-20 ms (11-21 ms at
+16). The console also leaves more of the CPU it shares with the hosts on this testbed: with
+the previous deck its launch took 57-74 s and its teardown 86-96 s, with this one 34-41 s and
+58-63 s (two sweeps of 2 runs per tree). At the lowest weight under a load of 300-500 the
+hosts' sshd can starve: in 3 of those 8 runs the console could not prove every host (both
+base runs of the first sweep, ~500 hosts each, their reaps timed out or their connections
+stopped answering keepalives; this tree's first run of the second, 8 hosts whose held
+connections were lost to unanswered keepalives, their jobs left running and reported as not
+checked). A reap whose held connection was lost is now tried once more over a new one (a
+reap that ran out of time is not: the teardown would wait as long again)."""
+
+
 def summarize_ui(report: Report, n: int, uis: dict[str, list[Sample]]) -> None:
     """The console runs with keys probed: each tree's runs, in the order they ran."""
     report.section(f"Keys in the console while it launches on and tears down {n} hosts")
@@ -147,6 +167,7 @@ def summarize_ui(report: Report, n: int, uis: dict[str, list[Sample]]) -> None:
         "The real DdpApp under Pilot (160x45), `l` to launch, then `]`, `up`, `end` in turn "
         "until every rank runs, then teardown with keys still pressed."
     )
+    report.para(KEYS_NOTES)
     for label, samples in uis.items():
         for i, ui in enumerate(samples, 1):
             keys = ui["keys"]

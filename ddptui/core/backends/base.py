@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
-from ddptui.core.backends.transport import ChunkSink, Transport, TransportError
-from ddptui.core.events import Event, TeardownReport
+from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
+from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus, memory_before
@@ -302,11 +302,28 @@ class HelperBackend(Backend):
         if ahead is not None:  # started ahead, never taken by `start`
             await self._settle(ahead[1])
         try:
-            before = self.gpu_before.get(command.node, "")
-            report = await self.reap_tag(self.transport(command.node), command.tag, before)
+            report = await self._reap_node(command)
         except (TransportError, IndexError, ValueError) as exc:
             return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
         return teardown_report(command.node, report)
+
+    async def _reap_node(self, command: NodeCommand) -> dict[str, Any]:
+        """The node's reap over its held connection; where that connection was lost (a node
+        too busy to answer keepalives, a restarted sshd, a blip in the network), once more
+        over a new one: a reap is safe to repeat. One that ran out of time is not repeated,
+        or the teardown would wait as long again."""
+        before = self.gpu_before.get(command.node, "")
+        transport = self.transport(command.node)
+        try:
+            return await self.reap_tag(transport, command.tag, before)
+        except TransportTimeout:
+            raise
+        except TransportError as lost:
+            self.emit(Notice("warning", f"{lost}; checking the node again over a new connection"))
+            try:
+                return await self.reap_tag(transport, command.tag, before)
+            except TransportError as exc:
+                raise TransportError(f"{exc} (the held connection was lost: {lost})") from None
 
 
 def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:

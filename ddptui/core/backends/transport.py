@@ -14,6 +14,10 @@ class TransportError(RuntimeError):
     """A node could not be reached or the command could not be run; the message says why."""
 
 
+class TransportTimeout(TransportError):
+    """The command did not end within its time (the connection may be sound: the node slow)."""
+
+
 @dataclass(frozen=True)
 class CommandResult:
     exit_code: int | None

@@ -25,7 +25,13 @@ from ddptui.core.backends.ssh.known_hosts import (
     files_from_config,
     host_names,
 )
-from ddptui.core.backends.transport import ChunkSink, CommandResult, Transport, TransportError
+from ddptui.core.backends.transport import (
+    ChunkSink,
+    CommandResult,
+    Transport,
+    TransportError,
+    TransportTimeout,
+)
 from ddptui.core.job.spec import SshSpec
 
 KEEPALIVE_S = 2
@@ -164,7 +170,10 @@ class AsyncsshTransport(Transport):
             result = await asyncio.wait_for(
                 conn.run(shlex.join(argv), input=stdin, encoding=None, check=False), timeout
             )
-        except (TimeoutError, OSError, asyncssh.Error) as exc:
+        except TimeoutError:
+            self._drop()
+            raise TransportTimeout(f"{self.host}: timed out after {timeout} s") from None
+        except (OSError, asyncssh.Error) as exc:
             self._drop()
             raise TransportError(f"{self.host}: {_reason(exc)}") from None
         return CommandResult(result.exit_status, _text(result.stdout), _text(result.stderr))

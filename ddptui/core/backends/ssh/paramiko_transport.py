@@ -22,7 +22,13 @@ from ddptui.core.backends.ssh.known_hosts import (
     files_from_config,
     host_names,
 )
-from ddptui.core.backends.transport import ChunkSink, CommandResult, Transport, TransportError
+from ddptui.core.backends.transport import (
+    ChunkSink,
+    CommandResult,
+    Transport,
+    TransportError,
+    TransportTimeout,
+)
 from ddptui.core.job.spec import SshSpec
 
 KEEPALIVE_S = 2
@@ -216,7 +222,7 @@ class ParamikoTransport(Transport):
             )
         except TimeoutError:
             stop.set()
-            raise TransportError(f"{self.host}: timed out after {timeout} s") from None
+            raise TransportTimeout(f"{self.host}: timed out after {timeout} s") from None
 
     async def stream(
         self, argv: Sequence[str], on_stdout: ChunkSink, stdin: bytes | None = None
