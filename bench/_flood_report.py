@@ -296,21 +296,18 @@ tick's repaint: 73 -> 31 ms of CPU under cProfile). (4) A node's new state mark 
 its tab through `Tab.label`, which lays out the screen; a mark as wide as the one before is
 now only redrawn.
 
-The tab switch's tail. In these sweeps `]` has p50 38-42 ms for both trees and p99 144-343
-ms for this tree (base 189-430), while scroll and follow stay at p99 35-51 ms. The slow
-presses are the first ones of a flood: in one run the presses in order took 59, 42, 335, 95,
-25, 22, 12 ms and then never more than 62 ms. In that first second the session's first burst
-(up to 8,000 lines at once), the launch's node and rank updates and the sixteen writers all
-land together; frames then took 100-700 ms of wall time while their CPU profiles were spread
-thin over Textual's drawing, and the collector's pauses, p50 0.1 ms (young) and 1 ms
-(middle), reached 106 and 190 ms: the app waiting for a CPU, not working. With the nodes
-apart (log_flood_nodes_apart.md) the tail is shorter (144-186 ms) but still there, and a tab
-switch is a layout of the screen (the ContentSwitcher shows another view) plus a redraw of
-the newly shown view (~25-45 ms at rest); the redraw is needed however the deck is built (one
-log widget whose content is swapped would save the layout, a few ms of it). What would close
-the tail is the app's process getting a CPU in the flood's first second; handing the first
-burst over several ticks (at most 1,000 lines a tick) was tried before and made no
-measurable difference.
+The tab switch's tail. Until the log deck's tabs changed, `]` had p50 38-42 ms and p99
+144-343 ms in plain sweeps (81-186 ms with the nodes apart), while scroll and follow stayed
+at p99 35-51 ms. The slow presses were the first ones of a flood: in that first second the
+session's first burst (up to 8,000 lines at once), the launch's node and rank updates and the
+sixteen writers all land together. Timed in the app, a switch was about 24 ms of layout, most
+of it the full redraw that follows every layout; the deck was Textual's TabbedContent, a Tab
+widget per log in a row that every switch laid out again, and whose `_watch_active` queried
+the tabs twice. The deck now has one tab bar widget that draws only the tabs in sight
+(ddptui/ui/widgets/logs/log_tabs.py) and a ContentSwitcher of the log views: a switch hides
+one view and shows another, with no tab widgets to lay out (idle `]`: 17-31 -> 11-21 ms at
+16 nodes, 39-165 -> 15-20 ms at 512). With the nodes apart, interleaved with the previous
+deck (log_flood_nodes_apart.md): `]` p99 130 -> 74 ms at 100k/s and 105 -> 49 ms at max.
 
 The session's weight. The session process is a session of its own, so (with Linux's
 autogroups) a scheduling group of the console's weight; in a flood's first seconds both want
