@@ -64,19 +64,20 @@ class NodeLogDeck(Vertical):
         self.store = LogStore(max_lines)
         self.node_states: dict[str, tuple[NodeState, int | None]] = {}
         self.saved_to: Path | None = None
-        self._panes = self._make_panes(self.nodes)
-        self._merged = LogView(MERGED_LABEL, self.store, max_lines=max_lines, id="log-all")
         self._status = Static("", id="log-status")
+        self._make_views()
+
+    def _make_views(self) -> None:
+        """A view per node and the merged one, the tab bar naming them, the first showing."""
+        self._panes = {
+            node: LogView(node, self.store, node=node, max_lines=self.max_lines, id=f"log-{i}")
+            for i, node in enumerate(self.nodes)
+        }
+        self._merged = LogView(MERGED_LABEL, self.store, max_lines=self.max_lines, id="log-all")
         self._active = self.views[0]
         self._bar = LogTabBar([*self.nodes, MERGED_LABEL], id="log-tabs")
         self._switcher = ContentSwitcher(initial=self._active.id, id="log-views")
         self._update_titles()
-
-    def _make_panes(self, nodes: Sequence[str]) -> dict[str, LogView]:
-        return {
-            node: LogView(node, self.store, node=node, max_lines=self.max_lines, id=f"log-{i}")
-            for i, node in enumerate(nodes)
-        }
 
     def compose(self) -> ComposeResult:
         yield self._bar
@@ -92,12 +93,7 @@ class NodeLogDeck(Vertical):
         if list(nodes) == self.nodes:
             return
         self.nodes = list(nodes)
-        self._panes = self._make_panes(self.nodes)
-        self._merged = LogView(MERGED_LABEL, self.store, max_lines=self.max_lines, id="log-all")
-        self._active = self.views[0]
-        self._bar = LogTabBar([*self.nodes, MERGED_LABEL], id="log-tabs")
-        self._switcher = ContentSwitcher(initial=self._active.id, id="log-views")
-        self._update_titles()
+        self._make_views()
         await self.recompose()
         for view in self.views:
             view.rebuild()
@@ -133,10 +129,9 @@ class NodeLogDeck(Vertical):
         view = self._panes.get(node) if node is not None else self._merged
         view = view or self._merged
         view.catch_up()
-        self._active = view
-        if self.is_mounted:  # a switch shows one view and hides another: no query, no tabs
-            self._switcher.current = view.id
-            self.tab_bar.active = self.views.index(view)
+        self._active = view  # one view shown, another hidden: no query, no tab laid out
+        self._switcher.current = view.id
+        self._bar.active = self.views.index(view)
         view.focus()
         self._show_status()
         return view
