@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from textual import on
+from textual import events, on
 
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.logs.log_tabs import LogTabBar
@@ -72,6 +72,19 @@ async def test_a_click_names_its_tab_and_a_marker_pages_without_changing_the_act
         await pilot.pause()
         assert shown(bar) == first_page
         assert host.selected == [2]
+
+
+async def test_the_mouse_wheel_pages_the_tabs_without_changing_the_active() -> None:
+    bar = LogTabBar(LABELS)
+    async with WidgetHost(bar).run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        first_page = shown(bar)
+        bar.post_message(events.MouseScrollDown(bar, 5, 0, 0, 1, 0, False, False, False))
+        await pilot.pause()
+        assert shown(bar)[0] == first_page[-1] + 1 and bar.active == 0
+        bar.post_message(events.MouseScrollUp(bar, 5, 0, 0, -1, 0, False, False, False))
+        await pilot.pause()
+        assert shown(bar) == first_page and bar.active == 0
 
 
 async def test_the_deck_at_512_nodes_switches_with_the_bar_and_clicks_show_a_log() -> None:
