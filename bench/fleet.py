@@ -49,7 +49,6 @@ from bench._hosts import (
     bench_env,
     ddptui_ssh_argv,
     hosts_apart,
-    job_leftovers,
     wait_clean,
 )
 from tests.testbed import Testbed, cleanup_stale
@@ -90,18 +89,6 @@ def _ready_hosts(n: int) -> Callable[[str], bool]:
         return len(seen) == n
 
     return check
-
-
-def _clean_after(tb: Testbed, hosts: list[str], timeout: float) -> tuple[float | None, int]:
-    """Seconds until no host has a job process (None if some still do), and how many don't."""
-    t0 = time.monotonic()
-    while True:
-        left = job_leftovers(tb, hosts)
-        if not left:
-            return time.monotonic() - t0, 0
-        if time.monotonic() - t0 > timeout:
-            return None, len(left)
-        time.sleep(0.1)
 
 
 def _phases(events: list[dict[str, Any]], wall0: float) -> dict[str, float]:
@@ -153,12 +140,12 @@ def ddptui_run(
     phases["first proof"] = min(proofs, default=float("nan"))
     phases["all proofs"] = max(proofs, default=float("nan"))
     healthy = [h for h in hosts if h not in (cut or ())]
-    clean_s, dirty = _clean_after(tb, healthy, 30)
+    left = wait_clean(tb, healthy, 30)[1]
     sample: Sample = {
         "launch": green,
         "teardown": teardown,
         "peak rss MB": rss.stop(),
-        "dirty hosts": dirty,
+        "dirty hosts": len(left),
         "reported not clean": sorted(h for h, e in reports.items() if not e.get("clean")),
         **phases,
     }
@@ -217,8 +204,8 @@ def by_hand_run(tb: Testbed, n: int, tool: str) -> Sample:
     tb.run(tb.head, command(32, f"pkill -f '{MARK}'"), env=env, check=False, timeout=600)
     start.finish(timeout=600)
     teardown = time.monotonic() - t0
-    clean_s, dirty = _clean_after(tb, tb.hosts[:n], 30)
-    return {"launch": green, "teardown": teardown, "dirty hosts": dirty}
+    left = wait_clean(tb, tb.hosts[:n], 30)[1]
+    return {"launch": green, "teardown": teardown, "dirty hosts": len(left)}
 
 
 def main() -> None:
