@@ -1,0 +1,1 @@
+"""Provides the numbers read from the ranks' lines (loss, throughput, ...), kept per run."""
