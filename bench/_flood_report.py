@@ -259,7 +259,7 @@ LIMITS = """Where the time goes. Before the session moved to a process of its ow
 thread in the app's process: the ingest and the screen shared one interpreter (together at
 most one core; the screen's thread got its turn every 1 ms at best, and a full collection
 stopped both), and keys' p99 stayed at 0.6-1.2 s. Now the session runs in a process of its
-own (ddptui/core/session_process.py, session_child.py), in a session (so a scheduling group)
+own (ddptui/core/session/process.py, session_child.py), in a session (so a scheduling group)
 of its own: it reads every node's output, writes every line to the run directory, and hands
 the app, over a pipe, every event in order and of the lines at most 10,000 a second (bursts
 of up to 8,000 at once; the rest counted as skipped). The app's process only draws.
@@ -312,7 +312,7 @@ deck (log_flood_nodes_apart.md): `]` p99 130 -> 74 ms at 100k/s and 105 -> 49 ms
 The session's weight. The session process is a session of its own, so (with Linux's
 autogroups) a scheduling group of the console's weight; in a flood's first seconds both want
 a whole core. It now sets its group to nice 5 (a third of the console's weight when they meet
-on one core; ddptui/core/session_child.py). Interleaved with the same tree without that
+on one core; ddptui/core/session/child.py). Interleaved with the same tree without that
 (log_flood_session_weight.md, nodes apart, 3 sweeps): `]` p99 199 -> 124 ms at 100k/s and
 136 -> 129 ms at max, ingest unchanged (99k/s; 404k -> 414k/s at max).
 

@@ -7,7 +7,7 @@ Three tiers, each in a fresh process (so its peak RSS is its own):
 - headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
   (same node helper, log files, tail processes and pipes as a real run), no UI;
 - ui: the same Session run by the real DdpApp under `app.run_test()` (which runs the session
-  in a process of its own: ddptui/core/session_process.py), launched with `l`,
+  in a process of its own: ddptui/core/session/process.py), launched with `l`,
   while Pilot presses keys in turn, 100 ms apart: `]` (next node's log), `up` (scroll the
   log up) and `end` (follow again). Key-to-screen latency is the time from the press to the
   first frame that shows its effect (frames serialised as a terminal driver would, so that
@@ -150,7 +150,7 @@ def _on_disk(run_path: Path) -> int:
 
 def headless_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, Any]:
     from ddptui.core.events import NodeLines
-    from ddptui.core.session import Session
+    from ddptui.core.session.session import Session
 
     ingest = Ingest()
 

@@ -10,7 +10,7 @@ from typing import TextIO
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session import Session
+from ddptui.core.session.session import Session
 from ddptui.gc_policy import end_startup
 
 

@@ -113,7 +113,7 @@ def run_preflight(
     min_busbw: float = 0.0,
 ) -> int:
     """Check every node of the job, then the gang test; exit 0 only if no check failed."""
-    from ddptui.gang_run import run_gang
+    from ddptui.core.preflight.gang_runner import run_gang
 
     stream = out or sys.stdout
     results: list[CheckResult] = []

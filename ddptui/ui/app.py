@@ -15,7 +15,7 @@ from textual.screen import Screen
 
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session_process import GC_YOUNG_THRESHOLD
+from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,

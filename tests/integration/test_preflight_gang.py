@@ -10,7 +10,7 @@ import pytest
 
 from ddptui.core.job.spec import make_spec
 from ddptui.core.preflight.gang import gang_spec, judge
-from ddptui.gang_run import run_gang
+from ddptui.core.preflight.gang_runner import run_gang
 
 
 def test_the_slow_node_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from ddptui.core.session_process import GC_YOUNG_THRESHOLD
+from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.ui.app import DdpApp
 
 from .conftest import SIZE, local_spec

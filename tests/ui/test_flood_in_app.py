@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.core.events import Event
-from ddptui.core.session_wire import LineBlock
+from ddptui.core.session.wire import LineBlock
 from ddptui.ui.app import DdpApp
 from tests.cases import flood_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddptui.core.events import RankState
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session import Session
+from ddptui.core.session.session import Session
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitScreen
 

@@ -61,7 +61,7 @@ def test_a_headless_run_collects_during_the_run(tmp_path: Path) -> None:
         "from ddptui.cli import main\n"
         "seen = []\n"
         "gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
-        "import ddptui.core.session as s\n"
+        "import ddptui.core.session.session as s\n"
         "real = s.Session.run_job\n"
         "async def run_job(self):\n"
         "    for _ in range(3000): x = []; x.append(x)\n"

@@ -10,8 +10,8 @@ import time
 from collections import Counter
 
 from ddptui.core.events import Event, NodeLines, Notice
-from ddptui.core.session_child import Outbox
-from ddptui.core.session_wire import FrameReader, LineBlock
+from ddptui.core.session.child import Outbox
+from ddptui.core.session.wire import FrameReader, LineBlock
 
 
 class Console:

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core import session_child, session_process
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session import Session
-from ddptui.core.session_process import SessionProcess, SessionProcessError
-from ddptui.core.session_wire import LineBlock
+from ddptui.core.session import child as session_child
+from ddptui.core.session import process as session_process
+from ddptui.core.session.process import SessionProcess, SessionProcessError
+from ddptui.core.session.session import Session
+from ddptui.core.session.wire import LineBlock
 from tests.cases import flood_spec
 from tests.procs import pids_with_tag
 
@@ -189,7 +190,7 @@ async def teardown_by_attach(spec: JobSpec, run_id: str) -> None:
 
 CONSOLE_DIES = """
 import asyncio, os, sys, threading
-from ddptui.core.session_process import SessionProcess
+from ddptui.core.session.process import SessionProcess
 from tests.cases import flood_spec
 from pathlib import Path
 

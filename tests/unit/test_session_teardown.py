@@ -12,7 +12,7 @@ import pytest
 from ddptui.core.backends.local import LocalBackend
 from ddptui.core.events import Event, NodeLines, TeardownReport
 from ddptui.core.job.plan import NodeCommand
-from ddptui.core.session import Session
+from ddptui.core.session.session import Session
 from tests.cases import flood_spec
 from tests.procs import pids_with_tag
 

@@ -6,7 +6,7 @@ gloo on CPU. Each node reports the busbw of an all-reduce among its own ranks an
 across the whole job. A node is slow when its own figure is under `SLOW_RATIO` of the other
 nodes' median (half; a fifth on gloo), or under `--gang-min-busbw` when given; it is named.
 Preflight cannot run a job itself (the session stands beside it), so whoever starts the
-preflight passes the runner (ddptui/gang_run.py).
+preflight passes the runner (ddptui/core/preflight/gang_runner.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from textual.worker import Worker, WorkerState
 from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session_process import SessionProcess, call_on_loop, prepare_spare
+from ddptui.core.session.process import SessionProcess, call_on_loop, prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,

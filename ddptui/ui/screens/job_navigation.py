@@ -10,7 +10,7 @@ from textual.screen import Screen
 from ddptui.core.events import RankChanged
 from ddptui.core.monitor.failures import jump_targets
 from ddptui.core.runs.run_dir import node_log_name
-from ddptui.core.session_process import SessionProcess
+from ddptui.core.session.process import SessionProcess
 from ddptui.ui.widgets.grid_cells import find_cell
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.rank_details import RankDetails

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from textual.screen import Screen
 
 from ddptui.core.events import RankChanged, RankState
-from ddptui.core.session_process import SessionProcess
+from ddptui.core.session.process import SessionProcess
 from ddptui.ui.messages import RecorderUpdate, StacksUpdate, StallUpdate
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.root_cause import RootCausePanel

@@ -115,7 +115,7 @@ class PreflightScreen(Screen[None]):
         access = self.access(self.spec, emit) if self.access else None
         gang = None
         if access is None:  # the real nodes: the gang test too (a job of its own)
-            from ddptui.gang_run import run_gang
+            from ddptui.core.preflight.gang_runner import run_gang
 
             gang = functools.partial(run_gang, notify=emit)
         return await Preflight(self.spec, emit, access, gang=gang).run()

@@ -1,8 +1,8 @@
-"""The session's own process: `python -m ddptui.core.session_child IN OUT`, as SessionProcess
+"""The session's own process: `python -m ddptui.core.session.child IN OUT`, as SessionProcess
 starts it (IN and OUT are the inherited ends of its two pipes).
 
 It reads one start frame (the job, its run directory, whether it attaches), runs the Session
-to its end, and passes what the session emits back as frames (ddptui.core.session_wire): the
+to its end, and passes what the session emits back as frames (ddptui.core.session.wire): the
 events in order, the nodes' lines as blocks of at most what a screen can show, the plan once
 it is known. Requests come the other way (teardown, detach, stacks, a rank's step rate). When
 the console goes away mid-run (its pipe closes), the session detaches: the job runs on, and
@@ -32,9 +32,9 @@ from typing import Any
 from ddptui.core.events import Event, NodeLines, RunSummary
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, open_private
-from ddptui.core.session import Session
-from ddptui.core.session_process import GC_YOUNG_THRESHOLD
-from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
+from ddptui.core.session.process import GC_YOUNG_THRESHOLD
+from ddptui.core.session.session import Session
+from ddptui.core.session.wire import FrameReader, LineBlock, write_frame
 
 # The lines the console gets: what a screen can show (15 frames a second of 40-odd rows),
 # far beyond reading. A sustained flood gets LINES_PER_S; a burst after a quieter spell up to

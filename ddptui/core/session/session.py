@@ -10,7 +10,6 @@ from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.backends.factory import make_backend
-from ddptui.core.collector import NodeCollector
 from ddptui.core.events import (
     Event,
     NodeChanged,
@@ -29,6 +28,7 @@ from ddptui.core.monitor.failures import explanation
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
+from ddptui.core.session.collector import NodeCollector
 from ddptui.core.stall_events import StallReport
 
 T = TypeVar("T")

@@ -1,8 +1,8 @@
 """Provides the gang test's runner: preflight's all-reduce test as a Session of its own.
 
-The preflight package cannot start a job (the session stands beside it, not below), so the
-command line and the console hand it this runner. The test is an ordinary run through the job's
-own backend: it has a run directory and a line in the history like any other job.
+Preflight stands above the session, so the gang test is a job like any other: the command line
+and the console hand this runner to the checks (their tests pass others). It runs through the
+job's own backend, with a run directory and a line in the history like any other job.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from ddptui.core.events import Event, NodeLines, Notice
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.preflight.gang import GANG_TIMEOUT_S, GangRun, parse_line
-from ddptui.core.session import Session
+from ddptui.core.session.session import Session
 
 
 async def run_gang(

@@ -4,7 +4,7 @@ Why: under a log flood the session's ingest (pipes, framing, rank attribution) k
 busy. Sharing the console's interpreter, it took turns with the screen, and every key press
 waited behind it; in a process of its own it runs on the other core, in a scheduling group
 of its own (a session of its own), and the console keeps the screen. What the console needs
-of the session comes back over a pipe (ddptui.core.session_wire): the events in order, the
+of the session comes back over a pipe (ddptui.core.session.wire): the events in order, the
 nodes' lines as blocks of at most what the screen shows (every line is still written to the
 run directory, by the session process), the plan once known, a rank's step rate on request.
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.runs.run_dir import RunDir, new_run_id
-from ddptui.core.session_wire import FrameReader, LineBlock, write_frame
+from ddptui.core.session.wire import FrameReader, LineBlock, write_frame
 
 if TYPE_CHECKING:
     from ddptui.core.events import RunSummary
@@ -42,7 +42,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs
 # The console's screen keeps every view's newest lines and Textual's strips, some 150,000
 # tracked objects: a full collection of them stopped it for 100-170 ms every few key presses.
 GC_YOUNG_THRESHOLD = 20_000
-CHILD = "ddptui.core.session_child"
+CHILD = "ddptui.core.session.child"
 
 
 class SessionProcessError(RuntimeError):
