@@ -154,7 +154,7 @@ def run_preflight(
 
 def print_stacks(run: RunDir, method: str | None, as_json: bool) -> int:
     """`ddptui stacks RUN_ID`: the groups (suspects first), then each rank's whole stack."""
-    from ddptui.core.stall_events import StacksReport
+    from ddptui.core.diagnose.stall_events import StacksReport
 
     events = asyncio.run(stacks_of_run(run, method))
     report = next(e for e in events if isinstance(e, StacksReport))

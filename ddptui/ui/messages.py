@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from textual.message import Message
 
+from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
 from ddptui.core.events import (
     AllocationChanged,
     Event,
@@ -15,10 +16,9 @@ from ddptui.core.events import (
     NodeChanged,
     Notice,
     RankChanged,
-    RunSummary,
     TeardownReport,
 )
-from ddptui.core.stall_events import FlightRecorderReport, StacksReport, StallReport
+from ddptui.core.runs.summary import RunSummary
 
 
 class SessionMessage(Message):

@@ -6,14 +6,9 @@ relay; timestamps, run id and paths are fixed, so snapshots do not depend on thi
 
 from __future__ import annotations
 
-from ddptui.core.events import (
-    Event,
-    NodeChanged,
-    NodeState,
-    RankState,
-    RunSummary,
-)
+from ddptui.core.events import Event, NodeChanged, NodeState, RankState
 from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.runs.summary import RunSummary
 from ddptui.ui.screens.job import JobScreen
 from tests.cases import TORCHRUN_CAPTURES as DATA
 

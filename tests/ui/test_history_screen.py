@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable
 
-from ddptui.core.events import RankChanged, RankState, RankSummary, RunSummary
+from ddptui.core.events import RankChanged, RankState, RankSummary
 from ddptui.core.job.plan import NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.summary import RunSummary
 from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.history import HistoryScreen

@@ -5,6 +5,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from ddptui.core.diagnose.failures import (
+    STOPPED,
+    TEARDOWN,
+    culprit,
+    order_failures,
+)
+from ddptui.core.diagnose.patterns import (
+    HUNG,
+    PEER_LOST,
+    RENDEZVOUS_KINDS,
+    explaining_lines,
+    signal_name,
+    stragglers,
+)
 from ddptui.core.events import (
     Diagnosis,
     Event,
@@ -15,20 +29,6 @@ from ddptui.core.events import (
     RankSummary,
 )
 from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
-from ddptui.core.monitor.diagnosis import (
-    HUNG,
-    PEER_LOST,
-    RENDEZVOUS_KINDS,
-    explaining_lines,
-    signal_name,
-    stragglers,
-)
-from ddptui.core.monitor.failures import (
-    STOPPED,
-    TEARDOWN,
-    culprit,
-    order_failures,
-)
 from ddptui.core.monitor.rank_cell import RankCell
 
 MAX_FAILURES = 512

@@ -9,6 +9,15 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from ddptui.core.diagnose.patterns import (
+    EXITED,
+    describe_exit,
+    may_report_failure,
+    recognise,
+)
+from ddptui.core.diagnose.recorder_watch import RecorderWatch
+from ddptui.core.diagnose.stall import StallWatch
+from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.events import (
     Diagnosis,
     Event,
@@ -27,12 +36,6 @@ from ddptui.core.monitor.agent_log import (
     WorkerFailed,
 )
 from ddptui.core.monitor.board import RankBoard
-from ddptui.core.monitor.diagnosis import (
-    EXITED,
-    describe_exit,
-    may_report_failure,
-    recognise,
-)
 from ddptui.core.monitor.framing import (
     WORKER_ENDED,
     Attributed,
@@ -44,9 +47,6 @@ from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
-from ddptui.core.monitor.recorder import RecorderWatch
-from ddptui.core.monitor.stall import StallWatch
-from ddptui.core.stall_events import FlightRecorderReport, StallReport
 
 _LOCAL_RANK = itemgetter(2)
 

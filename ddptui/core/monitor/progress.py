@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from ddptui.core.monitor.diagnosis import progress_value
+from ddptui.core.diagnose.patterns import progress_value
 
 # A pattern that sees the start or end of its subject (\A, \Z) or looks past its match could
 # find nothing in the block where a line alone would match: such a pattern goes line by line.

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ddptui.core.diagnose.failures import TEARDOWN, WATCHDOG, FailedRank, cause_of
+from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
-from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
-from ddptui.core.monitor.failures import TEARDOWN, WATCHDOG, FailedRank, cause_of
 
 TRACEBACK_START = "Traceback (most recent call last):"
 _TRACE_START = re.compile(re.escape(TRACEBACK_START))

@@ -27,10 +27,10 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
-    RunSummary,
 )
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
+from ddptui.core.runs.summary import RunSummary
 
 DB_NAME = "history.sqlite3"
 SCHEMA_VERSION = 1

@@ -29,9 +29,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddptui.core.events import Event, NodeLines, RunSummary
+from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, open_private
+from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.core.session.session import Session
 from ddptui.core.session.wire import FrameReader, LineBlock, write_frame

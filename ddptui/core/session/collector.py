@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ddptui.core.backends.base import Backend
+from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
 from ddptui.core.events import Event, RankChanged
 from ddptui.core.job.plan import LaunchPlan
-from ddptui.core.monitor.diagnosis import COLLECTIVE_TIMEOUT
 from ddptui.core.monitor.monitor import Monitor
 
 PARALLEL = 8  # nodes asked at once

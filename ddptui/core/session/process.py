@@ -31,9 +31,9 @@ from ddptui.core.runs.run_dir import RunDir, new_run_id
 from ddptui.core.session.wire import FrameReader, LineBlock, write_frame
 
 if TYPE_CHECKING:
-    from ddptui.core.events import RunSummary
     from ddptui.core.job.plan import LaunchPlan
     from ddptui.core.job.spec import JobSpec
+    from ddptui.core.runs.summary import RunSummary
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs from
 # Both processes of a session raise their collector's young threshold to this (Python's

@@ -10,6 +10,8 @@ from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.backends.factory import make_backend
+from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.events import (
     Event,
     NodeChanged,
@@ -18,18 +20,16 @@ from ddptui.core.events import (
     Notice,
     PlanReady,
     RankState,
-    RunSummary,
     TeardownReport,
 )
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.core.monitor.failures import explanation
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
+from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
-from ddptui.core.stall_events import StallReport
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them

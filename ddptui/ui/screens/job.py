@@ -15,9 +15,10 @@ from textual.message import Message
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from ddptui.core.events import NodeState, Notice, RankChanged, RunSummary
+from ddptui.core.events import NodeState, Notice, RankChanged
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess, call_on_loop, prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,

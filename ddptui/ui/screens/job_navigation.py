@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 from textual.screen import Screen
 
+from ddptui.core.diagnose.failures import jump_targets
 from ddptui.core.events import RankChanged
-from ddptui.core.monitor.failures import jump_targets
 from ddptui.core.runs.run_dir import node_log_name
 from ddptui.core.session.process import SessionProcess
 from ddptui.ui.widgets.grid_cells import find_cell

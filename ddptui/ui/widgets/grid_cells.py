@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from ddptui.core.diagnose.patterns import signal_name
 from ddptui.core.events import Diagnosis, GpuFlag, GpuStat, NodeState, RankChanged, RankState
-from ddptui.core.monitor.diagnosis import signal_name
 
 GLYPH = {
     RankState.PENDING: "·",

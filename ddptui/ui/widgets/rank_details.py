@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptui.core.monitor.diagnosis import signal_name
+from ddptui.core.diagnose.patterns import signal_name
 from ddptui.ui.widgets.grid_cells import RankGridCell
 
 

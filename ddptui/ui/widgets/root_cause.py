@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddptui.core.diagnose.failures import lost_a_peer
+from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
+from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-from ddptui.core.monitor.diagnosis import EXITED, TRACEBACK, describe_exit
-from ddptui.core.monitor.failures import lost_a_peer
-from ddptui.core.stall_events import FlightRecorderReport
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what

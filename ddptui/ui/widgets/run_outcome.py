@@ -9,7 +9,8 @@ import hostlist
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptui.core.events import Notice, RankState, RunSummary, TeardownReport
+from ddptui.core.events import Notice, RankState, TeardownReport
+from ddptui.core.runs.summary import RunSummary
 
 MAX_NOTICES = 4
 NODE_LINES = 16  # up to this many nodes, a line each; beyond, the clean ones as one hostlist

@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ddptui.core.stall_events import StacksReport
+from ddptui.core.diagnose.stall_events import StacksReport
 
 MAX_GROUPS = 8
 MAX_RANKS_SHOWN = 12

@@ -12,17 +12,11 @@ from pathlib import Path
 import pytest
 
 from ddptui.cli import main
-from ddptui.core.events import (
-    AllocationChanged,
-    PlanReady,
-    RankChanged,
-    RankState,
-    RankSummary,
-    RunSummary,
-)
+from ddptui.core.events import AllocationChanged, PlanReady, RankChanged, RankState, RankSummary
 from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.history import RunHistory, RunRecorder, history_path
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.summary import RunSummary
 
 
 @pytest.fixture(autouse=True)

@@ -8,16 +8,12 @@ session takes every rank's stacks; what they and the flight recorder say comes b
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic
 
-from ddptui.core.events import (
-    Event,
-    RankState,
-)
-from ddptui.core.monitor.board import RankBoard
-from ddptui.core.monitor.failures import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
-from ddptui.core.monitor.flight_recorder import Blocked, analyse, blocked_in, culprits
-from ddptui.core.monitor.stacks import (
+from ddptui.core.diagnose.board_view import BoardView, C
+from ddptui.core.diagnose.failures import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
+from ddptui.core.diagnose.flight_recorder import Blocked, analyse, blocked_in, culprits
+from ddptui.core.diagnose.stacks import (
     RankStack,
     StackGroup,
     group_stacks,
@@ -25,15 +21,19 @@ from ddptui.core.monitor.stacks import (
     ranks_from_report,
     suspects,
 )
-from ddptui.core.stall_events import StacksReport, StackView, StallGroup, StallReport
+from ddptui.core.diagnose.stall_events import StacksReport, StackView, StallGroup, StallReport
+from ddptui.core.events import (
+    Event,
+    RankState,
+)
 
 ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
 
 
-class StallWatch:
+class StallWatch(Generic[C]):
     """Whether the job is stalled, since when, and what the last stacks said."""
 
-    def __init__(self, board: RankBoard) -> None:
+    def __init__(self, board: BoardView[C]) -> None:
         self.board = board
         self.since: float | None = None  # the last progress, while stalled
         self.last: StallReport | None = None

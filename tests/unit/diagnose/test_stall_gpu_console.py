@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
-from ddptui.core.stall_events import FlightRecorderReport, StallReport
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2" / "console"
 GAP = "rank 1 never entered collective 5 (nccl:all_reduce [1048576]) of group 0"

@@ -14,8 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-from ddptui.core.monitor.diagnosis import (
+from ddptui.core.diagnose.patterns import (
     COLLECTIVE_TIMEOUT,
     CUDA_OOM,
     DUPLICATE_GPU,
@@ -24,6 +23,7 @@ from ddptui.core.monitor.diagnosis import (
     STRAGGLER,
     TRACEBACK,
 )
+from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 
 # What a rank's failure was, as the summary's per-rank `cause` says it.
 EXCEPTION = "exception"  # its own Python exception

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddptui.core.diagnose.flight_recorder import analyse
+from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
 from ddptui.core.events import RankChanged
-from ddptui.core.monitor.flight_recorder import analyse
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
-from ddptui.core.stall_events import FlightRecorderReport, StacksReport, StallReport
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2"
 COLLECT = json.loads((DATA / "collect.json").read_text())

@@ -6,19 +6,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddptui.core.events import RankState
-from ddptui.core.monitor import failures as fx
-from ddptui.core.monitor.agent_log import Assigned
-from ddptui.core.monitor.flight_recorder import analyse
-from ddptui.core.monitor.monitor import Monitor
-from ddptui.core.monitor.stacks import (
+from ddptui.core.diagnose.flight_recorder import analyse
+from ddptui.core.diagnose.stacks import (
     group_stacks,
     is_deadlock,
     parse_stacks,
     ranks_from_report,
     suspects,
 )
-from ddptui.core.stall_events import StacksReport, StallReport
+from ddptui.core.diagnose.stall_events import StacksReport, StallReport
+from ddptui.core.events import RankState
+from ddptui.core.diagnose import failures as fx
+from ddptui.core.monitor.agent_log import Assigned
+from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall"
 # trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report
