@@ -21,9 +21,9 @@ async def fan_out(engine: str, config: str, hosts: list[str], command: str) -> d
     early = EarlySockets()
     if engine == "asyncssh":
         early = EarlySockets.open(hosts[:32], config)
+    from ddptui.cli.gc_policy import end_startup
     from ddptui.core.backends.ssh.backend import make_transport
     from ddptui.core.job.spec import make_spec
-    from ddptui.gc_policy import end_startup
 
     spec = make_spec(
         backend="ssh",
@@ -61,7 +61,7 @@ async def fan_out(engine: str, config: str, hosts: list[str], command: str) -> d
 
 
 def main() -> None:
-    from ddptui.gc_policy import begin_startup, end_startup
+    from ddptui.cli.gc_policy import begin_startup, end_startup
 
     begin_startup()  # as `ddptui` does
     engine, config, hosts, command = sys.argv[1:5]

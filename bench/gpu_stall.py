@@ -133,7 +133,7 @@ def watchdog_capture(out: Path, nproc: int, pg_timeout: float, limit_s: float) -
 
 def console_works() -> bool:
     """Whether ddptui's console runs here (its dependencies installed)."""
-    probe = [sys.executable, "-c", "import ddptui.cli, ddptui.core.session.session"]
+    probe = [sys.executable, "-c", "import ddptui.cli.main, ddptui.core.session.session"]
     done = subprocess.run(probe, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return done.returncode == 0
 

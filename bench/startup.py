@@ -4,7 +4,7 @@ A TCP listener on 127.0.0.1 stands in for the first host (the ssh_config points 
 there); the clock runs from spawning the tool to the listener accepting its connection, then
 the tool is stopped. ddptui is `ddptui run --headless --backend ssh` with early sockets (the
 command line's first wave of TCP connects goes out before the job's models and the SSH engine
-are imported: ddptui/cli_early.py) and without them (`DDPTUI_EARLY_CONNECT=0`: the first
+are imported: ddptui/cli/early.py) and without them (`DDPTUI_EARLY_CONNECT=0`: the first
 connect is then the engine's, after every import), beside a bare `python3 -c` that only
 connects (the interpreter's floor), `ssh`, `pdsh -R ssh` and `clush`. All interleaved. Then
 `python -X importtime` of the same ddptui command says where the import time goes, by package.

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ddptui.core.job import rules as job_rules
 from ddptui.core.job.hosts import expand_hosts
 from ddptui.core.job.secret_env import unmask_env
 from ddptui.core.job.spec import (
@@ -185,17 +186,15 @@ def _default(path: tuple[str, ...]) -> Any:
 def _cross_checks(parsed: dict[str, Any], errors: dict[str, str]) -> None:
     if not parsed.get("script") and "script" not in errors:
         errors["script"] = "required: the training script to run"
-    backend = parsed.get("backend")
-    hosts = parsed.get("hosts") or ()
-    if backend == "ssh" and "hosts" not in errors:
-        if not hosts:
-            errors["hosts"] = "required for SSH: a,b or node[01-04]"
-        elif isinstance(parsed.get("nodes"), int) and parsed["nodes"] > len(hosts):
-            errors["nodes"] = f"only {len(hosts)} host(s) listed"
-    if parsed.get("container_engine") == "pyxis" and backend != "slurm":
-        errors["container_engine"] = "pyxis runs containers through srun: slurm backend only"
-    if parsed.get("container_mounts") and not parsed.get("container_image"):
-        errors["container_image"] = "required when mounts are given"
+    engine, image = parsed.get("container_engine"), parsed.get("container_image")
+    fields = {
+        **parsed,
+        # the engine's list always shows one: it counts as given with an image, or as pyxis
+        "container_engine": engine if image or engine == "pyxis" else None,
+    }
+    for problem in job_rules.problems(fields):
+        if problem.field not in errors:
+            errors[problem.field] = problem.note
 
 
 def _locate(exc: ValidationError) -> dict[str, str]:

@@ -34,7 +34,15 @@ NODES = ["node1", "node2", "node3"]
 def preflight(cluster: SlurmCluster, tmp: Path, *args: str) -> Preflight:
     env = {k: v for k, v in cluster.env.items() if not k.startswith("SLURM_JOB")}
     env.update(DDPTUI_STATE_DIR=str(tmp / "state"), PYTHONPATH=str(ROOT))
-    argv = [sys.executable, "-m", "ddptui.cli", "preflight", "--headless", "--backend", "slurm"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ddptui.cli",
+        "preflight",
+        "--headless",
+        "--backend",
+        "slurm",
+    ]
     argv += ["--nodes", "3", "--nproc-per-node", "1", *args, str(TRAINER / "envcheck.py")]
     proc = subprocess.run(
         cluster.tb.ns_argv(cluster.tb.head, argv),

@@ -127,7 +127,14 @@ def test_ssh_job_keeps_its_secret(testbed: Testbed, tmp_path: Path) -> None:
 
 def test_local_job_keeps_its_secret(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", *_job_args(_script(tmp_path))]
+    argv = [
+        sys.executable,
+        "-m",
+        "ddptui.cli",
+        "run",
+        "--headless",
+        *_job_args(_script(tmp_path)),
+    ]
     env = {**os.environ, "DDPTUI_STATE_DIR": str(state), "HF_TOKEN": SECRET}
     env["RUN_LABEL"] = ALSO_SECRET
     code, out, err, leaks = _watch(argv, env, tmp_path)

@@ -139,7 +139,8 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
     time.sleep(2)
     attach = subprocess.Popen(
         testbed.ns_argv(
-            "head", [sys.executable, "-m", "ddptui.cli", "attach", run_id, "--headless", "--lines"]
+            "head",
+            [sys.executable, "-m", "ddptui.cli", "attach", run_id, "--headless", "--lines"],
         ),
         stdout=subprocess.PIPE,
         text=True,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
+from ddptui.core.job.profiles import bundled_trainer
 from ddptui.core.job.spec import JobSpec, make_spec
-from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.job import JobScreen
 from tests.procs import pids_with_tag

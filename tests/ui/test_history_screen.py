@@ -19,11 +19,11 @@ from textual.widgets import DataTable
 
 from ddptui.core.events import RankChanged, RankState, RankSummary
 from ddptui.core.job.plan import NodeTarget, build_plan
+from ddptui.core.job.profiles import bundled_trainer
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
-from ddptui.jobargs import bundled_trainer
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.past_run import PastRunScreen
@@ -146,7 +146,7 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
 CONSOLE = """
 import asyncio, sys
 from ddptui.core.job.spec import make_spec
-from ddptui.jobargs import bundled_trainer
+from ddptui.core.job.profiles import bundled_trainer
 from ddptui.ui.app import DdpApp
 
 async def main() -> None:

@@ -17,7 +17,7 @@ def test_core_and_headless_do_not_import_textual() -> None:
     code = (
         "import sys\n"
         "import ddptui.core.session.session, ddptui.core.backends.local\n"
-        "import ddptui.headless, ddptui.cli\n"
+        "import ddptui.cli.headless, ddptui.cli.main\n"
         "import ddptui.core.backends.ssh.backend\n"
         "ui = ('textual.', 'ddptui.ui')\n"
         "bad = [m for m in sys.modules if m == 'textual' or m.startswith(ui)]\n"

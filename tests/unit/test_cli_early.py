@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.cli_early import _flags, open_from_argv
+from ddptui.cli.early import _flags, open_from_argv
 from ddptui.core.backends.ssh import early_connect
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,5 +109,5 @@ def test_a_fresh_ddptui_connects_before_importing_models_or_engine(
             proc.wait()
     before = seen.split("ddptui.core.backends.ssh.early_connect", 1)[0]
     assert "ddptui.core.backends.ssh.early_connect" in seen
-    assert "ddptui.cli_early" in before
+    assert "ddptui.cli.early" in before
     assert "pydantic" not in before and "asyncssh" not in before

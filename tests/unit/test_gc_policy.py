@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.cli import main
-from ddptui.gc_policy import begin_startup, end_startup
+from ddptui.cli.gc_policy import begin_startup, end_startup
+from ddptui.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +58,7 @@ def test_a_headless_run_collects_during_the_run(tmp_path: Path) -> None:
     """gc.callbacks see collections while the job runs, not only at exit."""
     code = (
         "import gc, sys\n"
-        "from ddptui.cli import main\n"
+        "from ddptui.cli.main import main\n"
         "seen = []\n"
         "gc.callbacks.append(lambda phase, info: seen.append(phase))\n"
         "import ddptui.core.session.session as s\n"

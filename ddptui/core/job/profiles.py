@@ -105,6 +105,11 @@ def bundled_trainer_dir() -> Path:
     return package.parent / "trainer"
 
 
+def bundled_trainer(name: str = "envcheck.py") -> str:
+    """Path of a script from trainer/, shipped with the package or beside a source checkout."""
+    return str(bundled_trainer_dir() / name)
+
+
 def user_config_dir() -> Path:
     """`$DDPTUI_CONFIG_DIR`, else the XDG config dir (~/.config/ddptui)."""
     override = os.environ.get("DDPTUI_CONFIG_DIR")

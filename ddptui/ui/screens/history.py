@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from ddptui.core.runs.history import RunHistory, RunRecord
-from ddptui.reports import HISTORY_COLUMNS, history_row
+from ddptui.core.runs.history_rows import HISTORY_COLUMNS, history_row
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.screens.past_run import OUTCOME_STYLE, PastRunScreen, describe_record
 

@@ -14,8 +14,8 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from ddptui.core.job.profiles import ProfileError, ProfileSet, load_profiles
+from ddptui.core.job.resolve import spec_for_profile
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.jobargs import spec_for_profile
 from ddptui.ui.job_form import FIELDS, FormCheck, JobRequest, check_form, values_from_spec
 from ddptui.ui.preview import preview_lines
 from ddptui.ui.widgets.form_field import FormField

@@ -10,10 +10,10 @@ import re
 
 import pytest
 
+from ddptui.core.diagnose import failures
+from ddptui.core.diagnose import patterns as dx
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN, SpecError, make_spec
-from ddptui.core.diagnose import patterns as dx
-from ddptui.core.diagnose import failures
 from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ddptui.core.events import Diagnosis, FailureRecord, RankChanged, RankState
-from ddptui.core.diagnose import patterns as dx
 from ddptui.core.diagnose import failures as fx
+from ddptui.core.diagnose import patterns as dx
+from ddptui.core.events import Diagnosis, FailureRecord, RankChanged, RankState
 from ddptui.core.monitor.agent_log import WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddptui.core.diagnose import failures as fx
 from ddptui.core.diagnose.flight_recorder import analyse
 from ddptui.core.diagnose.stacks import (
     group_stacks,
@@ -16,7 +17,6 @@ from ddptui.core.diagnose.stacks import (
 )
 from ddptui.core.diagnose.stall_events import StacksReport, StallReport
 from ddptui.core.events import RankState
-from ddptui.core.diagnose import failures as fx
 from ddptui.core.monitor.agent_log import Assigned
 from ddptui.core.monitor.monitor import Monitor
 

@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.cli import _parser, main
+from ddptui.cli.jobargs import spec_from_args
+from ddptui.cli.main import _parser, main
 from ddptui.core.job.profiles import (
     BUILTIN,
     ProfileError,
     builtin_profiles,
+    bundled_trainer,
     load_profiles,
     profile_files,
 )
-from ddptui.jobargs import bundled_trainer, spec_from_args
 
 TRAINER = Path(bundled_trainer()).parent
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddptui.core.events import FailureRecord
-from ddptui.core.diagnose import patterns as dx
 from ddptui.core.diagnose import failures as fx
+from ddptui.core.diagnose import patterns as dx
+from ddptui.core.events import FailureRecord
 from ddptui.core.monitor.agent_log import WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
 

@@ -258,7 +258,7 @@ def test_preflight_profiles_and_history_never_import_textual_or_torch() -> None:
     code = (
         "import sys\n"
         "import ddptui.core.preflight.preflight, ddptui.core.job.profiles\n"
-        "import ddptui.core.runs.history, ddptui.reports\n"
+        "import ddptui.core.runs.history, ddptui.cli.reports\n"
         "bad = [m for m in sys.modules if m in ('textual', 'torch') or m.startswith('ddptui.ui')]\n"
         "assert not bad, bad\n"
     )

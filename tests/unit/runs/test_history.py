@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.cli import main
+from ddptui.cli.main import main
 from ddptui.core.events import AllocationChanged, PlanReady, RankChanged, RankState, RankSummary
 from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.history import RunHistory, RunRecorder, history_path

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import asyncio
 
 # asyncio is imported where it is used: the CLI opens the sockets before anything else loads
-# (ddptui/cli_early.py), and this module is all it imports for that.
+# (ddptui/cli/early.py), and this module is all it imports for that.
 
 # Keywords that change where or how the connection goes in ways this reader does not follow.
 _UNSUPPORTED = frozenset(

@@ -7,11 +7,11 @@ import signal
 import sys
 from typing import TextIO
 
+from ddptui.cli.gc_policy import end_startup
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session.session import Session
-from ddptui.gc_policy import end_startup
 
 
 def run_headless(

@@ -5,28 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ddptui.core.job import rules
 from ddptui.core.job.hosts import expand_hosts, read_hostfile
-from ddptui.core.job.profiles import (
-    ProfileError,
-    ProfileSet,
-    ResolvedProfile,
-    bundled_trainer_dir,
-    compose,
-    load_profiles,
-)
-from ddptui.core.job.spec import (
-    BACKENDS,
-    JobSpec,
-    SpecError,
-    check_local_script,
-    make_spec,
-    parse_env_pairs,
-)
-
-
-def bundled_trainer(name: str = "envcheck.py") -> str:
-    """Path of a script from trainer/, shipped with the package or beside a source checkout."""
-    return str(bundled_trainer_dir() / name)
+from ddptui.core.job.profiles import ProfileSet
+from ddptui.core.job.resolve import resolve_job
+from ddptui.core.job.spec import BACKENDS, JobSpec, SpecError, parse_env_pairs
 
 
 def add_job_flags(parser: argparse.ArgumentParser) -> None:
@@ -170,9 +153,16 @@ def cli_fields(
     if script:
         fields["script"] = script
         fields["script_args"] = tuple(script_args)
-    if not args.container_image and (args.container_engine or args.container_mount):
-        given = "--container-engine" if args.container_engine else "--container-mount"
-        raise SpecError(f"{given} needs --container-image IMAGE (the image to run torchrun in)")
+    found = rules.problems(
+        {
+            "backend": args.backend or "slurm",  # the backend is checked once it is known
+            "container_image": args.container_image,
+            "container_engine": args.container_engine,
+            "container_mounts": args.container_mount,
+        }
+    )
+    if found:
+        raise SpecError(found[0].message)
     if args.container_image:
         fields["container"] = _drop_none(
             {
@@ -211,67 +201,5 @@ def spec_from_args(
     profiles: ProfileSet | None = None,
 ) -> JobSpec:
     """CLI flags over the profile (`--profile`) over the built-in defaults."""
-    cli = cli_fields(args, script, script_args)
-    resolved: ResolvedProfile | None = None
-    base: dict[str, Any] = {}
-    if getattr(args, "profile", None):
-        resolved = (profiles or load_profiles()).resolve(args.profile)
-        base = dict(resolved.fields)
-        if "script" in cli:
-            base.pop("script_args", None)  # a script on the command line brings its own args
-        else:
-            resolved.require_script()
-    fields = compose(base, cli)
-    if base.get("secret_env") and cli.get("secret_env"):  # both lists count
-        fields["secret_env"] = tuple(dict.fromkeys([*base["secret_env"], *cli["secret_env"]]))
-    hosts = list(fields.get("hosts", ()))
-    backend = fields.get("backend") or ("ssh" if hosts else "local")
-    if "backend" not in cli and "hosts" in cli:
-        backend = "ssh"  # --hosts/--hostfile on the command line mean SSH
-    if backend not in BACKENDS:
-        raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    if backend == "ssh" and not hosts:
-        raise SpecError("the ssh backend needs --hosts or --hostfile (or hosts in the profile)")
-    nodes = cli.get("nodes", len(cli["hosts"]) if "hosts" in cli else fields.get("nodes"))
-    if nodes is None:
-        nodes = len(hosts) or 2
-    if backend == "ssh" and nodes > len(hosts):
-        raise SpecError(f"--nodes {nodes} but only {len(hosts)} host(s) given")
-    fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:nodes]))
-    fields.setdefault("profile", "cli" if script else "local")
-    fields.setdefault("script", bundled_trainer())
-    spec = make_spec(**fields)
-    check_job(spec)
-    if resolved is not None and "script" not in cli and spec.backend == "local":
-        try:
-            check_local_script(spec)
-        except SpecError as exc:
-            raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
-    return spec
-
-
-def check_job(spec: JobSpec) -> None:
-    """What no single field shows: a container engine the backend cannot run, an ssh_config
-    neither SSH engine can read. Refused before anything starts."""
-    container = spec.container
-    if container is not None and container.engine == "pyxis" and spec.backend != "slurm":
-        raise SpecError(
-            f"--container-engine pyxis runs containers through srun: use it with --backend "
-            f"slurm, or podman/docker with --backend {spec.backend}"
-        )
-    batch = spec.backend == "slurm" and spec.slurm.mode == "sbatch"
-    if batch and spec.workdir and ("\n" in spec.workdir or "\r" in spec.workdir):
-        raise SpecError(
-            f"--workdir {spec.workdir!r} has a line break: a batch script cannot hold it"
-        )
-    if spec.backend == "ssh":
-        from ddptui.core.backends.ssh.config_check import check_ssh_config
-
-        check_ssh_config(spec.ssh.config_file)
-
-
-def spec_for_profile(name: str, profiles: ProfileSet | None = None) -> JobSpec:
-    """The job a profile describes, exactly as `ddptui --profile NAME` would run it."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_job_flags(parser)
-    return spec_from_args(parser.parse_args(["--profile", name]), None, [], profiles)
+    fields = cli_fields(args, script, script_args)
+    return resolve_job(fields, getattr(args, "profile", None), profiles)

@@ -7,8 +7,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from ddptui import __version__
-from ddptui.cli_early import open_from_argv
-from ddptui.gc_policy import begin_startup, end_startup
+from ddptui.cli.early import open_from_argv
+from ddptui.cli.gc_policy import begin_startup, end_startup
 
 if TYPE_CHECKING:
     from ddptui.core.runs.run_dir import RunDir
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ddptui.jobargs import add_job_flags
+    from ddptui.cli.jobargs import add_job_flags
 
     parser = argparse.ArgumentParser(
         prog="ddptui",
@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from ddptui.cli.jobargs import spec_from_args
     from ddptui.core.backends.base import BackendError
     from ddptui.core.job.spec import SpecError, check_local_script
-    from ddptui.jobargs import spec_from_args
 
     parser = _parser()
     misplaced = _flags_before_command(sys.argv[1:] if argv is None else argv)
@@ -119,20 +119,20 @@ def _main(argv: list[str] | None) -> int:
             spec = run_dir.read_spec()
             run_dir.read_plan()  # both readable, or one line now rather than a failed follow
             if args.headless:
-                from ddptui.headless import run_headless
+                from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, attach=run_dir)
             return _console(spec, None, attach=run_dir)
         if args.command == "stacks":
-            from ddptui.reports import print_stacks
+            from ddptui.cli.reports import print_stacks
 
             return print_stacks(_open_run(args.run_id), args.method, args.json)
         if args.command == "history":
-            from ddptui.reports import print_history
+            from ddptui.cli.reports import print_history
 
             return print_history(args.limit or None, args.json)
         if args.command == "preflight":
-            from ddptui.reports import run_preflight
+            from ddptui.cli.reports import run_preflight
 
             spec = spec_from_args(args, args.script, args.script_args)
             return run_preflight(spec, args.headless, gang=args.gang, min_busbw=args.gang_min_busbw)
@@ -146,7 +146,7 @@ def _main(argv: list[str] | None) -> int:
                 check_local_script(spec)
                 local_gpus(spec)  # more GPUs than this machine has: refused now
             if args.headless:
-                from ddptui.headless import run_headless
+                from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, detach=args.detach)
             return _console(spec, args.keymap)
@@ -163,7 +163,7 @@ COMMANDS = ("run", "preflight", "history", "attach")
 def _flags_before_command(argv: list[str]) -> tuple[str, list[str]] | None:
     """Job flags typed before the command (`ddptui --nodes 7 run x.py`): argparse would
     drop them silently, the command having its own. The command and those flags, if any."""
-    from ddptui.jobargs import add_job_flags
+    from ddptui.cli.jobargs import add_job_flags
 
     before = argparse.ArgumentParser(add_help=False)
     add_job_flags(before)

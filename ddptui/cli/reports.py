@@ -8,7 +8,6 @@ import json
 import signal
 import sqlite3
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -21,36 +20,11 @@ from ddptui.core.preflight.preflight import (
     PreflightSummary,
     cell_status,
 )
-from ddptui.core.runs.history import RunHistory, RunRecord
+from ddptui.core.runs.history import RunHistory
+from ddptui.core.runs.history_rows import HISTORY_COLUMNS, history_row
 from ddptui.core.runs.run_dir import RunDir
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
-HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
-
-
-def when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    total = int(seconds)
-    hours, rest = divmod(total, 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
-
-
-def history_row(record: RunRecord) -> tuple[str, ...]:
-    return (
-        record.id,
-        when(record.started),
-        duration(record.duration),
-        record.profile,
-        record.backend,
-        record.where,
-        record.status,
-        record.ranks_text(),
-    )
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -1,0 +1,1 @@
+"""Provides `ddptui` and its subcommands: flags, headless output and text reports."""

@@ -1,0 +1,102 @@
+"""Provides the job a run gets: the operator's fields over a profile over the defaults, checked.
+
+The command line turns its flags into fields and the launch form picks a profile; both come
+here, so a profile means the same job wherever it is chosen, and no argparse is involved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ddptui.core.job import rules
+from ddptui.core.job.profiles import (
+    ProfileError,
+    ProfileSet,
+    ResolvedProfile,
+    bundled_trainer,
+    compose,
+    load_profiles,
+)
+from ddptui.core.job.spec import BACKENDS, JobSpec, SpecError, check_local_script, make_spec
+from ddptui.core.job.ssh_config import check_ssh_config
+
+
+def resolve_job(
+    given: Mapping[str, Any],
+    profile: str | None = None,
+    profiles: ProfileSet | None = None,
+) -> JobSpec:
+    """`given` (JobSpec fields the operator set) over `profile` over the built-in defaults."""
+    cli = dict(given)
+    resolved: ResolvedProfile | None = None
+    base: dict[str, Any] = {}
+    if profile:
+        resolved = (profiles or load_profiles()).resolve(profile)
+        base = dict(resolved.fields)
+        if "script" in cli:
+            base.pop("script_args", None)  # a script given here brings its own args
+        else:
+            resolved.require_script()
+    fields = compose(base, cli)
+    if base.get("secret_env") and cli.get("secret_env"):  # both lists count
+        fields["secret_env"] = tuple(dict.fromkeys([*base["secret_env"], *cli["secret_env"]]))
+    hosts = list(fields.get("hosts", ()))
+    backend = fields.get("backend") or ("ssh" if hosts else "local")
+    if "backend" not in cli and "hosts" in cli:
+        backend = "ssh"  # hosts given here mean SSH
+    if backend not in BACKENDS:
+        raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    nodes = cli.get("nodes", len(cli["hosts"]) if "hosts" in cli else fields.get("nodes"))
+    if nodes is None:
+        nodes = len(hosts) or 2
+    container = fields.get("container") or {}
+    found = rules.problems(
+        {
+            "backend": backend,
+            "nodes": nodes,
+            "hosts": hosts,
+            "container_image": container.get("image"),
+            "container_engine": container.get("engine"),
+            "container_mounts": container.get("mounts"),
+        }
+    )
+    if found:
+        raise SpecError(found[0].message)
+    fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:nodes]))
+    fields.setdefault("profile", "cli" if "script" in cli else "local")
+    fields.setdefault("script", bundled_trainer())
+    spec = make_spec(**fields)
+    check_job(spec)
+    if resolved is not None and "script" not in cli and spec.backend == "local":
+        try:
+            check_local_script(spec)
+        except SpecError as exc:
+            raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
+    return spec
+
+
+def check_job(spec: JobSpec) -> None:
+    """The rules the whole job must keep, and an ssh_config neither SSH engine can read:
+    refused before anything starts."""
+    container = spec.container
+    found = rules.problems(
+        {
+            "backend": spec.backend,
+            "nodes": spec.nodes,
+            "hosts": spec.hosts or ("-",) * spec.nodes,
+            "workdir": spec.workdir,
+            "slurm_mode": spec.slurm.mode,
+            "container_image": container.image if container else None,
+            "container_engine": container.engine if container else None,
+        }
+    )
+    if found:
+        raise SpecError(found[0].message)
+    if spec.backend == "ssh":
+        check_ssh_config(spec.ssh.config_file)
+
+
+def spec_for_profile(name: str, profiles: ProfileSet | None = None) -> JobSpec:
+    """The job a profile describes, exactly as `ddptui --profile NAME` would run it."""
+    return resolve_job({}, name, profiles)
