@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
 from collections.abc import Callable
 
 from textual.message import Message
 
 from ddptui.core.events import Event, NodeLines, RankChanged
+from ddptui.core.session.line_window import LineWindow
 from ddptui.core.session.wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_store import LogEntry
@@ -25,50 +25,34 @@ _new = tuple.__new__  # LogEntry(...) without its Python-level __new__: the hot 
 class LineBuffer:
     """Every node's lines since the last flush, in arrival order (the merged view needs it).
 
-    Beyond `limit` the oldest are dropped and counted per node: the views show at most their
-    own window anyway, and each node's full log is always in the run directory, so dropping
-    here only bounds memory when the nodes outrun the screen. Batches are kept as the session
-    sent them; only the lines a flush hands on become LogEntry objects.
+    Beyond `limit` the oldest are dropped and counted per node (a `LineWindow`: its docstring
+    lists every bound on the way to the screen). Batches are kept as the session sent them;
+    only the lines a flush hands on become LogEntry objects.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._batches: deque[NodeLines] = deque()
-        self._count = 0
-        self.dropped: Counter[str] = Counter()
+        self._window = LineWindow()
         self._lock = threading.Lock()  # the session appends in its thread, the screen takes
 
     def append(self, batch: NodeLines) -> None:
         with self._lock:
-            self._batches.append(batch)
-            self._count += len(batch.lines)
-            while self._count - len(self._batches[0].lines) >= self.limit:
-                oldest = self._batches.popleft()
-                self._count -= len(oldest.lines)
-                self.dropped[oldest.node] += len(oldest.lines)
+            self._window.append(batch, self.limit)
 
     def skipped(self, counts: dict[str, int]) -> None:
         """Lines left out before they came here (by the session's process), per node."""
         with self._lock:
-            self.dropped.update(counts)
+            self._window.skipped(counts)
 
     def take(self) -> tuple[list[LogEntry], dict[str, int]]:
         with self._lock:
-            batches, self._batches = self._batches, deque()
-            skip = max(0, self._count - self.limit)  # only ever inside the oldest batch
-            dropped = dict(self.dropped)
-            self._count = 0
-            self.dropped.clear()
+            batches, dropped = self._window.take(self.limit)
         entries: list[LogEntry] = []  # built outside the lock: the session goes on meanwhile
         for batch in batches:
             node, ts, seq = batch.node, batch.ts, batch.first_seq
-            lines = batch.lines
-            if skip:
-                dropped[node] = dropped.get(node, 0) + skip
-                lines, seq, skip = lines[skip:], seq + skip, 0
             entries += [
                 _new(LogEntry, (node, text, rank, ts, seq + i, False))
-                for i, (text, rank, _) in enumerate(lines)
+                for i, (text, rank, _) in enumerate(batch.lines)
             ]
         return entries, dropped
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 from ddptui.core.events import Event, NodeLines, Notice
 from ddptui.core.session.child import Outbox
-from ddptui.core.session.wire import FrameReader, LineBlock
+from ddptui.core.session.wire import FrameReader, LineBlock, Out
 
 
 class Console:
@@ -22,11 +22,11 @@ class Console:
         self._thread.start()
 
     def _read(self, fd: int) -> None:
-        for kind, block, items in FrameReader(fd):
-            assert kind == "out"
-            if block is not None:
-                self.blocks.append(block)
-            self.items += items
+        for frame in FrameReader(fd):
+            assert isinstance(frame, Out)
+            if frame.block is not None:
+                self.blocks.append(frame.block)
+            self.items += frame.items
         os.close(fd)
 
     def join(self) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import gc
 import os
@@ -24,7 +23,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,27 @@ from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, open_private
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.line_window import LineWindow
 from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.core.session.session import Session
-from ddptui.core.session.wire import FrameReader, LineBlock, write_frame
+from ddptui.core.session.wire import (
+    AskRate,
+    Cancel,
+    Detach,
+    Done,
+    Failed,
+    FrameReader,
+    Item,
+    LineBlock,
+    Out,
+    PlanKnown,
+    RateTold,
+    Request,
+    Start,
+    TakeStacks,
+    Teardown,
+    write_frame,
+)
 
 # The lines the console gets: what a screen can show (15 frames a second of 40-odd rows),
 # far beyond reading. A sustained flood gets LINES_PER_S; a burst after a quieter spell up to
@@ -59,10 +75,8 @@ class Outbox:
         self._budget, self._budget_at = float(burst), time.monotonic()
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._items: list[object] = []
-        self._lines: deque[NodeLines] = deque()
-        self._count = 0
-        self._dropped: Counter[str] = Counter()
+        self._items: list[Item] = []
+        self._window = LineWindow()
         self._seen = 0
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="session outbox", daemon=True)
@@ -72,14 +86,12 @@ class Outbox:
         with self._lock:
             if isinstance(event, NodeLines):
                 self._seen += len(event.lines)
-                self._lines.append(event)
-                self._count += len(event.lines)
-                self._trim(self.burst)
+                self._window.append(event, self.burst)
                 return
             self._items.append(event)
         self._wake.set()
 
-    def send(self, item: tuple[object, ...]) -> None:
+    def send(self, item: Item) -> None:
         """A frame of its own kind (the plan, a reply, the end), in order with the events."""
         with self._lock:
             self._items.append(item)
@@ -92,38 +104,17 @@ class Outbox:
         self._wake.set()
         self._thread.join(timeout)
 
-    def _trim(self, keep: int) -> None:
-        """Leave out the oldest whole batches beyond `keep` lines (under the lock)."""
-        while self._lines and self._count - len(self._lines[0].lines) >= keep:
-            oldest = self._lines.popleft()
-            self._count -= len(oldest.lines)
-            self._dropped[oldest.node] += len(oldest.lines)
-
-    def _take(self) -> tuple[list[object], LineBlock | None, bool]:
+    def _take(self) -> tuple[list[Item], LineBlock | None, bool]:
         now = time.monotonic()
         budget = min(self.burst, self._budget + (now - self._budget_at) * self.rate)
         keep = int(budget)
         with self._lock:
             self._wake.clear()
             items, self._items = self._items, []
-            self._trim(max(keep, 1))
-            skip = max(0, self._count - keep)  # only ever inside the oldest batch now
-            batches, self._lines = list(self._lines), deque()
-            sent = self._count - skip
-            dropped = dict(self._dropped)
-            self._dropped.clear()
-            self._count = 0
+            held = self._window.count
+            batches, dropped = self._window.take(keep)
             seen, closing = self._seen, self._closing
-        self._budget, self._budget_at = budget - sent, now
-        if skip:
-            first = batches[0]
-            dropped[first.node] = dropped.get(first.node, 0) + skip
-            if skip < len(first.lines):
-                batches[0] = dataclasses.replace(
-                    first, lines=first.lines[skip:], first_seq=first.first_seq + skip
-                )
-            else:
-                del batches[0]
+        self._budget, self._budget_at = budget - min(held, keep), now
         block = LineBlock(batches, dropped, seen) if batches or dropped else None
         return items, block, closing
 
@@ -133,7 +124,7 @@ class Outbox:
             items, block, closing = self._take()
             if items or block:
                 try:
-                    write_frame(self.fd, ("out", block, items))
+                    write_frame(self.fd, Out(block, tuple(items)))
                 except OSError:
                     self._gone()
                     return
@@ -147,11 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     start = next(frames, None)
     if start is None:  # the console closed before it had a run for this process
         return 0
-    _, spec, run_path, attaching, environ, cwd = start
-    _adopt(environ, cwd, Path(run_path) / "session.log")
+    if not isinstance(start, Start):
+        raise SystemExit(f"the session's first frame is not a Start: {start!r}")
+    _adopt(start.environ, start.cwd, Path(start.run_path) / "session.log")
     _yield_to_the_screen()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    return asyncio.run(_serve(spec, RunDir(Path(run_path)), attaching, frames, fd_out))
+    run = RunDir(Path(start.run_path))
+    return asyncio.run(_serve(start.spec, run, start.attaching, frames, fd_out))
 
 
 AUTOGROUP_NICE = 5
@@ -198,36 +191,37 @@ async def _serve(
     outbox = Outbox(fd_out, LINES_PER_S, BURST_LINES, lambda: soon(console_gone))
 
     def emit(event: Event) -> None:
-        if session is not None and session.plan is not state["plan"]:
-            state["plan"] = session.plan
-            outbox.send(("plan", session.plan))
+        plan = session.plan if session is not None else None
+        if plan is not None and plan is not state["plan"]:
+            state["plan"] = plan
+            outbox.send(PlanKnown(plan))
         outbox.emit(event)
 
     try:
         session = Session(spec, emit, run=run, attaching=attaching)
     except Exception as exc:
-        outbox.send(("failed", f"the session could not start: {exc}"))
+        outbox.send(Failed(f"the session could not start: {exc}"))
         outbox.close()
         return 1
     job = asyncio.ensure_future(session.run_job())
     state["job"] = job
 
-    def handle(item: Any) -> None:
+    def handle(request: Request) -> None:
         assert session is not None
-        kind = item[0] if isinstance(item, tuple) else None
-        if kind == "teardown":
-            session.request_teardown()
-        elif kind == "detach":
-            session.request_detach()
-        elif kind == "stacks":
-            session.request_stacks()
-        elif kind == "rate":
-            _, node, local_rank = item
-            rate = session.monitor.step_rate(node, local_rank) if session.monitor else None
-            outbox.send(("rate", node, local_rank, rate))
-        elif kind == "cancel":
-            state["cancelled"] = True
-            job.cancel()
+        match request:
+            case Teardown():
+                session.request_teardown()
+            case Detach():
+                session.request_detach()
+            case TakeStacks():
+                session.request_stacks()
+            case AskRate(node, local_rank):
+                monitor = session.monitor
+                rate = monitor.step_rate(node, local_rank) if monitor else None
+                outbox.send(RateTold(node, local_rank, rate))
+            case Cancel():
+                state["cancelled"] = True
+                job.cancel()
 
     def read_requests() -> None:
         for item in frames:
@@ -239,13 +233,13 @@ async def _serve(
     try:
         summary: RunSummary = await job
     except asyncio.CancelledError:
-        outbox.send(("failed", "the session was cancelled"))
+        outbox.send(Failed("the session was cancelled"))
         code = 1
     except BaseException:  # noqa: BLE001 - the console shows why its session stopped
-        outbox.send(("failed", traceback.format_exc()))
+        outbox.send(Failed(traceback.format_exc()))
         code = 1
     else:
-        outbox.send(("done", summary))
+        outbox.send(Done(summary))
     await _settle()
     outbox.close()
     return code

@@ -24,11 +24,27 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.runs.run_dir import RunDir, new_run_id
-from ddptui.core.session.wire import FrameReader, LineBlock, write_frame
+from ddptui.core.session.wire import (
+    AskRate,
+    Cancel,
+    Detach,
+    Done,
+    Failed,
+    FrameReader,
+    LineBlock,
+    Out,
+    PlanKnown,
+    RateTold,
+    Request,
+    Start,
+    TakeStacks,
+    Teardown,
+    write_frame,
+)
 
 if TYPE_CHECKING:
     from ddptui.core.job.plan import LaunchPlan
@@ -160,21 +176,21 @@ class SessionProcess:
         try:
             return await asyncio.shield(asyncio.wrap_future(self._done))
         except asyncio.CancelledError:
-            self._send(("cancel",))
+            self._send(Cancel())
             raise
 
     def request_teardown(self) -> None:
-        self._send(("teardown",))
+        self._send(Teardown())
 
     def request_detach(self) -> None:
-        self._send(("detach",))
+        self._send(Detach())
 
     def request_stacks(self) -> None:
-        self._send(("stacks",))
+        self._send(TakeStacks())
 
     def step_rate(self, node: str, local_rank: int) -> float | None:
         """The rank's step rate as the session last told it (asks again for the next call)."""
-        self._send(("rate", node, local_rank))
+        self._send(AskRate(node, local_rank))
         return self._rates.get((node, local_rank))
 
     # -- the process ----------------------------------------------------------------------
@@ -182,14 +198,7 @@ class SessionProcess:
     def _spawn(self) -> None:
         """Hand the run to the spare session process (else a new one): the job, its run
         directory, and this console's environment and directory as they are now."""
-        start = (
-            "start",
-            self.spec,
-            str(self.run.path),
-            self.attaching,
-            dict(os.environ),
-            os.getcwd(),
-        )
+        start = Start(self.spec, str(self.run.path), self.attaching, dict(os.environ), os.getcwd())
         for make in (_take_spare, _Started):
             started = make()
             if started is None:
@@ -211,7 +220,7 @@ class SessionProcess:
         )
         reader.start()
 
-    def _send(self, item: tuple[object, ...]) -> None:
+    def _send(self, item: Request) -> None:
         with self._send_lock:
             if self._to_child is None:
                 return
@@ -237,30 +246,23 @@ class SessionProcess:
                     )
                 )
 
-    def _take(self, frame: Any) -> None:
-        kind, *rest = frame
-        if kind == "out":
-            block, items = rest
-            if block is not None:
-                self._lines(block)
-            for item in items:
-                self._item(item)
-        elif kind == "done" and not self._done.done():
-            self._done.set_result(rest[0])
-        elif kind == "failed" and not self._done.done():
-            self._done.set_exception(SessionProcessError(rest[0]))
-
-    def _item(self, item: Any) -> None:
-        if isinstance(item, tuple):
-            kind, *rest = item
-            if kind == "plan":
-                self.plan = rest[0]
-            elif kind == "rate":
-                node, local_rank, rate = rest
-                self._rates[(node, local_rank)] = rate
-            else:
-                self._take(item)
-            return
-        if isinstance(item, TeardownReport):
-            self.teardown_reports[item.node] = item
-        self._emit(item)
+    def _take(self, frame: Out) -> None:
+        if frame.block is not None:
+            self._lines(frame.block)
+        for item in frame.items:
+            match item:
+                case PlanKnown(plan):
+                    self.plan = plan
+                case RateTold(node, local_rank, rate):
+                    self._rates[(node, local_rank)] = rate
+                case Done(summary):
+                    if not self._done.done():
+                        self._done.set_result(summary)
+                case Failed(why):
+                    if not self._done.done():
+                        self._done.set_exception(SessionProcessError(why))
+                case TeardownReport():
+                    self.teardown_reports[item.node] = item
+                    self._emit(item)
+                case _:
+                    self._emit(item)

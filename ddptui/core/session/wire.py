@@ -1,5 +1,9 @@
-"""Provides the frames the console and its session process pass each other over a pipe.
+"""Provides the typed frames the console and its session process pass each other over a pipe.
 
+Each frame is one of the frozen dataclasses below, dispatched by type at either end: the
+console sends a `Start` and then requests (`Teardown`, `Detach`, `TakeStacks`, `AskRate`,
+`Cancel`); the session process sends `Out` frames, each with a block of the nodes' lines and,
+in order, the events and its own items (`PlanKnown`, `RateTold`, `Done`, `Failed`).
 A frame is a 4-byte big-endian length, then that many bytes of a pickle. Both ends are this
 package at the same version (the console starts the session process from its own tree), and
 the pipes are the two processes' own (inherited descriptors, never a path another user
@@ -13,9 +17,14 @@ import pickle
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddptui.core.events import NodeLines
+from ddptui.core.events import Event, NodeLines
+
+if TYPE_CHECKING:
+    from ddptui.core.job.plan import LaunchPlan
+    from ddptui.core.job.spec import JobSpec
+    from ddptui.core.runs.summary import RunSummary
 
 _LENGTH = struct.Struct(">I")
 _READ = 1 << 16
@@ -36,7 +45,97 @@ class LineBlock:
     seen: int = 0
 
 
-def write_frame(fd: int, item: object) -> None:
+# -- the console to its session -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The run to serve: the job, its run directory, whether it attaches to a running job, and
+    the console's environment and directory as they are at the launch."""
+
+    spec: JobSpec
+    run_path: str
+    attaching: bool
+    environ: dict[str, str]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """Stop every process of the job on every node, and prove it."""
+
+
+@dataclass(frozen=True)
+class Detach:
+    """Leave the job running; the session ends, `ddptui attach` follows the job later."""
+
+
+@dataclass(frozen=True)
+class TakeStacks:
+    """Take every rank's stacks now."""
+
+
+@dataclass(frozen=True)
+class AskRate:
+    """A rank's step rate, told back as `RateTold`."""
+
+    node: str
+    local_rank: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The console gave up on the run: cancel the session (its teardown still runs)."""
+
+
+Request = Teardown | Detach | TakeStacks | AskRate | Cancel
+
+
+# -- the session to its console -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanKnown:
+    """The launch plan, once it is known (and whenever it changes)."""
+
+    plan: LaunchPlan
+
+
+@dataclass(frozen=True)
+class RateTold:
+    """A rank's step rate as the session knows it (None: not known)."""
+
+    node: str
+    local_rank: int
+    rate: float | None
+
+
+@dataclass(frozen=True)
+class Done:
+    """The run ended: its summary."""
+
+    summary: RunSummary
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The session itself failed (could not start, was cancelled, raised): why."""
+
+    why: str
+
+
+Item = Event | PlanKnown | RateTold | Done | Failed
+
+
+@dataclass(frozen=True)
+class Out:
+    """What the session emitted since the last frame: the lines' block, then the rest in order."""
+
+    block: LineBlock | None
+    items: tuple[Item, ...]
+
+
+def write_frame(fd: int, item: Start | Request | Out) -> None:
     """Write one frame whole (blocking); BrokenPipeError when the other end is gone."""
     data = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_LENGTH.pack(len(data)) + data)
