@@ -98,10 +98,10 @@ def _fold_cost(nodes: list[str], chunks: list[tuple[str, bytes]]) -> dict[str, f
 
 
 def core_child(lines_per_node: int) -> dict[str, Any]:
-    from bench.flood_node import _batch
+    from testbed.standins.flood_node import flood_lines
 
     nodes = [f"local{i}" for i in range(NODES)]
-    data = {n: _batch(f"[ddptui:{i}:0]:", 0, lines_per_node) for i, n in enumerate(nodes)}
+    data = {n: flood_lines(f"[ddptui:{i}:0]:", 0, lines_per_node) for i, n in enumerate(nodes)}
     longest = max(map(len, data.values()))
     chunks = [(n, data[n][o : o + (1 << 16)]) for o in range(0, longest, 1 << 16) for n in nodes]
     del data

@@ -1,6 +1,6 @@
 """Provides the testbed side of the benchmarks: hosts, timed output streams, by-hand launches.
 
-The hosts are the project's own test harness (tests/testbed: one network namespace and one real
+The hosts are the project's own test harness (testbed/: one network namespace and one real
 sshd per host); the console and every alternative run inside the head namespace, as an operator
 would run them on a login node.
 """
@@ -23,7 +23,7 @@ from typing import Any
 from bench._common import ROOT, TRAINER
 from ddptui.core.job.plan import NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import make_spec
-from tests.testbed import Testbed, cleanup_stale
+from testbed import Testbed, cleanup_stale
 
 ENVCHECK = str(TRAINER / "envcheck.py")
 

@@ -15,8 +15,8 @@ from bench._teardown_common import (
     HOSTS,
     ORPHAN_WAIT_S,
 )
-from tests.testbed import SlurmCluster, Testbed, cleanup_stale
-from tests.testbed.processes import _terminate, _wait_gone, cmdline
+from testbed import SlurmCluster, Testbed, cleanup_stale
+from testbed.processes import cmdline, terminate, wait_gone
 
 
 def open_slurm() -> SlurmCluster:
@@ -124,7 +124,7 @@ def slurm_orphans(cluster: SlurmCluster, job_id: str | None) -> list[str]:
             tb.restore_link(host)
         strays = [pid for pids in slurm_strays(tb, where).values() for pid in pids]
         for pid in strays:
-            _terminate(pid)
-        _wait_gone(strays, [])
+            terminate(pid)
+        wait_gone(strays, [])
         cluster.wait_idle(timeout=60)
     return left

@@ -38,8 +38,8 @@ from bench._teardown_common import (
 )
 from ddptui.core.backends.slurm.batch_script import batch_script
 from ddptui.core.job.spec import make_spec
-from tests.integration.slurmrun import cluster_env, ddptui_argv, headless_run_args
-from tests.testbed import SlurmCluster
+from testbed import SlurmCluster
+from testbed.slurm_ddptui import cluster_env, ddptui_argv, headless_run_args
 
 SLURM_ABOUT = """\
 ddptui: `ddptui run --headless --backend slurm --nodes 2 --nproc-per-node 2 envcheck.py

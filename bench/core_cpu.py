@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from bench.flood_node import _batch
+from testbed.standins.flood_node import flood_lines
 
 NODES = 16
 
@@ -26,7 +26,7 @@ def main() -> None:
         from ddptui.core.monitor import Monitor  # type: ignore[attr-defined,no-redef]
 
     nodes = [f"local{i}" for i in range(NODES)]
-    data = {n: _batch(f"[ddptui:{i}:0]:", 0, args.lines) for i, n in enumerate(nodes)}
+    data = {n: flood_lines(f"[ddptui:{i}:0]:", 0, args.lines) for i, n in enumerate(nodes)}
     longest = max(map(len, data.values()))
     chunks = [(n, data[n][o : o + (1 << 16)]) for o in range(0, longest, 1 << 16) for n in nodes]
     best = float("inf")

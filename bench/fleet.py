@@ -1,9 +1,9 @@
 """Fleet: a stand-in agent started on, and torn down from, hundreds of hosts; ddptui vs pdsh, clush.
 
-The testbed is the project's own (tests/testbed): one network namespace and one real sshd per
+The testbed is the project's own (testbed/): one network namespace and one real sshd per
 host on a /16, plain root logins (no .bashrc: see `Testbed(plain_login=True)`). On every host
-the same stand-in for torchrun (bench/fleet_standin.sh) reports its rank the way torchrun's
-`--tee` does with ddptui's prefix, then holds until killed.
+the same stand-in for torchrun (testbed/standins/fleet_standin.sh) reports its rank the way
+torchrun's `--tee` does with ddptui's prefix, then holds until killed.
 
 - ddptui: `ddptui run --headless --backend ssh --hosts node[1-N] --nproc-per-node 1
   --launcher 'bash fleet_standin.sh'`; launched = every rank shown running (its `rank`
@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    BENCH,
     ROOT,
     Report,
     arg_parser,
@@ -51,9 +50,10 @@ from bench._hosts import (
     hosts_apart,
     wait_clean,
 )
-from tests.testbed import Testbed, cleanup_stale
+from testbed import Testbed, cleanup_stale
+from testbed.standins import FLEET_STANDIN
 
-STANDIN = str(BENCH / "fleet_standin.sh")
+STANDIN = str(FLEET_STANDIN)
 MARK = "[d]dptui-fleet-standin"  # pkill -f pattern that does not match the shell running it
 
 

@@ -4,7 +4,7 @@
 
 Runs GpuSampler for `--seconds` and prints the helper process's own CPU time (user + system,
 all its threads; the nvidia-smi loop's own CPU is the child's and is printed apart) per sample.
-Without a GPU it uses the stand-in nvidia-smi (tests/testbed/fake_gpu/) replaying a capture:
+Without a GPU it uses the stand-in nvidia-smi (testbed/fake_gpu/) replaying a capture:
 the helper's side (reading the loop, grouping, the /proc look for the job's workers, JSON) is
 what is measured then; with a GPU and nvidia-ml-py, NVML's reads.
 """
@@ -36,9 +36,7 @@ def main() -> None:
         smi = Path(tempfile.mkdtemp(prefix="ddptui-smi-"))
         shutil.copytree(ROOT / "tests" / "data" / "gpu" / "standin", smi, dirs_exist_ok=True)
         os.environ["FAKE_SMI_DIR"] = str(smi)
-        os.environ["PATH"] = (
-            f"{ROOT / 'tests' / 'testbed' / 'fake_gpu'}{os.pathsep}{os.environ['PATH']}"
-        )
+        os.environ["PATH"] = f"{ROOT / 'testbed' / 'fake_gpu'}{os.pathsep}{os.environ['PATH']}"
         os.environ["DDPTUI_GPU_SOURCE"] = "smi"
         source = "the stand-in nvidia-smi (no GPU here)"
     sent: list[bytes] = []

@@ -47,7 +47,7 @@ from ddptui.core.backends.local import LocalBackend, free_port
 from ddptui.core.job.plan import NodeTarget
 from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.run_dir import RunDir
-from tests.testbed import Testbed
+from testbed import Testbed
 
 TARGET = 1.05  # SSH: at most 1.05x by hand at 2 hosts
 WORLD = 4

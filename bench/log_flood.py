@@ -4,8 +4,9 @@ Three tiers, each in a fresh process (so its peak RSS is its own):
 - core: Monitor.feed alone on big in-memory buffers (framing, rank attribution, rank board),
   then Monitor.feed followed by the UI's SessionRelay.emit (what the app adds per line), and
   a prototype of batching per chunk (what the per-line work costs at least);
-- headless: a real Session, local backend, 16 nodes whose "torchrun" is bench/flood_node.py
-  (same node helper, log files, tail processes and pipes as a real run), no UI;
+- headless: a real Session, local backend, 16 nodes whose "torchrun" is
+  testbed/standins/flood_node.py (same node helper, log files, tail processes and pipes as a
+  real run), no UI;
 - ui: the same Session run by the real DdpApp under `app.run_test()` (which runs the session
   in a process of its own: ddptui/core/session_process.py), launched with `l`,
   while Pilot presses keys in turn, 100 ms apart: `]` (next node's log), `up` (scroll the
@@ -36,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    BENCH,
     RESULTS,
     ROOT,
     arg_parser,
@@ -49,8 +49,9 @@ from bench._common import (
     percentile,
 )
 from bench._flood_core import NODES, core_child
+from testbed.standins import FLOOD_NODE
 
-SHIM = BENCH / "flood_node.py"
+SHIM = FLOOD_NODE
 MAX_LINES_PER_NODE = 150_000
 CORE_LINES_PER_NODE = 50_000
 # offered rate (all nodes together, lines/s; 0 = as fast as they can) and seconds of flood
@@ -125,7 +126,7 @@ class Ingest:
         }
 
 
-NODES_APART = "FLOOD_NODES_APART"  # read by bench/flood_node.py
+NODES_APART = "FLOOD_NODES_APART"  # read by testbed/standins/flood_node.py
 
 
 def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:

@@ -1,8 +1,8 @@
 """Slurm at scale: many slurmd nodes in namespaces; ddptui's salloc + one step vs srun by hand.
 
-The testbed is the project's own (tests/testbed): slurmctld in the head namespace, one slurmd
+The testbed is the project's own (testbed/): slurmctld in the head namespace, one slurmd
 per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in for torchrun
-(bench/fleet_standin.sh) reports its rank, then holds until killed.
+(testbed/standins/fleet_standin.sh) reports its rank, then holds until killed.
 
 - ddptui: `ddptui run --headless --backend slurm --nodes N --nproc-per-node 1 --launcher
   'bash fleet_standin.sh'` (salloc --no-shell, a probe step, then one srun step with a task
@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import (
-    BENCH,
     Report,
     Table,
     arg_parser,
@@ -39,10 +38,11 @@ from bench._common import (
 )
 from bench._hosts import TimedStream, all_ranks_running
 from bench._slurm_watch import slurm_strays
-from tests.integration.slurmrun import cluster_env, ddptui_argv
-from tests.testbed import SlurmCluster, Testbed, cleanup_stale
+from testbed import SlurmCluster, Testbed, cleanup_stale
+from testbed.slurm_ddptui import cluster_env, ddptui_argv
+from testbed.standins import FLEET_STANDIN
 
-STANDIN = str(BENCH / "fleet_standin.sh")
+STANDIN = str(FLEET_STANDIN)
 Sample = dict[str, Any]
 
 

@@ -59,7 +59,7 @@ from bench._teardown_common import (
     verdict_para,
 )
 from bench._teardown_slurm import slurm_part
-from tests.testbed import Testbed
+from testbed import Testbed
 
 
 def _watch_clean(tb: Testbed, since: float, timeout: float = 30.0) -> float:

@@ -66,7 +66,7 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def _terminate(pid: int) -> None:
+def terminate(pid: int) -> None:
     with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
 
@@ -85,7 +85,7 @@ def _alive(pid: int, procs: Sequence[subprocess.Popen[Any]]) -> bool:
         return False
 
 
-def _wait_gone(
+def wait_gone(
     pids: Sequence[int], procs: Sequence[subprocess.Popen[Any]], grace: float = 3.0
 ) -> None:
     """Wait for pids to exit; SIGKILL (by PID) whatever survives the grace period."""

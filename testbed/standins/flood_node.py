@@ -33,7 +33,7 @@ def _script_args(argv: list[str]) -> list[str]:
     return []
 
 
-def _batch(prefix: str, first: int, count: int) -> bytes:
+def flood_lines(prefix: str, first: int, count: int) -> bytes:
     stamp = f"{time.time():.3f}"
     return "".join(
         f"{prefix}t={stamp} seq={i} loss=0.{i % 9973:04d} lr=3.0e-04 tok/s=51234.5 step-ok\n"
@@ -62,7 +62,7 @@ def main() -> int:
                 continue
         else:
             count = min(MAX_BATCH, args.lines - written)
-        data = _batch(prefix, written, count)
+        data = flood_lines(prefix, written, count)
         view = memoryview(data)
         while view:
             view = view[os.write(1, view) :]

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BUILD_SCRIPT = ROOT / "scripts" / "build-test-image.sh"
 CACHE = Path(os.environ.get("DDPTUI_TEST_CACHE", "/var/tmp/ddptui-test"))
 CONTAINER_TOOLS = ("podman", "runc", "conmon", "debootstrap")

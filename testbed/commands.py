@@ -31,13 +31,14 @@ def check_prerequisites(tools: Sequence[str] = REQUIRED_TOOLS) -> None:
         raise TestbedError("testbed prerequisites not met: " + "; ".join(problems))
 
 
-def _batch(ns: str | None, commands: Sequence[str]) -> None:
+def ip_batch_checked(ns: str | None, commands: Sequence[str]) -> None:
+    """Run `ip -batch` (in namespace `ns`, or here); raise with what it said on failure."""
     error = ip_batch(ns, commands)
     if error is not None:
         raise TestbedError(error)
 
 
-def _sh(argv: Sequence[str], timeout: float = 30) -> str:
+def setup_command(argv: Sequence[str], timeout: float = 30) -> str:
     """Run a setup command; raise with its stderr on failure."""
     cp = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
     if cp.returncode != 0:

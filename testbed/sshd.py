@@ -18,14 +18,12 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from .commands import TestbedError
 from .containers import podman_env_words
 from .dockerd import host_docker_env
-
-if TYPE_CHECKING:
-    from .netns import Testbed
+from .namespaces import HostNamespaces
 
 SSHD = "/usr/sbin/sshd"
 SSH_TOOLS = ("ssh", "ssh-keygen", SSHD)
@@ -59,7 +57,7 @@ def _keygen(path: Path, comment: str) -> str:
 class SshServers:
     """sshd in every host namespace, plus client key, known_hosts and ssh_config."""
 
-    def __init__(self, testbed: Testbed) -> None:
+    def __init__(self, testbed: HostNamespaces) -> None:
         self.tb = testbed
         self.dir = testbed.workdir / "ssh"
         self.client_key = self.dir / "id_ed25519"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .commands import TestbedError
-from .processes import _terminate, _wait_gone
+from .processes import terminate, wait_gone
 
 if TYPE_CHECKING:
     from .netns import Testbed
@@ -105,8 +105,8 @@ class SlurmCluster:
     def stop(self) -> None:
         """Stop slurmd, slurmctld, munged (by PID, in that order); leave nothing behind."""
         for p in reversed(self._procs):
-            _terminate(p.pid)
-            _wait_gone([p.pid], self._procs, grace=5)
+            terminate(p.pid)
+            wait_gone([p.pid], self._procs, grace=5)
             self.tb.daemon_pids.discard(p.pid)
         self._procs.clear()
         self.slurmd_pids.clear()

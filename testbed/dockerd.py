@@ -22,12 +22,10 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from .containers import CACHE, Podman
-
-if TYPE_CHECKING:
-    from .netns import Testbed
+from .namespaces import HostNamespaces
 
 DOCKERD_FLAGS = (
     "--storage-driver", "overlay2", "--iptables=false", "--ip-masq=false", "--bridge=none",
@@ -180,7 +178,7 @@ class HostDockerds:
     under the testbed's dir, is removed. The daemons and their containerd count as the
     testbed's daemons, so "nothing left on the host" still means nothing of the job."""
 
-    def __init__(self, tb: Testbed, seed: Podman, hosts: Sequence[str]) -> None:
+    def __init__(self, tb: HostNamespaces, seed: Podman, hosts: Sequence[str]) -> None:
         self.tb = tb
         self.seed = seed
         self.hosts = list(hosts)

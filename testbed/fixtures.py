@@ -4,7 +4,7 @@ Why: building namespaces + sshd takes ~0.3 s and Slurm ~0.4 s, so they are sessi
 scoped and shared; `clean_testbed` puts things back after tests that break them.
 Missing root or tools FAIL the test (never skip): CI installs everything.
 
-Use from a conftest.py:  ``from tests.testbed.fixtures import *  # noqa: F401,F403``
+Use from a conftest.py:  ``from testbed.fixtures import *  # noqa: F401,F403``
 """
 
 from __future__ import annotations

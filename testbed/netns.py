@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .commands import TestbedError, _batch, _sh, check_prerequisites
+from .commands import TestbedError, check_prerequisites, ip_batch_checked, setup_command
 from .iproute import fit_neighbour_table, mac_of, neighbours
 from .netns_files import hosts_text, plain_passwd
-from .processes import _terminate, _wait_gone, cmdline, pids_by_netns, pids_in_netns
+from .processes import cmdline, pids_by_netns, pids_in_netns, terminate, wait_gone
 from .users import PlainUser, needed_paths, view_commands, yama_commands
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 IFNAME = "eth0"  # interface name inside every host/head namespace
 _COUNTER = itertools.count()
@@ -182,7 +182,7 @@ class Testbed:
         """One `ip -batch` for the namespaces and veth pairs, one per namespace for its
         addresses: three processes plus one per host instead of five per host."""
         fit_neighbour_table(len(self._ns))
-        existing = set(_sh(["ip", "netns", "list"]).split())
+        existing = set(setup_command(["ip", "netns", "list"]).split())
         clash = [ns for ns in self.namespaces if ns in existing]
         if clash:
             raise TestbedError(f"namespaces already exist: {clash} (stale testbed? prefix clash?)")
@@ -194,16 +194,16 @@ class Testbed:
             f"peer name {self.bridge_port(name)} netns {br}"
             for name, ns in self._ns.items()
         ]
-        _batch(None, links)
+        ip_batch_checked(None, links)
         ports = ["link set lo up", "link add br0 type bridge stp_state 0", "link set br0 up"]
         ports += [f"link set {self.bridge_port(name)} master br0 up" for name in self._ns]
-        _batch(br, ports)
+        ip_batch_checked(br, ports)
         machine = socket.gethostname()
         passwd = plain_passwd(self.workdir / "home-root") if self.plain_login else None
         head = [self._ip[self.head]]
         hosts = [ip for name, ip in self._ip.items() if name != self.head]
         for name, ns in self._ns.items():
-            _batch(
+            ip_batch_checked(
                 ns,
                 [
                     "link set lo up",
@@ -231,14 +231,14 @@ class Testbed:
         if self.ssh is not None:
             self.ssh.stop()
         for p in self._procs:
-            _terminate(p.pid)
-        _wait_gone([p.pid for p in self._procs], self._procs)
+            terminate(p.pid)
+        wait_gone([p.pid for p in self._procs], self._procs)
         by_ns = pids_by_netns([f"/run/netns/{ns}" for ns in self._created_ns])
         stray = sorted({pid for pids in by_ns.values() for pid in pids})
         self.leftovers = [(pid, cmdline(pid)) for pid in stray]
         for pid in stray:
-            _terminate(pid)
-        _wait_gone(stray, self._procs)
+            terminate(pid)
+        wait_gone(stray, self._procs)
         subprocess.run(
             ["ip", "-force", "-batch", "-"],
             input="".join(f"netns del {ns}\n" for ns in reversed(self._created_ns)),
@@ -362,17 +362,17 @@ class Testbed:
         stray = [pid for name in [*self.hosts, self.head] for pid in self.pids_in(name)]
         killed = [f"{pid} {cmdline(pid)}" for pid in stray]
         for pid in stray:
-            _terminate(pid)
-        _wait_gone(stray, self._procs)
+            terminate(pid)
+        wait_gone(stray, self._procs)
         return killed
 
     # ---------------------------------------------------------------- faults
     def cut_link(self, host: str) -> None:
         """Silently drop all traffic to/from a host (bridge port down: no RST, timeouts)."""
-        _sh(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "down"])
+        setup_command(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "down"])
 
     def restore_link(self, host: str) -> None:
-        _sh(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "up"])
+        setup_command(["ip", "-n", self.bridge_ns, "link", "set", self.bridge_port(host), "up"])
 
     @contextmanager
     def entered(self, where: str) -> Iterator[None]:

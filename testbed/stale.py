@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .processes import _terminate, _wait_gone, cmdline, pids_in_netns
+from .processes import cmdline, pids_in_netns, terminate, wait_gone
 
 
 def cleanup_stale(prefix_re: str = r"dt(\d+)(x\d+)?") -> list[str]:
@@ -40,8 +40,8 @@ def cleanup_stale(prefix_re: str = r"dt(\d+)(x\d+)?") -> list[str]:
             victims.add(int(entry))
     victims.discard(os.getpid())
     for pid in victims:
-        _terminate(pid)
-    _wait_gone(sorted(victims), [])
+        terminate(pid)
+    wait_gone(sorted(victims), [])
     for ns in stale:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
