@@ -1,6 +1,6 @@
 """Provides a stand-in for torchrun that plays one node of a big job, many nodes on one machine.
 
-Used as JobSpec.launcher (bench/big_job.py, tests/ui/test_big_job.py): ddptui runs
+Used as JobSpec.launcher (tests/ui/test_big_job.py): ddptui runs
 `<launcher> --nnodes=N --nproc_per_node=G ... --tee=3 SCRIPT ARGS`. The node's index comes
 from the DDPTUI_TAG (`<run id>.<index>`) every process of a job has. It prints what torchrun's
 agent prints that ddptui reads (the rendezvous result: this node's global ranks), then, for
