@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from ddptui.core.job.spec import JobSpec, make_spec
+from testbed.standins import FLOOD_NODE
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINER = ROOT / "trainer"
 DATA = Path(__file__).resolve().parent / "data"
 TORCHRUN_CAPTURES = DATA / "torchrun"
-FLOOD = ROOT / "bench" / "flood_node.py"  # a stand-in torchrun that floods numbered lines
+FLOOD = FLOOD_NODE  # a stand-in torchrun that floods numbered lines
 
 # Each bundled trainer on 2 nodes x 2: its arguments (`{tmp}` is the test's own directory)
 # and a line every run of it prints.

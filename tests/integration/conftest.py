@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from tests.testbed.fixtures import *  # noqa: F403
+from testbed.fixtures import *  # noqa: F403

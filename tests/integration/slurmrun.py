@@ -5,44 +5,19 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cases import ROOT
+from testbed import SlurmCluster, Testbed
+from testbed.slurm_ddptui import cluster_env, ddptui_argv, headless_run_args
 from tests.integration.sshrun import HeadlessRun
-from tests.testbed import SlurmCluster, Testbed
 
 pytestmark = pytest.mark.integration
 
 NODES = ["node1", "node2"]
-
-
-def cluster_env(cluster: SlurmCluster, state: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in cluster.env.items() if not k.startswith("SLURM_JOB")}
-    return {**env, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT), **extra}
-
-
-def ddptui_argv(tb: Testbed, *args: str) -> list[str]:
-    return tb.ns_argv(tb.head, [sys.executable, "-m", "ddptui.cli", *args])
-
-
-def headless_run_args(*args: str) -> list[str]:
-    """`ddptui run --headless` on the Slurm testbed: 2 nodes x 2 processes, then `args`."""
-    return [
-        "run",
-        "--headless",
-        "--backend",
-        "slurm",
-        "--nodes",
-        "2",
-        "--nproc-per-node",
-        "2",
-        *args,
-    ]
 
 
 def _events(text: str) -> list[dict[str, Any]]:

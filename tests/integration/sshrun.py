@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testbed.netns import Testbed
 from tests.cases import ROOT
-from tests.testbed.netns import Testbed
 
 TRAINER = ROOT / "trainer"
 

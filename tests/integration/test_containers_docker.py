@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.containers import Podman, pids_naming
 from tests.integration.sshrun import rank_steps
 from tests.integration.test_containers_local import TRAINER, _cmd
 from tests.procs import pids_with_tag, until_running
-from tests.testbed.containers import Podman, pids_naming
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.containers import Podman, pids_naming
 from tests.integration.sshrun import rank_steps
 from tests.procs import pids_with_tag, until_running
-from tests.testbed.containers import Podman, pids_naming
 
 pytestmark = pytest.mark.integration
 

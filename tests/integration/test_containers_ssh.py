@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.containers import Podman, pids_naming
+from testbed.netns import Testbed
 from tests.integration.sshrun import (
     TRAINER,
     all_running,
@@ -18,8 +20,6 @@ from tests.integration.sshrun import (
     run_headless,
 )
 from tests.procs import pids_with_tag
-from tests.testbed.containers import Podman, pids_naming
-from tests.testbed.netns import Testbed
 
 pytestmark = pytest.mark.integration
 

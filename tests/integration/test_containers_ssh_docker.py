@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.containers import Podman
+from testbed.dockerd import shims
+from testbed.netns import Testbed
 from tests.integration.sshrun import (
     TRAINER,
     all_running,
@@ -23,9 +26,6 @@ from tests.integration.sshrun import (
 )
 from tests.integration.test_containers_ssh import HOSTS, check_teardown
 from tests.procs import pids_with_tag
-from tests.testbed.containers import Podman
-from tests.testbed.dockerd import shims
-from tests.testbed.netns import Testbed
 
 pytestmark = pytest.mark.integration
 

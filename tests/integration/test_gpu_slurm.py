@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed import SlurmCluster
+from testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 from tests.integration.slurmrun import NODES, assert_clean_teardown, job_of, run
 from tests.integration.sshrun import TRAINER
-from tests.testbed import SlurmCluster
-from tests.testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 
 pytestmark = pytest.mark.integration
 

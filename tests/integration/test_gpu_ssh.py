@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed import Testbed
+from testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 from tests.integration.sshrun import TRAINER, run_headless
-from tests.testbed import Testbed
-from tests.testbed.gpu_standin import FAKE_SMI, assert_ranks_mapped
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from testbed.gpu_standin import FAKE_SMI
 from tests.cases import TRAINER
 from tests.procs import pids_with_tag, until_running
-from tests.testbed.gpu_standin import FAKE_SMI
 
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 GPU0 = "GPU-af5b2fab-eee7-f1e0-23d2-b7ff33aec7f1"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed.netns import Testbed
+from testbed.netns import Testbed
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ["asyncssh", "paramiko"]

@@ -2,7 +2,7 @@
 torchrun, with a stand-in `nvidia-smi` that lists 4 GPUs (this machine has none; torch runs on
 the CPU and ignores CUDA_VISIBLE_DEVICES, so the job still runs, on gloo). What is checked is
 what the console does with the count: the exact commands, the environment each rank got.
-On real GPUs: bench/gpu_preflight.py (bench/results/gpu_preflight_h100x2.md).
+On real GPUs: bench/gpu/preflight.py (bench/results/gpu_preflight_h100x2.md).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from testbed import SlurmCluster
 from tests.cases import ROOT
 from tests.integration.sshrun import TRAINER
 from tests.integration.test_preflight_ssh import (
@@ -25,7 +26,6 @@ from tests.integration.test_preflight_ssh import (
     host_lines_to,
     stub_torch_venv,
 )
-from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration
 NODES = ["node1", "node2", "node3"]

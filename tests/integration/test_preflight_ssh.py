@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, ddptui_argv, state_env
-from tests.testbed.netns import Testbed
 
 pytestmark = pytest.mark.integration
 HOSTS = ["node1", "node2", "node3"]

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.netns import Testbed
 from tests.integration.sshrun import ddptui_argv, state_env
-from tests.testbed.netns import Testbed
 
 SECRET = "hf_" + hashlib.sha256(str(os.getpid()).encode()).hexdigest()[:24]
 ALSO_SECRET = "plain-named-" + SECRET[-8:]  # secret only through --secret-env

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from testbed import SlurmCluster
 from tests.cases import TRAINER_CASES, trainer_args
 from tests.integration.slurmrun import (
     NODES,
@@ -28,7 +29,6 @@ from tests.integration.slurmrun import (
     start,
 )
 from tests.integration.sshrun import TRAINER, all_running, rank_steps, read_until
-from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration
 

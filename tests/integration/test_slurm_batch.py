@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from testbed.containers import Podman, pids_naming
+from testbed.slurm import SlurmCluster
 from tests.integration.slurmrun import (
     NODES,
     assert_clean_teardown,
@@ -21,8 +23,6 @@ from tests.integration.slurmrun import (
 )
 from tests.integration.sshrun import TRAINER, all_running
 from tests.procs import pids_with_tag
-from tests.testbed.containers import Podman, pids_naming
-from tests.testbed.slurm import SlurmCluster
 
 pytestmark = pytest.mark.integration
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import SlurmCluster
 from tests.integration.slurmrun import (
     NODES,
     assert_clean_teardown,
@@ -17,7 +18,6 @@ from tests.integration.slurmrun import (
     start,
 )
 from tests.integration.sshrun import TRAINER, all_running
-from tests.testbed import SlurmCluster
 
 pytestmark = pytest.mark.integration
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.netns import Testbed
 from tests.cases import TRAINER_CASES, trainer_args
 from tests.integration.sshrun import (
     TRAINER,
@@ -21,7 +22,6 @@ from tests.integration.sshrun import (
     run_headless,
     state_env,
 )
-from tests.testbed.netns import Testbed
 
 ENGINES = ["asyncssh", "paramiko"]
 

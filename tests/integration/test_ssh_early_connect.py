@@ -8,7 +8,7 @@ from pathlib import Path
 from ddptui.core.backends.ssh.asyncssh_transport import AsyncsshTransport
 from ddptui.core.backends.ssh.early_connect import EarlySockets
 from ddptui.core.job.spec import SshSpec
-from tests.testbed.netns import Testbed
+from testbed.netns import Testbed
 
 
 async def _hostname(transport: AsyncsshTransport) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, all_running, popen_headless, run_headless
-from tests.testbed.netns import Testbed
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, popen_headless
-from tests.testbed.netns import Testbed
 
 HOSTS = ["node1", "node2", "node3"]
 # The held-back host's connection may wait this long (the default, 10 s, could run out on a

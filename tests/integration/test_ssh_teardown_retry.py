@@ -7,8 +7,8 @@ import json
 import signal
 from pathlib import Path
 
+from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, all_running, popen_headless, read_until
-from tests.testbed.netns import Testbed
 
 
 def test_a_connection_lost_as_the_teardown_begins_is_replaced_to_prove_the_node_clean(

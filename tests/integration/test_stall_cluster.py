@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from testbed import SlurmCluster
+from testbed.netns import Testbed
 from tests.integration.slurmrun import assert_clean_teardown, finish, job_of, start
 from tests.integration.sshrun import TRAINER, popen_headless, read_until, sleep_line
-from tests.testbed import SlurmCluster
-from tests.testbed.netns import Testbed
 
 TIMEOUT = 6
 HANG = [str(TRAINER / "hang.py"), "--sleep-rank", "1"]

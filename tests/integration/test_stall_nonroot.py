@@ -1,5 +1,5 @@
 """A stall over SSH as an unprivileged user: the console, the remote logins and so the jobs
-all run as `ddpuser` (a user of the testbed's own, tests/testbed/users.py), on nodes whose
+all run as `ddpuser` (a user of the testbed's own, testbed/users.py), on nodes whose
 kernel says Yama restricts ptrace (`ptrace_scope` 1, the usual default; this machine's
 kernel has no Yama, so the testbed makes /proc/sys/kernel say so in its namespaces). With
 the default stacks method (auto) the collector sees ptrace refused, does not try py-spy,
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.netns import Testbed
+from testbed.processes import cmdline
+from testbed.users import PlainUser
 from tests.cases import ROOT
 from tests.integration.sshrun import TRAINER, read_until, sleep_line
-from tests.testbed.netns import Testbed
-from tests.testbed.processes import cmdline
-from tests.testbed.users import PlainUser
 
 TIMEOUT = 6
 HANG = [str(TRAINER / "hang.py"), "--sleep-rank", "1"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.testbed import SlurmCluster, Testbed, cleanup_stale
-from tests.testbed.processes import cmdline, pids_in_netns
+from testbed import SlurmCluster, Testbed, cleanup_stale
+from testbed.processes import cmdline, pids_in_netns
 
 pytestmark = pytest.mark.integration
 
@@ -291,7 +291,7 @@ def _running(pid: int) -> bool:
 def test_cleanup_stale_after_harness_killed() -> None:
     """A harness SIGKILLed mid-run leaves daemons behind; cleanup_stale removes them."""
     code = (
-        "import time; from tests.testbed import Testbed, SlurmCluster; "
+        "import time; from testbed import Testbed, SlurmCluster; "
         "tb = Testbed(['z1'], sshd=True).start(); SlurmCluster(tb).start(); "
         "print(tb.prefix, tb.workdir, flush=True); time.sleep(120)"
     )

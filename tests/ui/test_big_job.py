@@ -1,7 +1,8 @@
 """A 128-node x 8-rank job run for real on this machine: 128 local pseudo-nodes, each a
-stand-in torchrun (bench/fake_torchrun.py) printing the rendezvous result and every rank's
-epoch lines. The grid folds the nodes that look alike into ranges and shows the odd one out;
-the merged log folds the epoch line all ranks print alike, and keeps the one that differs."""
+stand-in torchrun (testbed/standins/fake_torchrun.py) printing the rendezvous result and
+every rank's epoch lines. The grid folds the nodes that look alike into ranges and shows the
+odd one out; the merged log folds the epoch line all ranks print alike, and keeps the one that
+differs."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 
 from ddptui.core.job.spec import make_spec
 from ddptui.ui.app import DdpApp
+from testbed.standins import FAKE_TORCHRUN
 
 ROOT = Path(__file__).resolve().parents[2]
-STAND_IN = ROOT / "bench" / "fake_torchrun.py"
+STAND_IN = FAKE_TORCHRUN
 NODES, NPROC = 128, 8
 
 

@@ -3,7 +3,7 @@ order per node, requests from the console, and a console that goes away mid-run.
 
 Real processes: the session's own, the local backend's node helper, log files and tail
 pipes, with a stand-in for torchrun that floods its output with numbered lines
-(bench/flood_node.py).
+(testbed/standins/flood_node.py).
 """
 
 from __future__ import annotations

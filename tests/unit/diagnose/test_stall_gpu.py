@@ -1,6 +1,6 @@
 """A stall captured on 2 x H100 (NCCL), replayed: rank 1 skipped the 5th all_reduce.
 
-tests/data/stall/gpu_h100x2 holds what `bench/gpu_stall.py` brought back: the node's log,
+tests/data/stall/gpu_h100x2 holds what `bench/gpu/stall.py` brought back: the node's log,
 the node collector's raw report (faulthandler stacks, the flight recorder's entries) and
 the raw dumps torch wrote. The console's part is the Monitor's, run here on them.
 """

@@ -1,6 +1,6 @@
 """The console's own output of a GPU stall on 2 x H100 (NCCL), replayed in CI.
 
-tests/data/stall/gpu_h100x2/console holds what `bench/gpu_stall.py` brought back from the
+tests/data/stall/gpu_h100x2/console holds what `bench/gpu/stall.py` brought back from the
 console path (`ddptui run --headless`): rank 1 skips the 5th all_reduce. `stall.jsonl`: the
 hang-timeout stall, its stacks and the teardown; `watchdog.jsonl`: stall detection off, the
 collectives' 20 s timeout gathering the flight recorder's dumps; each with its node's raw

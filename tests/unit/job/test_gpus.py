@@ -92,7 +92,7 @@ def _stand_in_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listing: str)
 
 
 def h100_listing() -> str:
-    """`nvidia-smi --list-gpus` as a 2 x H100 machine printed it (bench/gpu_preflight.py)."""
+    """`nvidia-smi --list-gpus` as a 2 x H100 machine printed it (bench/gpu/preflight.py)."""
     return (CAPTURE / "nvidia_smi_list_gpus.txt").read_text()
 
 

@@ -106,7 +106,7 @@ PREFLIGHT = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_prefl
 
 
 def test_the_raw_node_logs_of_a_second_h100_run_replay_to_the_same_story() -> None:
-    """`--nodes 2 --nproc-per-node 1 --no-gpu-split` on 2 x H100 (bench/gpu_preflight.py):
+    """`--nodes 2 --nproc-per-node 1 --no-gpu-split` on 2 x H100 (bench/gpu/preflight.py):
     each node's whole log, bytes as they came, through the Monitor."""
     monitor = Monitor(["local0", "local1"], 1)
     for index, node in enumerate(("local0", "local1")):

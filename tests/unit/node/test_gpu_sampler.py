@@ -1,4 +1,4 @@
-"""The node's GPU sampler on its own, against the stand-in `nvidia-smi` (tests/testbed/
+"""The node's GPU sampler on its own, against the stand-in `nvidia-smi` (testbed/
 fake_gpu/) replaying a 2 x H100 capture: samples grouped per GPU set, the job's workers
 found by their tag, the loop gone when the sampler stops, nothing at all without a GPU."""
 
@@ -16,7 +16,7 @@ import pytest
 
 from ddptui.core.node import gpu_sampler
 from ddptui.core.node.gpu_sampler import GPU_MARK, GpuSampler, gpu_snapshot, job_workers
-from tests.testbed.gpu_standin import FAKE_SMI
+from testbed.gpu_standin import FAKE_SMI
 
 CAPTURE = Path(__file__).parents[2] / "data" / "gpu" / "standin"
 

@@ -1,0 +1,164 @@
+"""Slurm at scale: many slurmd nodes in namespaces; ddptui's salloc + one step vs srun by hand.
+
+The testbed is the project's own (testbed/): slurmctld in the head namespace, one slurmd
+per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in for torchrun
+(testbed/standins/fleet_standin.sh) reports its rank, then holds until killed.
+
+- ddptui: `ddptui run --headless --backend slurm --nodes N --nproc-per-node 1 --launcher
+  'bash fleet_standin.sh'` (salloc --no-shell, a probe step, then one srun step with a task
+  per node, its stream split per node); launched = every rank shown running; teardown =
+  SIGTERM to the process's exit (the step signalled, one reap step proving every node, the
+  allocation released).
+- by hand: `srun -N N --ntasks-per-node=1 bash fleet_standin.sh` (one step, N tasks, the
+  same stand-in), launched = every node's ready line; teardown = SIGTERM to srun (it
+  forwards to the tasks and ends the job) until srun exits.
+Both are then checked from outside: no process other than the daemons in any node's
+namespace, and squeue empty. Interleaved; the table gives totals and seconds per node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common.hosts import TimedStream, all_ranks_running, slurm_strays
+from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
+from bench.common.stats import interleaved, median
+from bench.common.trees import compile_bytecode
+from testbed import SlurmCluster, Testbed, cleanup_stale
+from testbed.slurm_ddptui import cluster_env, ddptui_argv
+from testbed.standins import FLEET_STANDIN
+
+STANDIN = str(FLEET_STANDIN)
+Sample = dict[str, Any]
+
+
+def _clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, int]:
+    """Seconds until no node has a stray process and squeue is empty; else how many dirty."""
+    t0 = time.monotonic()
+    hosts = cluster.tb.hosts
+    while True:
+        left = {h: p for h, p in slurm_strays(cluster.tb, hosts).items() if p}
+        if not left and not cluster.squeue_ids():
+            return time.monotonic() - t0, 0
+        if time.monotonic() - t0 > timeout:
+            return None, len(left)
+        time.sleep(0.2)
+
+
+def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+    argv = ddptui_argv(
+        cluster.tb,
+        *("run", "--headless", "--backend", "slurm", "--nodes", str(n)),
+        *("--nproc-per-node", "1", "--hang-timeout", "3600"),
+        *("--launcher", f"bash {STANDIN}", "slurm_scale.py"),
+    )
+    stream = TimedStream(argv, env=cluster_env(cluster, tmp / "state"), cwd=tmp)
+    green = stream.until(all_ranks_running(n), timeout=600)
+    if green is None or any(e["event"] == "summary" for e in stream.events()):
+        stream.proc.send_signal(signal.SIGTERM)
+        stream.finish(timeout=300)
+        raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
+    t0 = time.monotonic()
+    stream.proc.send_signal(signal.SIGTERM)
+    stream.finish(timeout=600)
+    teardown = time.monotonic() - t0
+    _, dirty = _clean(cluster)
+    events = stream.events()
+    granted = [e["ts"] for e in events if e["event"] == "allocation" and e["state"] == "granted"]
+    return {
+        "launch": green,
+        "granted": (min(granted) - stream.wall0) if granted else float("nan"),
+        "teardown": teardown,
+        "dirty nodes": dirty,
+    }
+
+
+def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+    argv = cluster.argv(["srun", "-N", str(n), "--ntasks-per-node=1", "bash", STANDIN])
+    stream = TimedStream(argv, env=cluster.env, cwd=tmp, merge_stderr=True)
+    seen: set[str] = set()
+
+    def ready(line: str) -> bool:
+        if "fleet stand-in ready" in line:
+            seen.add(line.split("host=")[-1].strip())
+        return len(seen) == n
+
+    green = stream.until(ready, timeout=600)
+    if green is None:
+        stream.proc.kill()
+        raise RuntimeError(f"srun: not all ready: {stream.seen[-3:]}")
+    t0 = time.monotonic()
+    stream.proc.send_signal(signal.SIGTERM)
+    stream.finish(timeout=600)
+    teardown = time.monotonic() - t0
+    _, dirty = _clean(cluster)
+    return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
+
+
+def main() -> None:
+    parser = arg_parser(__doc__)
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    n = 4 if args.quick else args.nodes
+    reps = 1 if args.quick else args.reps
+    report = Report("slurm_scale", f"Slurm at scale: {n} slurmd nodes", command_line())
+    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
+    report.para(compile_bytecode())
+    cleanup_stale()
+    t0 = time.monotonic()
+    tb = Testbed(n).start()
+    try:
+        cluster = SlurmCluster(tb, cpus=1).start(timeout=300)
+        built = time.monotonic() - t0
+        version = cluster.run(["sinfo", "-V"], check=False).stdout.strip()
+        report.para(f"{version}: {n} slurmd up and idle {built:.1f} s after the testbed began.")
+        try:
+            with tempfile.TemporaryDirectory(prefix="bench-slurm-scale-") as tmp_name:
+                tmp = Path(tmp_name)
+                tools: dict[str, Callable[[int], Sample]] = {
+                    "ddptui (salloc + one step)": lambda _: ddptui_run(cluster, n, tmp),
+                    "srun by hand (one step)": lambda _: srun_run(cluster, n, tmp),
+                }
+                runs = interleaved(reps, tools)
+        finally:
+            cluster.stop()
+    finally:
+        tb.close()
+    report.section(f"{n} nodes, N={reps} interleaved")
+    table = Table(
+        ["launch", "to all running (median)", "per node", "teardown (median)", "per node",
+         "dirty nodes"]
+    )  # fmt: skip
+    for tool, samples in runs.items():
+        launch = median([s["launch"] for s in samples])
+        down = median([s["teardown"] for s in samples])
+        table.add(
+            tool,
+            fmt_s(launch),
+            f"{launch / n * 1000:.0f} ms",
+            fmt_s(down),
+            f"{down / n * 1000:.0f} ms",
+            " ".join(str(s["dirty nodes"]) for s in samples),
+        )
+    report.table(table)
+    ours, theirs = (median([s["launch"] for s in r]) for r in runs.values())
+    down_ours, down_theirs = (median([s["teardown"] for s in r]) for r in runs.values())
+    granted = median([s["granted"] for s in next(iter(runs.values()))])
+    report.para(
+        f"ddptui / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
+        f"{down_ours / down_theirs:.2f}x; ddptui had its allocation {granted:.2f} s after it "
+        f"started (salloc), the rest is its probe and launch steps. Load average at the end: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
+    )
+    report.write()
+
+
+if __name__ == "__main__":
+    main()
