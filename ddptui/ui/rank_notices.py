@@ -19,22 +19,45 @@ MAX_NODE_NOTES = 4
 
 
 def rank_notices(
-    known: Mapping[tuple[str, int], RankChanged], changes: Sequence[RankChanged]
+    known: Mapping[tuple[str, int], RankChanged],
+    changes: Sequence[RankChanged],
+    nproc_per_node: int = 0,
 ) -> list[LogEntry]:
-    """Notes for `changes`, given the last change `known` for each rank before them."""
+    """Notes for `changes`, given the last change `known` for each rank before them.
+
+    A node's rendezvous note waits until every rank of the node has its global rank
+    (`nproc_per_node` of them, else every rank seen so far): the changes come in batches cut
+    wherever the screen took them, and a run followed from launch or attached later must
+    read the same (`runs ranks 0-1`, not a note per rank).
+    """
     seen = dict(known)
-    assigned: dict[str, list[int]] = {}
+    touched: list[str] = []
     notes: list[LogEntry] = []
     for event in changes:
         before = seen.get((event.node, event.local_rank))
         seen[(event.node, event.local_rank)] = event
         if event.rank is not None and (before is None or before.rank != event.rank):
-            assigned.setdefault(event.node, []).append(event.rank)
+            touched.append(event.node)
         if event.restarts and (before is None or event.restarts > before.restarts):
             notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
         if event.state == RankState.FAILED and (before is None or before.state != event.state):
             notes.append(_note(event.node, _failure(event), event.rank))
+    assigned: dict[str, list[int]] = {}
+    for node in dict.fromkeys(touched):
+        now = _node_ranks(seen, node, nproc_per_node)
+        if now is not None and now != _node_ranks(known, node, nproc_per_node):
+            assigned[node] = now
     return [*_rendezvous(assigned), *_once_per_node(notes)]
+
+
+def _node_ranks(
+    ranks: Mapping[tuple[str, int], RankChanged], node: str, nproc_per_node: int
+) -> list[int] | None:
+    """The node's global ranks by local rank, or None while any is still unknown."""
+    mine = sorted((key[1], event.rank) for key, event in ranks.items() if key[0] == node)
+    if not mine or len(mine) < nproc_per_node or any(rank is None for _, rank in mine):
+        return None
+    return [rank for _, rank in mine if rank is not None]
 
 
 def _rendezvous(assigned: dict[str, list[int]]) -> list[LogEntry]:
