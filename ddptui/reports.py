@@ -23,13 +23,33 @@ from ddptui.core.preflight.preflight import (
 )
 from ddptui.core.runs.history import RunHistory, RunRecord
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.text_table import Column, clip, fit_table
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
-HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
+# What gives way at 80 columns: the backend first (WHERE says it), then the profile, the
+# duration, the hosts; the run id (typed again to attach) and the outcome are never cut.
+HISTORY_TABLE = (
+    Column("RUN"),
+    Column("STARTED"),
+    Column("TIME", drop=3),
+    Column("PROFILE", min_width=10, drop=2),
+    Column("BACKEND", drop=1),
+    Column("WHERE", min_width=13, drop=4),
+    Column("OUTCOME"),
+    Column("RANKS", min_width=16),
+)
+HISTORY_COLUMNS = tuple(c.title for c in HISTORY_TABLE)
+# The preflight grid's checks by shorter names where a terminal is narrow.
+CHECK_SHORT = {"reachable": "reach", "python": "py", "rdzv-port": "port", "hostname": "host"}
 
 
-def when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+def when(ts: float, short: bool = False) -> str:
+    """`2026-11-26 04:21:26`; where room is short, as `ps` gives STIME: `04:21` today,
+    `Nov26` before."""
+    if not short:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    today = time.localtime()[:3] == time.localtime(ts)[:3]
+    return time.strftime("%H:%M" if today else "%b%d", time.localtime(ts))
 
 
 def duration(seconds: float | None) -> str:
@@ -40,28 +60,24 @@ def duration(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def history_row(record: RunRecord) -> tuple[str, ...]:
+def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
+    """A run's cells; `short`: the start without year and seconds, the hosts as a range."""
     return (
         record.id,
-        when(record.started),
+        when(record.started, short),
         duration(record.duration),
         record.profile,
         record.backend,
-        record.where,
+        record.where_short if short else record.where,
         record.status,
         record.ranks_text(),
     )
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-
-
-def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -> int:
+def print_history(
+    limit: int | None, as_json: bool, out: TextIO | None = None, width: int | None = None
+) -> int:
+    """The runs, newest first, one line each in `width` characters (None: full width)."""
     out = out or sys.stdout
     history = RunHistory()
     try:
@@ -78,20 +94,26 @@ def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -
     if not records:
         out.write("no runs yet\n")
         return 0
-    lines = table(HISTORY_COLUMNS, [history_row(r) for r in records])
+    short = width is not None
+    lines = fit_table(HISTORY_TABLE, [history_row(r, short) for r in records], width)
     out.write("\n".join(lines) + "\n")
-    out.write(f"{len(records)} run(s); run directories: `ddptui history --json` lists them\n")
+    count = f"{len(records)} run(s); run directories: `ddptui history --json` lists them"
+    out.write((clip(count, width) if width else count) + "\n")
     return 0
 
 
-def preflight_text(results: Sequence[CheckResult], summary: PreflightSummary) -> list[str]:
-    """The grid (nodes x checks) and every failure and warning with its fix."""
+def preflight_text(
+    results: Sequence[CheckResult], summary: PreflightSummary, width: int | None = None
+) -> list[str]:
+    """The grid (nodes x checks) in `width` characters (None: full), and every failure and
+    warning with its fix."""
     nodes = list(dict.fromkeys([*summary.nodes, *(r.node for r in results)]))
     rows = [
         [node, *(MARK[cell_status(list(results), node, check)] for check in CHECKS)]
         for node in nodes
     ]
-    lines = table(("NODE", *CHECKS), rows)
+    columns = [Column("NODE", min_width=12), *(Column(c, CHECK_SHORT.get(c, "")) for c in CHECKS)]
+    lines = fit_table(columns, rows, width)
     problems = [r for r in results if r.status in ("fail", "warn")]
     if problems:
         lines.append("")
@@ -111,6 +133,7 @@ def run_preflight(
     *,
     gang: bool = True,
     min_busbw: float = 0.0,
+    width: int | None = None,
 ) -> int:
     """Check every node of the job, then the gang test; exit 0 only if no check failed."""
     from ddptui.gang_run import run_gang
@@ -148,7 +171,7 @@ def run_preflight(
         stream.write("preflight cancelled\n")
         return 130
     if not headless:
-        stream.write("\n".join(preflight_text(results, summary)) + "\n")
+        stream.write("\n".join(preflight_text(results, summary, width)) + "\n")
     return 0 if summary.ok else 1
 
 

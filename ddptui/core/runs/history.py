@@ -29,6 +29,7 @@ from ddptui.core.events import (
     RankState,
     RunSummary,
 )
+from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 
@@ -100,6 +101,14 @@ class RunRecord:
     def where(self) -> str:
         """The Slurm job, or the hosts, the run used."""
         names = ",".join(self.hosts)
+        if self.slurm_job:
+            return f"job {self.slurm_job}" + (f" ({names})" if names else "")
+        return names or "-"
+
+    @property
+    def where_short(self) -> str:
+        """`where` with the hosts as one range (`node[001-040]`), for a narrow table."""
+        names = host_range(self.hosts)
         if self.slurm_job:
             return f"job {self.slurm_job}" + (f" ({names})" if names else "")
         return names or "-"
