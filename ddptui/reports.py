@@ -68,7 +68,7 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
         duration(record.duration),
         record.profile,
         record.backend,
-        record.where_short if short else record.where,
+        record.where_text(short),
         record.status,
         record.ranks_text(),
     )
