@@ -71,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     history.add_argument("--json", action="store_true", help="one JSON object per run")
     history.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    history.add_argument(
+        "--refresh",
+        action="store_true",
+        help="ask the nodes of runs left detached on SSH or Slurm how they ended (runs on "
+        "this machine are always brought up to date)",
+    )
     stacks = sub.add_parser("stacks", help="every rank's stacks of a running or detached run")
     stacks.add_argument("run_id")
     stacks.add_argument("--json", action="store_true", help="the stacks event as one JSON line")
@@ -137,7 +143,7 @@ def _main(argv: list[str] | None) -> int:
             from ddptui.text_table import terminal_width
 
             width = terminal_width(sys.stdout, args.wide)
-            return print_history(args.limit or None, args.json, width=width)
+            return print_history(args.limit or None, args.json, width=width, refresh=args.refresh)
         if args.command == "preflight":
             from ddptui.reports import run_preflight
             from ddptui.text_table import terminal_width

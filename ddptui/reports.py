@@ -23,6 +23,7 @@ from ddptui.core.preflight.preflight import (
 )
 from ddptui.core.runs.history import RunHistory, RunRecord
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.settle import settle_detached
 from ddptui.text_table import Column, clip, fit_table
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
@@ -75,12 +76,25 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
 
 
 def print_history(
-    limit: int | None, as_json: bool, out: TextIO | None = None, width: int | None = None
+    limit: int | None,
+    as_json: bool,
+    out: TextIO | None = None,
+    width: int | None = None,
+    refresh: bool = False,
 ) -> int:
-    """The runs, newest first, one line each in `width` characters (None: full width)."""
+    """The runs, newest first, one line each in `width` characters (None: full width).
+
+    Runs on this machine left detached are brought up to date first (their run directory
+    has what they need); `refresh`: those on SSH or Slurm nodes too, asked through their
+    backend (a few seconds per run)."""
     out = out or sys.stdout
     history = RunHistory()
     try:
+        said = settle_detached(history)
+        if refresh:
+            from ddptui.catch_up import ask_detached
+
+            said.update(ask_detached(history))
         records = history.runs(limit)
     except sqlite3.DatabaseError as exc:
         raise SpecError(
@@ -97,8 +111,19 @@ def print_history(
     short = width is not None
     lines = fit_table(HISTORY_TABLE, [history_row(r, short) for r in records], width)
     out.write("\n".join(lines) + "\n")
+    notes = [
+        f"{r.id}: still detached, {said[r.id]}"
+        for r in records
+        if r.id in said and r.status == "detached"
+    ]
+    away = sum(r.status == "detached" and r.backend != "local" for r in records)
+    if away and not refresh:
+        notes.append(
+            f"{away} run(s) left detached on remote nodes: `ddptui history --refresh` asks them"
+        )
     count = f"{len(records)} run(s); run directories: `ddptui history --json` lists them"
-    out.write((clip(count, width) if width else count) + "\n")
+    for line in [*notes, count]:
+        out.write((clip(line, width) if width else line) + "\n")
     return 0
 
 
