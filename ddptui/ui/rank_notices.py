@@ -42,22 +42,30 @@ def rank_notices(
             notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
         if event.state == RankState.FAILED and (before is None or before.state != event.state):
             notes.append(_note(event.node, _failure(event), event.rank))
+    nodes = set(touched)
+    after = _node_ranks(seen, nodes, nproc_per_node)
+    earlier = _node_ranks(known, nodes, nproc_per_node)
     assigned: dict[str, list[int]] = {}
     for node in dict.fromkeys(touched):
-        now = _node_ranks(seen, node, nproc_per_node)
-        if now is not None and now != _node_ranks(known, node, nproc_per_node):
-            assigned[node] = now
+        ranks = after.get(node)
+        if ranks is not None and ranks != earlier.get(node):
+            assigned[node] = ranks
     return [*_rendezvous(assigned), *_once_per_node(notes)]
 
 
 def _node_ranks(
-    ranks: Mapping[tuple[str, int], RankChanged], node: str, nproc_per_node: int
-) -> list[int] | None:
-    """The node's global ranks by local rank, or None while any is still unknown."""
-    mine = sorted((key[1], event.rank) for key, event in ranks.items() if key[0] == node)
-    if not mine or len(mine) < nproc_per_node or any(rank is None for _, rank in mine):
-        return None
-    return [rank for _, rank in mine if rank is not None]
+    ranks: Mapping[tuple[str, int], RankChanged], nodes: set[str], nproc_per_node: int
+) -> dict[str, list[int] | None]:
+    """Each of `nodes`' global ranks by local rank, None while any is still unknown."""
+    mine: dict[str, list[tuple[int, int | None]]] = {}
+    for (node, local_rank), event in ranks.items():
+        if node in nodes:
+            mine.setdefault(node, []).append((local_rank, event.rank))
+    out: dict[str, list[int] | None] = {}
+    for node, pairs in mine.items():
+        ranks_known = [rank for _, rank in sorted(pairs) if rank is not None]
+        out[node] = ranks_known if len(ranks_known) == max(len(pairs), nproc_per_node) else None
+    return out
 
 
 def _rendezvous(assigned: dict[str, list[int]]) -> list[LogEntry]:
