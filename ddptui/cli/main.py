@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # then the SSH engine) are most of start-up, and need no collections while they run.
 
 
+WIDE_HELP = "every column at full width (a terminal's table is fitted to it; a pipe's is not)"
+
+
 def _parser() -> argparse.ArgumentParser:
     from ddptui.cli.jobargs import add_job_flags
 
@@ -61,11 +64,19 @@ def _parser() -> argparse.ArgumentParser:
         help="a node whose gang-test busbw is under this (GB/s) fails; without it, only a node "
         "under half the others' median does",
     )
+    preflight.add_argument("--wide", action="store_true", help=WIDE_HELP)
     preflight.add_argument("script", nargs="?", help="also check the script is on every node")
     preflight.add_argument("script_args", nargs=argparse.REMAINDER)
     history = sub.add_parser("history", help="list past runs, newest first")
     history.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     history.add_argument("--json", action="store_true", help="one JSON object per run")
+    history.add_argument("--wide", action="store_true", help=WIDE_HELP)
+    history.add_argument(
+        "--refresh",
+        action="store_true",
+        help="ask the nodes of runs left detached on SSH or Slurm how they ended (runs on "
+        "this machine are always brought up to date)",
+    )
     stacks = sub.add_parser("stacks", help="every rank's stacks of a running or detached run")
     stacks.add_argument("run_id")
     stacks.add_argument("--json", action="store_true", help="the stacks event as one JSON line")
@@ -129,13 +140,22 @@ def _main(argv: list[str] | None) -> int:
             return print_stacks(_open_run(args.run_id), args.method, args.json)
         if args.command == "history":
             from ddptui.cli.reports import print_history
+            from ddptui.cli.text_table import terminal_width
 
-            return print_history(args.limit or None, args.json)
+            width = terminal_width(sys.stdout, args.wide)
+            return print_history(args.limit or None, args.json, width=width, refresh=args.refresh)
         if args.command == "preflight":
             from ddptui.cli.reports import run_preflight
+            from ddptui.cli.text_table import terminal_width
 
             spec = spec_from_args(args, args.script, args.script_args)
-            return run_preflight(spec, args.headless, gang=args.gang, min_busbw=args.gang_min_busbw)
+            return run_preflight(
+                spec,
+                args.headless,
+                gang=args.gang,
+                min_busbw=args.gang_min_busbw,
+                width=terminal_width(sys.stdout, args.wide),
+            )
         if args.command == "run":
             if not args.script and not args.profile:
                 raise SpecError("give the script to run, or --profile NAME")

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from ddptui.cli.text_table import Column, clip, fit_table
 from ddptui.core.events import Event, Notice
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.preflight.preflight import (
@@ -21,24 +22,47 @@ from ddptui.core.preflight.preflight import (
     cell_status,
 )
 from ddptui.core.runs.history import RunHistory
-from ddptui.core.runs.history_rows import HISTORY_COLUMNS, history_row
+from ddptui.core.runs.history_rows import history_row
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.settle import settle_detached
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
+# What gives way at 80 columns: the backend first (WHERE says it), then the profile, the
+# duration, the hosts; the run id (typed again to attach) and the outcome are never cut.
+HISTORY_TABLE = (
+    Column("RUN"),
+    Column("STARTED"),
+    Column("TIME", drop=3),
+    Column("PROFILE", min_width=10, drop=2),
+    Column("BACKEND", drop=1),
+    Column("WHERE", min_width=13, drop=4),
+    Column("OUTCOME"),
+    Column("RANKS", min_width=16),
+)
+# The preflight grid's checks by shorter names where a terminal is narrow.
+CHECK_SHORT = {"reachable": "reach", "python": "py", "rdzv-port": "port", "hostname": "host"}
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
+def print_history(
+    limit: int | None,
+    as_json: bool,
+    out: TextIO | None = None,
+    width: int | None = None,
+    refresh: bool = False,
+) -> int:
+    """The runs, newest first, one line each in `width` characters (None: full width).
 
-
-def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -> int:
+    Runs on this machine left detached are brought up to date first (their run directory
+    has what they need); `refresh`: those on SSH or Slurm nodes too, asked through their
+    backend (a few seconds per run)."""
     out = out or sys.stdout
     history = RunHistory()
     try:
+        said = settle_detached(history)
+        if refresh:
+            from ddptui.cli.catch_up import ask_detached
+
+            said.update(ask_detached(history))
         records = history.runs(limit)
     except sqlite3.DatabaseError as exc:
         raise SpecError(
@@ -52,20 +76,37 @@ def print_history(limit: int | None, as_json: bool, out: TextIO | None = None) -
     if not records:
         out.write("no runs yet\n")
         return 0
-    lines = table(HISTORY_COLUMNS, [history_row(r) for r in records])
+    short = width is not None
+    lines = fit_table(HISTORY_TABLE, [history_row(r, short) for r in records], width)
     out.write("\n".join(lines) + "\n")
-    out.write(f"{len(records)} run(s); run directories: `ddptui history --json` lists them\n")
+    notes = [
+        f"{r.id}: still detached, {said[r.id]}"
+        for r in records
+        if r.id in said and r.status == "detached"
+    ]
+    away = sum(r.status == "detached" and r.backend != "local" for r in records)
+    if away and not refresh:
+        notes.append(
+            f"{away} run(s) left detached on remote nodes: `ddptui history --refresh` asks them"
+        )
+    count = f"{len(records)} run(s); run directories: `ddptui history --json` lists them"
+    for line in [*notes, count]:
+        out.write((clip(line, width) if width else line) + "\n")
     return 0
 
 
-def preflight_text(results: Sequence[CheckResult], summary: PreflightSummary) -> list[str]:
-    """The grid (nodes x checks) and every failure and warning with its fix."""
+def preflight_text(
+    results: Sequence[CheckResult], summary: PreflightSummary, width: int | None = None
+) -> list[str]:
+    """The grid (nodes x checks) in `width` characters (None: full), and every failure and
+    warning with its fix."""
     nodes = list(dict.fromkeys([*summary.nodes, *(r.node for r in results)]))
     rows = [
         [node, *(MARK[cell_status(list(results), node, check)] for check in CHECKS)]
         for node in nodes
     ]
-    lines = table(("NODE", *CHECKS), rows)
+    columns = [Column("NODE", min_width=12), *(Column(c, CHECK_SHORT.get(c, "")) for c in CHECKS)]
+    lines = fit_table(columns, rows, width)
     problems = [r for r in results if r.status in ("fail", "warn")]
     if problems:
         lines.append("")
@@ -85,6 +126,7 @@ def run_preflight(
     *,
     gang: bool = True,
     min_busbw: float = 0.0,
+    width: int | None = None,
 ) -> int:
     """Check every node of the job, then the gang test; exit 0 only if no check failed."""
     from ddptui.core.preflight.gang_runner import run_gang
@@ -122,7 +164,7 @@ def run_preflight(
         stream.write("preflight cancelled\n")
         return 130
     if not headless:
-        stream.write("\n".join(preflight_text(results, summary)) + "\n")
+        stream.write("\n".join(preflight_text(results, summary, width)) + "\n")
     return 0 if summary.ok else 1
 
 

@@ -15,6 +15,7 @@ from textual.screen import Screen
 
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.settle import settle_quietly
 from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
@@ -94,8 +95,10 @@ class DdpApp(App[int]):
     def on_mount(self) -> None:
         if self.keymap:
             self.set_keymap(self.keymap)
-        # For as long as the app runs, with or without a job (session_process.py says why).
+        # For as long as the app runs, with or without a job (core/session/process.py says why).
         gc.set_threshold(max(self._gc_thresholds[0], GC_YOUNG_THRESHOLD), *self._gc_thresholds[1:])
+        # Local runs that ended while no console followed them get their outcome now.
+        self.run_worker(settle_quietly, thread=True, group="settle", exit_on_error=False)
 
     def on_unmount(self) -> None:
         gc.set_threshold(*self._gc_thresholds)

@@ -19,22 +19,53 @@ MAX_NODE_NOTES = 4
 
 
 def rank_notices(
-    known: Mapping[tuple[str, int], RankChanged], changes: Sequence[RankChanged]
+    known: Mapping[tuple[str, int], RankChanged],
+    changes: Sequence[RankChanged],
+    nproc_per_node: int = 0,
 ) -> list[LogEntry]:
-    """Notes for `changes`, given the last change `known` for each rank before them."""
+    """Notes for `changes`, given the last change `known` for each rank before them.
+
+    A node's rendezvous note waits until every rank of the node has its global rank
+    (`nproc_per_node` of them, else every rank seen so far): the changes come in batches cut
+    wherever the screen took them, and a run followed from launch or attached later must
+    read the same (`runs ranks 0-1`, not a note per rank).
+    """
     seen = dict(known)
-    assigned: dict[str, list[int]] = {}
+    touched: list[str] = []
     notes: list[LogEntry] = []
     for event in changes:
         before = seen.get((event.node, event.local_rank))
         seen[(event.node, event.local_rank)] = event
         if event.rank is not None and (before is None or before.rank != event.rank):
-            assigned.setdefault(event.node, []).append(event.rank)
+            touched.append(event.node)
         if event.restarts and (before is None or event.restarts > before.restarts):
             notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
         if event.state == RankState.FAILED and (before is None or before.state != event.state):
             notes.append(_note(event.node, _failure(event), event.rank))
+    nodes = set(touched)
+    after = _node_ranks(seen, nodes, nproc_per_node)
+    earlier = _node_ranks(known, nodes, nproc_per_node)
+    assigned: dict[str, list[int]] = {}
+    for node in dict.fromkeys(touched):
+        ranks = after.get(node)
+        if ranks is not None and ranks != earlier.get(node):
+            assigned[node] = ranks
     return [*_rendezvous(assigned), *_once_per_node(notes)]
+
+
+def _node_ranks(
+    ranks: Mapping[tuple[str, int], RankChanged], nodes: set[str], nproc_per_node: int
+) -> dict[str, list[int] | None]:
+    """Each of `nodes`' global ranks by local rank, None while any is still unknown."""
+    mine: dict[str, list[tuple[int, int | None]]] = {}
+    for (node, local_rank), event in ranks.items():
+        if node in nodes:
+            mine.setdefault(node, []).append((local_rank, event.rank))
+    out: dict[str, list[int] | None] = {}
+    for node, pairs in mine.items():
+        ranks_known = [rank for _, rank in sorted(pairs) if rank is not None]
+        out[node] = ranks_known if len(ranks_known) == max(len(pairs), nproc_per_node) else None
+    return out
 
 
 def _rendezvous(assigned: dict[str, list[int]]) -> list[LogEntry]:

@@ -62,7 +62,8 @@ async def test_a_128x8_job_folds_its_grid_and_its_merged_log() -> None:
         assert grid_text(app) == [
             "failed 8 · done 1016",
             "local[0-40] ✓×328 done",
-            "local41  ✗✗✗✗✗✗✗✗",
+            " " * 18 + "01234567",
+            "local41  r328-335 ✗✗✗✗✗✗✗✗",
             "local[42-127] ✓×688 done",
         ]
 

@@ -61,17 +61,22 @@ def test_runs_of_same_state_nodes_fold_into_ranges_and_outliers_stand_out() -> N
     grid[99].cells[0].show(RankChanged(792, "node100", 0, RankState.HUNG))
     lines = [text(line) for line in layout(grid, 60, 8)]
     assert lines[0] == "node[001-040] ▶×320 running"
-    assert lines[1] == "node041 ▶▶▶✗▶▶▶▶"
-    assert lines[2] == "node[042-099] ▶×464 running"
-    assert lines[3] == "node100 !▶▶▶▶▶▶▶"
-    assert lines[4] == "node[101-128] ▶×224 running"
-    assert len(lines) == 5
+    assert lines[1] == " " * 17 + "01234567"  # local ranks, over the first node's glyphs
+    assert lines[2] == "node041 r320-327 ▶▶▶✗▶▶▶▶"
+    assert lines[3] == "node[042-099] ▶×464 running"
+    assert lines[4] == "node100 r792-799 !▶▶▶▶▶▶▶"
+    assert lines[5] == "node[101-128] ▶×224 running"
+    assert len(lines) == 6
     assert describe_counts(count_looks(grid)) == "running 1022 · hung 1 · failed 1"
-    assert cell_at(layout(grid, 60, 8)[1], len("node041 ") + 3) is odd
+    assert cell_at(layout(grid, 60, 8)[2], len("node041 r320-327 ") + 3) is odd
 
 
 def test_two_same_nodes_do_not_fold_and_a_chosen_rank_unfolds_its_node() -> None:
-    assert [text(line) for line in layout(rows(2, 4), 20, 4)] == ["node001 ▶▶▶▶", "node002 ▶▶▶▶"]
+    assert [text(line) for line in layout(rows(2, 4), 16, 4)] == [
+        "        0123",
+        "node001 ▶▶▶▶",
+        "node002 ▶▶▶▶",
+    ]
     grid = rows(6, 4)
     grid[2].cells[1].selected = True
     assert [len(run) for run in fold_runs(grid)] == [2, 1, 3]
@@ -94,7 +99,11 @@ def test_wide_and_few_nodes_get_labelled_cells() -> None:
     lines = [text(line) for line in layout(grid, 100, 2)]
     assert "r0 ▶" in lines[0] and "r1 ▶" in lines[0] and lines[1] == ""
     assert text(layout(grid, 20, 2)[0]) == "node001 r0▶ r1▶ "
-    assert text(layout(grid, 14, 2)[0]) == "node001 ▶▶"
+    assert [text(line) for line in layout(grid, 14, 2)] == [
+        "        01",
+        "node001 ▶▶",
+        "node002 ▶▶",
+    ]
 
 
 def test_a_long_name_is_cut_with_a_sign() -> None:
@@ -116,4 +125,22 @@ def test_a_stall_suspect_has_a_glyph_of_its_own() -> None:
     grid = rows(3, 2, RankState.HUNG)
     grid[1].cells[1].show(RankChanged(3, "node002", 1, RankState.HUNG, suspect=True))
     lines = [text(line) for line in layout(grid, 14, 2)]
-    assert lines == ["node001 !!", "node002 !‼", "node003 !!"]
+    assert lines == ["        01", "node001 !!", "node002 !‼", "node003 !!"]
+
+
+def test_a_2x8_grid_too_narrow_for_labelled_cells_still_names_every_rank() -> None:
+    """Each node's ranks as a range before its glyphs, local ranks over them: the cell at
+    position i of `r8-15` is rank 8+i, local rank i."""
+    grid = rows(2, 8)
+    lines = [text(line) for line in layout(grid, 40, 8)]
+    assert lines == [
+        "              01234567",
+        "node001 r0-7  ▶▶▶▶▶▶▶▶",
+        "node002 r8-15 ▶▶▶▶▶▶▶▶",
+    ]
+    assert cell_at(layout(grid, 40, 8)[2], len("node002 r8-15 ") + 5) is grid[1].cells[5]
+    pending = [NodeRow("node001", 8)]
+    assert [text(line) for line in layout(pending, 30, 8)] == [
+        "        01234567",
+        "node001 ········",
+    ]

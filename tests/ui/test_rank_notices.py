@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ddptui.core.events import RankChanged, RankState
+from ddptui.core.events import Event, RankChanged, RankState
+from ddptui.core.monitor.monitor import Monitor
 from ddptui.ui.rank_notices import rank_notices
+from tests.cases import TORCHRUN_CAPTURES
 
 
 def test_rendezvous_restarts_and_failures_become_short_notes() -> None:
@@ -30,3 +32,41 @@ def test_a_big_rendezvous_is_one_note() -> None:
     assigned = [RankChanged(r, f"n{r // 8}", r % 8, RankState.ASSIGNED) for r in range(1024)]
     notes = rank_notices({}, assigned)
     assert [n.text for n in notes] == ["▸ rendezvous: 128 nodes run ranks 0-1023"]
+
+
+def _notes(batches: list[list[RankChanged]], nproc: int) -> list[tuple[str, str]]:
+    """The notes the job screen writes for these batches of rank changes, in order."""
+    known: dict[tuple[str, int], RankChanged] = {}
+    out: list[tuple[str, str]] = []
+    for batch in batches:
+        out += [(n.node, n.text) for n in rank_notices(known, batch, nproc)]
+        known.update({(e.node, e.local_rank): e for e in batch})
+    return out
+
+
+def _ranks(events: list[Event]) -> list[RankChanged]:
+    return [e for e in events if isinstance(e, RankChanged)]
+
+
+def test_notes_of_a_replayed_log_equal_the_live_ones() -> None:
+    """Live, the nodes' lines come a few at a time and each feed's changes are one batch;
+    attached later, the whole log comes at once and the screen may take the changes one by
+    one. The notes read the same: `runs ranks 0-1`, once per node."""
+    logs = {"hx-n1": "crash_node0.log", "hx-n2": "crash_node1.log"}
+    live_monitor, replay_monitor = Monitor(list(logs), 2), Monitor(list(logs), 2)
+    live = [_ranks(live_monitor.initial_events())]
+    replayed = [[e] for e in _ranks(replay_monitor.initial_events())]
+    for node, name in logs.items():
+        data = (TORCHRUN_CAPTURES / name).read_bytes()
+        for line in data.splitlines(keepends=True):
+            live.append(_ranks(live_monitor.feed(node, line)))
+        live.append(_ranks(live_monitor.end_of_output(node)))
+        events = replay_monitor.feed(node, data) + replay_monitor.end_of_output(node)
+        replayed += [[e] for e in _ranks(events)]
+    expected = [
+        ("hx-n1", "▸ rendezvous: hx-n1 runs ranks 0-1"),
+        ("hx-n2", "▸ rendezvous: hx-n2 runs ranks 2-3"),
+    ]
+    live_notes = _notes(live, 2)
+    assert [n for n in live_notes if "rendezvous" in n[1]] == expected
+    assert _notes(replayed, 2) == live_notes

@@ -172,3 +172,36 @@ def test_stall_at_every_size(snap_compare: Any, size: tuple[int, int]) -> None:
         await settle(pilot)
 
     assert snap_compare(fixed_app(), run_before=stalled, terminal_size=size)
+
+
+def test_2x8_grid_at_120_columns_names_every_rank(snap_compare: Any) -> None:
+    """Too narrow for a labelled cell per rank: each node's ranks as a range before its
+    glyphs (`r8-15`) and the local ranks over them, so every cell can be named unclicked."""
+    spec = make_spec(
+        script="/opt/ddptui/trainer/envcheck.py",
+        nodes=2,
+        nproc_per_node=8,
+        workdir="/srv/ddp",
+        launcher="python3 -m torch.distributed.run",
+    )
+
+    async def running(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        assert isinstance(app, DdpApp)
+        events: list[Event] = []
+        for n in range(2):
+            events.append(NodeChanged(f"local{n}", NodeState.RUNNING, ts=T0))
+            events += [
+                RankChanged(n * 8 + lr, f"local{n}", lr, RankState.RUNNING, ts=T0)
+                for lr in range(8)
+            ]
+        feed(app.job_screen, events)
+        await settle(pilot)
+        drawn = ["".join(s.text for s in line) for line in app.job_screen.grid.lines]
+        assert drawn[1:] == [
+            "             01234567",
+            "local0 r0-7  ▶▶▶▶▶▶▶▶",
+            "local1 r8-15 ▶▶▶▶▶▶▶▶",
+        ], drawn
+
+    assert snap_compare(DdpApp(spec), run_before=running, terminal_size=(120, 40))

@@ -96,6 +96,11 @@ class Backend(ABC):
         `method` "fr": the dumps alone (else the job's stacks method)."""
         raise BackendError(f"{self.name} cannot take stacks")
 
+    async def ended(self, command: NodeCommand) -> int | None:
+        """A run left detached, asked how it is: the node's exit code once its job has
+        ended, None while it runs; BackendError when the node cannot tell."""
+        raise BackendError(f"{self.name} cannot say whether a node's job has ended")
+
     async def release(self) -> None:
         """Give the allocation back (Slurm) and close connections."""
 
@@ -260,6 +265,22 @@ class HelperBackend(Backend):
             if line.startswith('{"exit"'):
                 return int(json.loads(line)["exit"])
         return None
+
+    async def ended(self, command: NodeCommand) -> int | None:
+        """The node helper's `status`: its exit file, else whether the job still runs."""
+        argv = self._argv("status", self.node_log_path(command))
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError) as exc:
+            raise BackendError(f"{command.node} cannot be asked: {exc}") from None
+        if report["exit"] is not None:
+            return int(report["exit"])
+        if report["running"]:
+            return None
+        raise BackendError(f"{command.node}: the job is gone and left no exit code")
 
     def debug_dir(self, command: NodeCommand) -> str:
         """The node's debug directory (stacks, flight-recorder dumps), beside its log."""

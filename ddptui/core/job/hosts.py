@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,3 +74,15 @@ def read_hostfile(path: str | Path) -> list[HostEntry]:
     if not entries:
         raise SpecError(f"hostfile {p} lists no hosts")
     return entries
+
+
+def host_range(names: Sequence[str]) -> str:
+    """Host names as one short hostlist expression (`local[0-1]`, `node[001-040]`), for a
+    column a terminal must fit; `expand_hosts` gives the names back."""
+    if not names:
+        return ""
+    try:
+        short: str = hostlist.collect_hostlist(list(names))
+    except (hostlist.BadHostlist, RecursionError, ValueError):
+        return ",".join(names)
+    return short

@@ -28,6 +28,7 @@ from ddptui.core.events import (
     RankChanged,
     RankState,
 )
+from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 from ddptui.core.runs.summary import RunSummary
@@ -96,13 +97,12 @@ class RunRecord:
     console_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def where(self) -> str:
-        """The Slurm job, or the hosts, the run used."""
-        names = ",".join(self.hosts)
-        if self.slurm_job:
-            return f"job {self.slurm_job}" + (f" ({names})" if names else "")
-        return names or "-"
+    def where_text(self, short: bool = False) -> str:
+        """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
+        (`node[001-040]`), for a narrow table."""
+        names = host_range(self.hosts) if short else ",".join(self.hosts)
+        job = f"job {self.slurm_job}" + (f" ({names})" if names else "") if self.slurm_job else ""
+        return job or names or "-"
 
     @property
     def duration(self) -> float | None:
@@ -362,6 +362,7 @@ def _record(row: sqlite3.Row) -> RunRecord:
         ranks=ranks,
         run_dir=row["run_dir"],
         console_pid=row["console_pid"],
+        extra={"console_host": row["console_host"]},
     )
 
 

@@ -9,8 +9,13 @@ from ddptui.core.runs.history import RunRecord
 HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
 
 
-def when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+def when(ts: float, short: bool = False) -> str:
+    """`2026-11-26 04:21:26`; where room is short, as `ps` gives STIME: `04:21` today,
+    `Nov26` before."""
+    if not short:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    today = time.localtime()[:3] == time.localtime(ts)[:3]
+    return time.strftime("%H:%M" if today else "%b%d", time.localtime(ts))
 
 
 def duration(seconds: float | None) -> str:
@@ -21,14 +26,15 @@ def duration(seconds: float | None) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-def history_row(record: RunRecord) -> tuple[str, ...]:
+def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
+    """A run's cells; `short`: the start without year and seconds, the hosts as a range."""
     return (
         record.id,
-        when(record.started),
+        when(record.started, short),
         duration(record.duration),
         record.profile,
         record.backend,
-        record.where,
+        record.where_text(short),
         record.status,
         record.ranks_text(),
     )

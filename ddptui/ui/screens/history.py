@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from ddptui.core.runs.history import RunHistory, RunRecord
 from ddptui.core.runs.history_rows import HISTORY_COLUMNS, history_row
+from ddptui.core.runs.settle import settle_quietly
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.screens.past_run import OUTCOME_STYLE, PastRunScreen, describe_record
 
@@ -59,7 +60,9 @@ class HistoryScreen(Screen[JobRequest | None]):
             self.reload()
 
     def reload(self) -> None:
-        """Read the history again: statuses change (a run ends, a dead console is noticed)."""
+        """Read the history again: statuses change (a run ends, a dead console is noticed,
+        a local run that ended while detached is read from its run directory)."""
+        settle_quietly(self.history)
         try:
             records = self.history.runs(MAX_ROWS)
         except (sqlite3.Error, OSError) as exc:

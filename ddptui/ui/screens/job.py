@@ -297,7 +297,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
 
     def on_rank_updates(self, message: RankUpdates) -> None:
         changes = message.take()
-        notes = rank_notices(self.ranks, changes)
+        notes = rank_notices(self.ranks, changes, self.grid.nproc_per_node)
         if notes:
             self._flush_logs()
             self.logs.append(notes)

@@ -48,7 +48,7 @@ def describe_record(record: RunRecord) -> Text:
     text = Text()
     text.append(f"run {record.id}  ", style="bold")
     text.append(record.status, style=OUTCOME_STYLE.get(record.status, ""))
-    text.append(f"   profile {record.profile} · backend {record.backend} · {record.where}")
+    text.append(f"   profile {record.profile} · backend {record.backend} · {record.where_text()}")
     text.append(f"\nranks {record.ranks_text()}   script {record.script}")
     if record.detail:
         text.append(f"\n{record.detail}", style="italic")

@@ -129,15 +129,50 @@ def clip(text: str, width: int) -> str:
 
 
 def compact_lines(rows: Sequence[NodeRow], width: int) -> list[Line]:
+    """Glyphs, named once: each unfolded node's ranks as a range before its glyphs
+    (`local1 r8-15 ▶▶▶▶▶▶▶▶`, the cell at position i is rank 8+i) and, above the first such
+    node, a ruler of local ranks, when there is room for them."""
     name_width = compact_name_width(rows, width)
+    runs = fold_runs(rows)
+    shown = [row for run in runs if len(run) < FOLD_MIN for row in run]
+    labels = {row.node: rank_span(row) for row in shown}
+    label_width = max((len(text) for text in labels.values()), default=0)
+    nproc = max((len(row.cells) for row in shown), default=0)
+    if not label_width or name_width + 1 + label_width + 1 + nproc > width:
+        label_width = 0
     lines: list[Line] = []
-    for run in fold_runs(rows):
+    ruled = False
+    for run in runs:
         if len(run) >= FOLD_MIN:
             lines.append(folded_line(run, width))
             continue
         for row in run:
-            lines += node_lines(row, name_width, width)
+            row_lines = node_lines(row, name_width, width, labels[row.node], label_width)
+            if not ruled and nproc > 1 and len(row_lines) == 1:
+                lines.append(ruler(name_width, label_width, nproc))
+            ruled = True
+            lines += row_lines
     return lines
+
+
+def rank_span(row: NodeRow) -> str:
+    """The node's global ranks in a few characters: `r8-15` when they run in order (the
+    cell at position i is rank 8+i), `r8…` when not, "" before the rendezvous."""
+    ranks = [cell.rank for cell in row.cells]
+    if not ranks or any(rank is None for rank in ranks):
+        return ""
+    first = ranks[0]
+    assert first is not None
+    if ranks != list(range(first, first + len(ranks))):
+        return f"r{first}…"
+    return f"r{first}" if len(ranks) == 1 else f"r{first}-{ranks[-1]}"
+
+
+def ruler(name_width: int, label_width: int, nproc: int) -> Line:
+    """The local ranks over the glyph columns (their last digit past 9)."""
+    start = name_width + 1 + (label_width + 1 if label_width else 0)
+    digits = "".join(str(i % 10) for i in range(nproc))
+    return (Span(" " * start), Span(digits, "node"))
 
 
 def fold_runs(rows: Sequence[NodeRow]) -> list[list[NodeRow]]:
@@ -167,11 +202,15 @@ def folded_line(run: Sequence[NodeRow], width: int) -> Line:
     return (Span(clip(text, width), look),)
 
 
-def node_lines(row: NodeRow, name_width: int, width: int) -> list[Line]:
-    """A node's name, then its glyphs, wrapped under the first one when they do not fit."""
-    head = Span(clip(row.node, name_width).ljust(name_width) + " ", "name")
+def node_lines(
+    row: NodeRow, name_width: int, width: int, label: str = "", label_width: int = 0
+) -> list[Line]:
+    """A node's name (and its ranks, given `label_width`), then its glyphs, wrapped under
+    the first one when they do not fit."""
+    name = clip(row.node, name_width).ljust(name_width) + " "
+    head = Span(name + (label.ljust(label_width) + " " if label_width else ""), "name")
     restarts = Span(f"↻{row.restarts} ", "restarts") if row.restarts else None
-    start = name_width + 1 + (len(restarts.text) if restarts else 0)
+    start = len(head.text) + (len(restarts.text) if restarts else 0)
     per_line = max(1, width - start)
     glyphs = [Span(cell.glyph, cell.look, cell) for cell in row.cells]
     lines: list[Line] = []

@@ -52,7 +52,8 @@ def test_a_run_is_recorded_running_then_with_its_outcome(state: Path) -> None:
     recorder.observe(summary(run.run_id, run.path))
     (record,) = RunHistory().runs()
     assert record.status == "ok" and record.ended is not None
-    assert record.where == "job 4242 (node1,node2)"
+    assert record.where_text() == "job 4242 (node1,node2)"
+    assert record.where_text(short=True) == "job 4242 (node[1-2])"
     assert record.ranks_text() == "4/4 done"
     assert [r.state for r in record.ranks] == ["done"] * 4
     assert history_path() == state / "history.sqlite3"

@@ -306,6 +306,12 @@ class SlurmBackend(SlurmSteps):
             self._complaints.add(line)
             self.emit(Notice("error", f"Slurm: {line}"))
 
+    async def ended(self, command: NodeCommand) -> int | None:
+        """A run left detached: the node's exit file, else the job's end as Slurm says it
+        (None while the job runs)."""
+        code = exit_code(Path(self.node_log_path(command) + ".exit"))
+        return code if code is not None else await self._ended()
+
     async def _ended(self) -> int | None:
         """None while the job may still write a node's exit file; else the code to report."""
         if self.job_id is None:
@@ -357,3 +363,11 @@ class SlurmBackend(SlurmSteps):
             raise BackendError(str(exc)) from None
         where = job.state if job is not None else "gone from squeue"
         self._announce("attached", f"job {self.job_id}: {where}")
+
+
+def exit_code(path: Path) -> int | None:
+    """The code in a node's exit file, None while there is none."""
+    try:
+        return int(path.read_text().strip() or "1")
+    except (OSError, ValueError):
+        return None
