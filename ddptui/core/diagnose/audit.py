@@ -1,0 +1,377 @@
+"""Provides the collective audit: ranks that disagree on a collective, found as records arrive.
+
+Every rank numbers the collectives of each process group (`collective_seq_id`); the same
+number on two ranks of a group is one collective, so its op, sizes, dtypes and participants
+must agree. The audit keeps one open slot per (group, number) until every member has
+recorded it, and judges a slot each time a record lands in it: the cost is the new records',
+whatever the run's length. A slot whose records disagree is reported at once, with its odd
+rank (the culprit): the minority, or on a tie the rank that changed what it passes at that
+call site since its own previous records (gloo aborts the rank that *receives* a wrong size,
+so the abort alone would blame the victim).
+
+A rank that has not recorded a collective yet is late, not wrong: a rank that skipped one
+shows up live as its next collective landing on the skipped number (kind `skipped` when it
+is the collective the others issue next, else `op` or `size`). One that never comes is
+judged by `settle`, when the stall judge says the job stands still or the run has ended:
+kind `skipped`, or `deadlock` when every missing rank waits in a collective of another group.
+"""
+
+from __future__ import annotations
+
+import ast
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+Sizes = tuple[tuple[int, ...], ...]
+
+
+class MismatchKind(enum.StrEnum):
+    """What the ranks disagree on (torch's analyser: type, size, dtype, not all joining)."""
+
+    OP = "op"
+    SIZE = "size"
+    DTYPE = "dtype"
+    RANKS = "ranks"
+    SKIPPED = "skipped"
+    DEADLOCK = "deadlock"
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One rank's record of one collective, as its flight recorder keeps it.
+
+    `ranks` are the group's global ranks where the dump says (NCCL's `pg_config`; gloo's is
+    empty), `site` the user's call site (`file:line`, the first frame outside torch), empty
+    when the dump has no stacks.
+    """
+
+    rank: int
+    pg: str
+    seq: int
+    op: str  # profiling_name: "nccl:all_reduce", "gloo:broadcast"
+    input_sizes: Sizes = ()
+    output_sizes: Sizes = ()
+    input_dtypes: tuple[str, ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    state: str = "scheduled"
+    site: str = ""
+    record_id: int = -1
+
+    @property
+    def collective(self) -> str:
+        """The op without its backend: `all_reduce`."""
+        return self.op.split(":", 1)[-1].split(" ", 1)[0]
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        return (
+            self.collective,
+            self.input_sizes,
+            self.output_sizes,
+            self.input_dtypes,
+            self.output_dtypes,
+            self.ranks,
+        )
+
+    def describe(self) -> str:
+        """`all_reduce [8] Float`: what this rank passed."""
+        sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.input_sizes)
+        dtypes = "/".join(dict.fromkeys(self.input_dtypes + self.output_dtypes))
+        return " ".join(p for p in (self.collective, f"[{sizes}]", dtypes) if p)
+
+
+@dataclass(frozen=True)
+class CollectiveMismatch:
+    """Collective `seq` of group `pg`, on which the ranks disagree; `culprits` are the odd ones
+    (empty when the records cannot say which side is wrong)."""
+
+    collective: str
+    kind: MismatchKind
+    ranks: Mapping[int, str]  # rank -> what it had ("all_reduce [8] Float", "absent")
+    pg: str
+    seq: int
+    culprits: tuple[int, ...] = ()
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The headless line: `{"event": "mismatch", "collective": ..., "kind": "size", ...}`."""
+        return {
+            "event": "mismatch",
+            "collective": self.collective,
+            "kind": str(self.kind),
+            "ranks": {str(rank): what for rank, what in sorted(self.ranks.items())},
+            "pg": self.pg,
+            "seq": self.seq,
+            "culprits": list(self.culprits),
+            "detail": self.detail,
+        }
+
+    def describe(self) -> str:
+        odd = ", ".join(map(str, self.culprits))
+        who = f"rank{'s' if len(self.culprits) > 1 else ''} {odd}: " if odd else ""
+        return f"{who}{self.kind} mismatch in {self.collective} #{self.seq} of group {self.pg}"
+
+
+def _sizes(value: Any) -> Sizes:
+    return tuple(tuple(int(n) for n in size) for size in value or ())
+
+
+def _group_ranks(config: Mapping[str, Any], pg: str, desc: str) -> tuple[int, ...]:
+    """A group's ranks from a dump's `pg_config` (keyed by name; its `ranks` a string)."""
+    for key, about in config.items():
+        if key == pg or (desc and about.get("desc") == desc):
+            ranks = about.get("ranks")
+            try:
+                parsed = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
+            except (ValueError, SyntaxError):
+                return ()
+            return tuple(int(r) for r in parsed or ())
+    return ()
+
+
+def _site(frames: Any) -> str:
+    for frame in frames or ():
+        filename = str(frame.get("filename", ""))
+        if "/torch/" not in filename:
+            return f"{filename}:{frame.get('line', '?')}"
+    return ""
+
+
+def records_from_dump(
+    dump: Mapping[str, Any], rank: int, members: Mapping[str, Sequence[int]] | None = None
+) -> list[CollectiveRecord]:
+    """The collective records of one rank's dump (torch's pickle or JSON, as plain containers).
+
+    `members` (group name -> global ranks) fills in what the dump does not say: gloo's
+    `pg_config` is empty or keyed by "". Point-to-point entries are left out.
+    """
+    config = dump.get("pg_config") or {}
+    out = []
+    for entry in dump.get("entries", ()):
+        if entry.get("is_p2p") or entry.get("collective_seq_id") is None:
+            continue
+        pg, desc = entry.get("process_group") or (str(entry.get("pg_id")), "")
+        pg = str(pg)
+        ranks = tuple(members[pg]) if members and pg in members else _group_ranks(config, pg, desc)
+        out.append(
+            CollectiveRecord(
+                rank=rank,
+                pg=pg,
+                seq=int(entry["collective_seq_id"]),
+                op=str(entry.get("profiling_name") or "?"),
+                input_sizes=_sizes(entry.get("input_sizes")),
+                output_sizes=_sizes(entry.get("output_sizes")),
+                input_dtypes=tuple(entry.get("input_dtypes") or ()),
+                output_dtypes=tuple(entry.get("output_dtypes") or ()),
+                ranks=ranks,
+                state=str(entry.get("state") or ""),
+                site=_site(entry.get("frames")),
+                record_id=int(entry.get("record_id", -1)),
+            )
+        )
+    return out
+
+
+def _kind(odd: CollectiveRecord, usual: CollectiveRecord) -> MismatchKind:
+    """Torch's order: the op first, then sizes, dtypes, and the group's ranks."""
+    if odd.collective != usual.collective:
+        return MismatchKind.OP
+    if (odd.input_sizes, odd.output_sizes) != (usual.input_sizes, usual.output_sizes):
+        return MismatchKind.SIZE
+    if (odd.input_dtypes, odd.output_dtypes) != (usual.input_dtypes, usual.output_dtypes):
+        return MismatchKind.DTYPE
+    return MismatchKind.RANKS
+
+
+@dataclass
+class CollectiveAudit:
+    """Matches the ranks' collective records by (group, number) as they arrive.
+
+    `world` is every rank of the job, `members` each group's ranks where known (else a
+    record's own `ranks`; a group with neither is taken as the world when `world` is given).
+    """
+
+    world: tuple[int, ...] = ()
+    members: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._open: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
+        self._reported: set[tuple[str, int]] = set()
+        self._newest: dict[tuple[str, int], int] = {}  # (pg, rank) -> its highest number
+        self._last: dict[int, CollectiveRecord] = {}  # rank -> the record it entered last
+        self._history: dict[tuple[int, str, str], tuple[object, ...]] = {}
+        self._active: set[tuple[int, str]] = set()  # (rank, pg) with a judged record
+        self.mismatches: list[CollectiveMismatch] = []
+
+    def expected(self, pg: str, records: Iterable[CollectiveRecord] = ()) -> frozenset[int]:
+        """The ranks that must record each collective of `pg` (empty: not known)."""
+        if pg in self.members:
+            return frozenset(self.members[pg])
+        for record in records:
+            if record.ranks:
+                return frozenset(record.ranks)
+        return frozenset(self.world)
+
+    def feed(self, records: Iterable[CollectiveRecord]) -> list[CollectiveMismatch]:
+        """Take new records (a rank's repeats are ignored); the mismatches they reveal."""
+        found = []
+        for record in records:
+            key = (record.pg, record.seq)
+            if record.seq <= self._newest.get((record.pg, record.rank), -1):
+                continue
+            self._newest[(record.pg, record.rank)] = record.seq
+            last = self._last.get(record.rank)
+            if last is None or record.record_id >= last.record_id:
+                self._last[record.rank] = record
+            if key in self._reported:
+                continue
+            slot = self._open.setdefault(key, {})
+            slot[record.rank] = record
+            mismatch = self._judge(key, slot)
+            if mismatch is not None:
+                found.append(mismatch)
+        self.mismatches.extend(found)
+        return found
+
+    def _judge(
+        self, key: tuple[str, int], slot: dict[int, CollectiveRecord]
+    ) -> CollectiveMismatch | None:
+        expected = self.expected(key[0], slot.values())
+        complete = bool(expected) and expected <= slot.keys()
+        sides: dict[tuple[object, ...], list[int]] = {}
+        for rank, record in sorted(slot.items()):
+            sides.setdefault(record.signature, []).append(rank)
+        if len(sides) == 1:
+            if complete:
+                for record in slot.values():
+                    self._remember(record)
+                del self._open[key]
+            return None
+        largest = max(len(ranks) for ranks in sides.values())
+        majority = [ranks for ranks in sides.values() if len(ranks) == largest]
+        decided = len(majority) == 1 and (not expected or 2 * largest > len(expected))
+        if not (complete or decided):
+            return None
+        culprits = self._odd(slot, sides, majority[0] if len(majority) == 1 else [])
+        usual_rank = next((r for r in sorted(slot) if r not in culprits), min(slot))
+        usual = slot[usual_rank]
+        odd = slot[culprits[0]] if culprits else next(r for r in slot.values() if r != usual)
+        kind = _kind(odd, usual)
+        nxt = self._open.get((key[0], key[1] + 1), {})
+        if kind != MismatchKind.RANKS and any(
+            other.signature == odd.signature for rank, other in nxt.items() if rank != odd.rank
+        ):
+            kind = MismatchKind.SKIPPED  # its next collective is the others' next: it skipped
+        for record in slot.values():
+            self._remember(record)
+        self._reported.add(key)
+        del self._open[key]
+        return CollectiveMismatch(
+            usual.collective,
+            kind,
+            MappingProxyType({r: rec.describe() for r, rec in sorted(slot.items())}),
+            key[0],
+            key[1],
+            tuple(culprits),
+            self._detail(kind, usual, odd, culprits),
+        )
+
+    def _odd(
+        self,
+        slot: Mapping[int, CollectiveRecord],
+        sides: Mapping[tuple[object, ...], list[int]],
+        majority: list[int],
+    ) -> list[int]:
+        """The minority; on a tie, the ranks that changed what they pass at this call site (or
+        called from a new one) while the others passed what they always did."""
+        if majority:
+            return sorted(r for r in slot if r not in majority)
+        changed, steady = [], []
+        for rank, record in slot.items():
+            before = self._history.get((rank, record.pg, record.site or record.op))
+            if before == record.signature:
+                steady.append(rank)
+            elif before is not None or (rank, record.pg) in self._active:
+                changed.append(rank)  # a new call site, or a new size at an old one
+        if changed and steady:
+            changed_sides = {slot[r].signature for r in changed}
+            steady_sides = {slot[r].signature for r in steady}
+            if not changed_sides & steady_sides:
+                return sorted(changed)
+        return []
+
+    def _remember(self, record: CollectiveRecord) -> None:
+        self._active.add((record.rank, record.pg))
+        self._history[(record.rank, record.pg, record.site or record.op)] = record.signature
+
+    @staticmethod
+    def _detail(
+        kind: MismatchKind, usual: CollectiveRecord, odd: CollectiveRecord, culprits: list[int]
+    ) -> str:
+        where = f" at {odd.site}" if odd.site else ""
+        if not culprits:
+            return f"{usual.describe()} vs {odd.describe()}: no rank stands out"
+        if kind == MismatchKind.SKIPPED:
+            return f"rank {odd.rank} issued its next collective ({odd.describe()}){where}"
+        return f"rank {odd.rank} passed {odd.describe()}{where}, the others {usual.describe()}"
+
+    def pending(self) -> list[tuple[str, int, frozenset[int]]]:
+        """Open collectives: (group, number, ranks not in it yet), lowest number first."""
+        out = []
+        for (pg, seq), slot in sorted(self._open.items()):
+            missing = self.expected(pg, slot.values()) - slot.keys()
+            if missing:
+                out.append((pg, seq, frozenset(missing)))
+        return out
+
+    def settle(self) -> list[CollectiveMismatch]:
+        """The job stands still (or has ended): each group's first collective some member
+        never entered, as a skip or, when all its missing ranks wait in another group, a
+        deadlock."""
+        found = []
+        seen: set[str] = set()
+        for pg, seq, missing in self.pending():
+            if pg in seen or (pg, seq) in self._reported:
+                continue
+            seen.add(pg)
+            slot = self._open[(pg, seq)]
+            usual = slot[min(slot)]
+            elsewhere = {
+                rank: self._last[rank]
+                for rank in missing
+                if rank in self._last and self._last[rank].pg != pg
+            }
+            deadlock = len(elsewhere) == len(missing)
+            ranks = {r: rec.describe() for r, rec in slot.items()}
+            for rank in missing:
+                waits = elsewhere.get(rank)
+                ranks[rank] = (
+                    f"absent, waits in {waits.describe()} #{waits.seq} of group {waits.pg}"
+                    if waits
+                    else "absent"
+                )
+            names = ", ".join(map(str, sorted(missing)))
+            who = f"rank {names} waits" if len(missing) == 1 else f"ranks {names} wait"
+            detail = (
+                f"{who} in another group"
+                if deadlock
+                else f"rank{'s' if len(missing) > 1 else ''} {names} never entered it"
+            )
+            self._reported.add((pg, seq))
+            found.append(
+                CollectiveMismatch(
+                    usual.collective,
+                    MismatchKind.DEADLOCK if deadlock else MismatchKind.SKIPPED,
+                    MappingProxyType(dict(sorted(ranks.items()))),
+                    pg,
+                    seq,
+                    () if deadlock else tuple(sorted(missing)),
+                    detail,
+                )
+            )
+        self.mismatches.extend(found)
+        return found
