@@ -31,9 +31,8 @@ PORTS = {"skipped": 41511, "size": 41512, "op": 41513, "dtype": 41514, "deadlock
 
 def worker(case: str, out: Path) -> None:
     """One rank of a case: a few good collectives, then the broken one."""
-    from datetime import timedelta
-
     import signal
+    from datetime import timedelta
 
     import torch
     import torch.distributed as dist
