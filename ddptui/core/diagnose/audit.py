@@ -251,12 +251,13 @@ class CollectiveAudit:
                     self._remember(record)
                 del self._open[key]
             return None
-        largest = max(len(ranks) for ranks in sides.values())
-        majority = [ranks for ranks in sides.values() if len(ranks) == largest]
-        decided = len(majority) == 1 and (not expected or 2 * largest > len(expected))
-        if not (complete or decided):
-            return None
-        culprits = self._odd(slot, sides, majority[0] if len(majority) == 1 else [])
+        sizes = sorted((len(ranks) for ranks in sides.values()), reverse=True)
+        majority = [ranks for ranks in sides.values() if len(ranks) == sizes[0]]
+        unknown = len(expected - slot.keys()) if expected else 0
+        unbeaten = len(majority) == 1 and (not expected or sizes[0] > sizes[1] + unknown)
+        culprits = self._odd(slot, sides, majority[0] if unbeaten else [])
+        if not (complete or unbeaten or culprits):
+            return None  # the ranks still to come may side with either
         usual_rank = next((r for r in sorted(slot) if r not in culprits), min(slot))
         usual = slot[usual_rank]
         odd = slot[culprits[0]] if culprits else next(r for r in slot.values() if r != usual)

@@ -73,7 +73,7 @@ def test_the_kinds_and_causes_named_are_the_monitors_own() -> None:
     assert kinds <= known
     assert signatures.TEARDOWN_CAUSE == failures.TEARDOWN
     assert signatures.KILLED_CAUSE == failures.KILLED
-    assert signatures.CASCADE_CAUSES == failures.VICTIM_CAUSES - {failures.TEARDOWN}
+    assert failures.VICTIM_CAUSES - {failures.TEARDOWN} == signatures.CASCADE_CAUSES
 
 
 def test_infrastructure_and_job_domains_and_outlooks() -> None:
