@@ -14,10 +14,16 @@ from collections.abc import Sequence
 _BOILERPLATE = re.compile(
     r"To enable traceback see:|pytorch\.org/docs/stable/elastic/errors\.html"
     r"|^Signal \d+ \(SIG\w+\) received by PID \d+"
-    r"|^\s*(?:time|host|rank|exitcode|error_file|traceback)\s+:"
+    r"|^\s*(?:time|host|rank|exitcode|error_file|traceback)\s*:"
     r"|^[=-]{10,}$|^Failures:$|^Root Cause \(first observed failure\):$|^<NO_OTHER_FAILURES>$"
     r"|ChildFailedError|^\[\d+\]:$"
     r"|^[WEI]\d{4} \d\d:\d\d:\d\d\.\d+ \d+ \S*torch/distributed/"
+)
+# What an error line looks like, for output where stdout and stderr come merged (stdout is
+# buffered: a rank's last progress line may come after the error it printed on stderr).
+_ERRORISH = re.compile(
+    r"Error\b|error:|\bwhat\(\):|terminate called|can't open file|No such file|Killed|Abort"
+    r"|[Ff]atal|[Ee]xception|\bFAILED\b|Segmentation fault"
 )
 
 
@@ -32,11 +38,12 @@ def shown_error(error: str, own_lines: Sequence[str]) -> str:
     `error` is what the failure summary gave (its exception line, or torchrun's words when
     the rank left no traceback); `own_lines` the rank's own output, oldest first (its stderr
     where the two streams are apart). torchrun's boilerplate gives way to the rank's last
-    line that is not boilerplate; with no such line, the boilerplate stays (better than none).
+    line that reads as an error, else its last line; with neither, the boilerplate stays.
     """
     if error.strip() and not is_boilerplate(error):
         return error.strip()
-    for line in reversed(own_lines):
-        if line.strip() and not is_boilerplate(line):
-            return line.strip()
-    return error.strip()
+    own = [line.strip() for line in own_lines if line.strip() and not is_boilerplate(line)]
+    for line in reversed(own):
+        if _ERRORISH.search(line):
+            return line
+    return own[-1] if own else error.strip()

@@ -11,7 +11,7 @@ rank that received the wrong size, not the one that sent it).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,15 +139,21 @@ def judge(
     ranks: Sequence[RankFacts],
     node_lines: Mapping[str, Sequence[str]] | None = None,
     mismatches: Sequence[CollectiveMismatch] = (),
+    node_kinds: Mapping[str, Iterable[str]] | None = None,
 ) -> Verdict | None:
     """The verdict on a run's failure, or None when no rank failed and nothing else says so.
 
     In order: a node-level signature (the scheduler, the kernel, a lost node) names that
     node; a collective mismatch with an odd rank names that rank; else the failure story's
     culprit, its failure named by the first signature its lines or kinds show.
+
+    `node_lines` are each node's own lines (its kernel log, srun's and slurmstepd's words, the
+    connection's), `node_kinds` what the session knows of a node (`node_lost`).
     """
-    for node, lines in (node_lines or {}).items():
-        found = identify(lines, source=Source.NODE)
+    node_lines, node_kinds = node_lines or {}, node_kinds or {}
+    for node in dict.fromkeys([*node_lines, *node_kinds]):
+        lines = node_lines.get(node, ())
+        found = identify(lines, node_kinds.get(node, ()), Source.NODE)
         if found is not None:
             signature, line = found
             facts = _on_node(ranks, node)
