@@ -221,9 +221,12 @@ class CollectiveAudit:
         found = []
         for record in records:
             key = (record.pg, record.seq)
-            if record.seq <= self._newest.get((record.pg, record.rank), -1):
+            before = self._newest.get((record.pg, record.rank), -1)
+            if record.seq <= before:
                 continue
             self._newest[(record.pg, record.rank)] = record.seq
+            if record.seq > before + 1:  # it passed numbers whose records never came to us
+                found += self._passed(record.pg, before, record.seq)
             last = self._last.get(record.rank)
             if last is None or record.record_id >= last.record_id:
                 self._last[record.rank] = record
@@ -237,11 +240,30 @@ class CollectiveAudit:
         self.mismatches.extend(found)
         return found
 
+    def _passed(self, pg: str, after: int, before: int) -> list[CollectiveMismatch]:
+        """Judge again the open collectives a rank went past without a record of its own (a
+        ring buffer that wrapped, a feed that started late): it is not missing from them."""
+        found = []
+        for key in [k for k in self._open if k[0] == pg and after < k[1] < before]:
+            mismatch = self._judge(key, self._open[key])
+            if mismatch is not None:
+                found.append(mismatch)
+        return found
+
+    def _missing(self, pg: str, seq: int, slot: Mapping[int, CollectiveRecord]) -> set[int]:
+        """The members with no record of collective `seq` that have not gone past it."""
+        return {
+            rank
+            for rank in self.expected(pg, slot.values()) - slot.keys()
+            if self._newest.get((pg, rank), -1) < seq
+        }
+
     def _judge(
         self, key: tuple[str, int], slot: dict[int, CollectiveRecord]
     ) -> CollectiveMismatch | None:
         expected = self.expected(key[0], slot.values())
-        complete = bool(expected) and expected <= slot.keys()
+        unknown = len(self._missing(key[0], key[1], slot))
+        complete = bool(expected) and unknown == 0
         sides: dict[tuple[object, ...], list[int]] = {}
         for rank, record in sorted(slot.items()):
             sides.setdefault(record.signature, []).append(rank)
@@ -253,7 +275,6 @@ class CollectiveAudit:
             return None
         sizes = sorted((len(ranks) for ranks in sides.values()), reverse=True)
         majority = [ranks for ranks in sides.values() if len(ranks) == sizes[0]]
-        unknown = len(expected - slot.keys()) if expected else 0
         unbeaten = len(majority) == 1 and (not expected or sizes[0] > sizes[1] + unknown)
         culprits = self._odd(slot, sides, majority[0] if unbeaten else [])
         if not (complete or unbeaten or culprits):
@@ -324,7 +345,7 @@ class CollectiveAudit:
         """Open collectives: (group, number, ranks not in it yet), lowest number first."""
         out = []
         for (pg, seq), slot in sorted(self._open.items()):
-            missing = self.expected(pg, slot.values()) - slot.keys()
+            missing = self._missing(pg, seq, slot)
             if missing:
                 out.append((pg, seq, frozenset(missing)))
         return out

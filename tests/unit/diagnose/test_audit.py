@@ -182,3 +182,27 @@ def test_records_from_an_nccl_dump() -> None:
 @pytest.mark.parametrize("kind", list(MismatchKind))
 def test_every_kind_reads_as_its_value(kind: MismatchKind) -> None:
     assert str(kind) == kind.value
+
+
+def test_a_feed_that_starts_mid_run_or_loses_records_is_no_skip() -> None:
+    """Each read ships a rank's newest entries: one rank's window may start later than
+    another's, or leave out what was recorded between two reads."""
+    audit = CollectiveAudit(world=(0, 1))
+    assert audit.feed(rec(1, s) for s in range(90, 111)) == []
+    assert audit.feed(rec(0, s) for s in range(100, 111)) == []
+    assert audit.pending() == []
+    assert audit.feed(rec(0, s) for s in range(111, 200)) == []
+    assert audit.feed([rec(1, 199)]) == []  # rank 1's records 111..198 were never shipped
+    assert audit.pending() == []
+    assert audit.settle() == []
+
+
+def test_records_lost_around_a_mismatch_still_let_it_be_judged() -> None:
+    audit = CollectiveAudit(world=(0, 1, 2))
+    assert audit.feed([rec(0, 4), rec(1, 4, size=2)]) == []  # 1 vs 1, rank 2 may decide
+    [mismatch] = audit.feed([rec(2, 4), rec(2, 5)])
+    assert mismatch.culprits == (1,)
+    audit2 = CollectiveAudit(world=(0, 1, 2))
+    assert audit2.feed([rec(0, 4), rec(1, 4, size=2)]) == []
+    [mismatch] = audit2.feed([rec(2, 9)])  # rank 2 went past 4 with no record shipped
+    assert mismatch.kind == MismatchKind.SIZE and mismatch.culprits == ()
