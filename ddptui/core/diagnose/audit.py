@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import ast
 import enum
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 Sizes = tuple[tuple[int, ...], ...]
+CLOSED_KEPT = 4096  # closed collectives remembered for a rank that comes after the others
 
 
 class MismatchKind(enum.StrEnum):
@@ -192,7 +194,8 @@ class CollectiveAudit:
     """Matches the ranks' collective records by (group, number) as they arrive.
 
     `world` is every rank of the job, `members` each group's ranks where known (else a
-    record's own `ranks`; a group with neither is taken as the world when `world` is given).
+    record's own `ranks`; a group with neither is taken as the world when `world` is given,
+    else as the ranks that have recorded in it).
     """
 
     world: tuple[int, ...] = ()
@@ -200,21 +203,29 @@ class CollectiveAudit:
 
     def __post_init__(self) -> None:
         self._open: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
+        # one record of each recently closed collective: a rank of a group whose members are
+        # not known may come after the others closed it
+        self._closed: OrderedDict[tuple[str, int], CollectiveRecord] = OrderedDict()
+        self._group_ranks: dict[str, tuple[int, ...]] = {}  # pg -> ranks its records name
         self._reported: set[tuple[str, int]] = set()
         self._newest: dict[tuple[str, int], int] = {}  # (pg, rank) -> its highest number
+        self._seen: dict[str, set[int]] = {}  # pg -> the ranks that have recorded in it
         self._last: dict[int, CollectiveRecord] = {}  # rank -> the record it entered last
         self._history: dict[tuple[int, str, str], tuple[object, ...]] = {}
         self._active: set[tuple[int, str]] = set()  # (rank, pg) with a judged record
         self.mismatches: list[CollectiveMismatch] = []
 
     def expected(self, pg: str, records: Iterable[CollectiveRecord] = ()) -> frozenset[int]:
-        """The ranks that must record each collective of `pg` (empty: not known)."""
+        """The ranks that must record each collective of `pg`: its members where known, else
+        the world, else every rank that has recorded in it so far."""
         if pg in self.members:
             return frozenset(self.members[pg])
         for record in records:
             if record.ranks:
                 return frozenset(record.ranks)
-        return frozenset(self.world)
+        if pg in self._group_ranks:
+            return frozenset(self._group_ranks[pg])
+        return frozenset(self.world) or frozenset(self._seen.get(pg, ()))
 
     def feed(self, records: Iterable[CollectiveRecord]) -> list[CollectiveMismatch]:
         """Take new records (a rank's repeats are ignored); the mismatches they reveal."""
@@ -227,12 +238,14 @@ class CollectiveAudit:
             self._newest[(record.pg, record.rank)] = record.seq
             if record.seq > before + 1:  # it passed numbers whose records never came to us
                 found += self._passed(record.pg, before, record.seq)
-            last = self._last.get(record.rank)
-            if last is None or record.record_id >= last.record_id:
-                self._last[record.rank] = record
+            self._seen.setdefault(record.pg, set()).add(record.rank)
+            self._last[record.rank] = record  # a rank's records come in the order it made them
+            if record.ranks:
+                self._group_ranks[record.pg] = record.ranks
             if key in self._reported:
                 continue
-            slot = self._open.setdefault(key, {})
+            closed = self._closed.pop(key, None)
+            slot = self._open.setdefault(key, {closed.rank: closed} if closed else {})
             slot[record.rank] = record
             mismatch = self._judge(key, slot)
             if mismatch is not None:
@@ -272,6 +285,9 @@ class CollectiveAudit:
                 for record in slot.values():
                     self._remember(record)
                 del self._open[key]
+                self._closed[key] = next(iter(slot.values()))
+                if len(self._closed) > CLOSED_KEPT:
+                    self._closed.popitem(last=False)
             return None
         sizes = sorted((len(ranks) for ranks in sides.values()), reverse=True)
         majority = [ranks for ranks in sides.values() if len(ranks) == sizes[0]]
@@ -351,49 +367,59 @@ class CollectiveAudit:
         return out
 
     def settle(self) -> list[CollectiveMismatch]:
-        """The job stands still (or has ended): each group's first collective some member
-        never entered, as a skip or, when all its missing ranks wait in another group, a
-        deadlock."""
+        """The job stands still (or has ended): in each group, the first collective some
+        member never entered while others did, as a skip or, when all its missing ranks wait
+        in another group, a deadlock."""
         found = []
-        seen: set[str] = set()
-        for pg, seq, missing in self.pending():
-            if pg in seen or (pg, seq) in self._reported:
+        for pg in sorted(self._seen):
+            newest = {r: self._newest.get((pg, r), -1) for r in self.expected(pg)}
+            if not newest or max(newest.values()) < 0:
                 continue
-            seen.add(pg)
-            slot = self._open[(pg, seq)]
-            usual = slot[min(slot)]
-            elsewhere = {
-                rank: self._last[rank]
-                for rank in missing
-                if rank in self._last and self._last[rank].pg != pg
-            }
-            deadlock = len(elsewhere) == len(missing)
-            ranks = {r: rec.describe() for r, rec in slot.items()}
-            for rank in missing:
-                waits = elsewhere.get(rank)
-                ranks[rank] = (
-                    f"absent, waits in {waits.describe()} #{waits.seq} of group {waits.pg}"
-                    if waits
-                    else "absent"
-                )
-            names = ", ".join(map(str, sorted(missing)))
-            who = f"rank {names} waits" if len(missing) == 1 else f"ranks {names} wait"
-            detail = (
-                f"{who} in another group"
-                if deadlock
-                else f"rank{'s' if len(missing) > 1 else ''} {names} never entered it"
-            )
+            top = max(newest.values())
+            lowest = min(newest.values())
+            if lowest == top:
+                continue
+            # the first collective after the laggard's newest that we know of (numbers start
+            # at 1, or wherever the records we were shipped start)
+            known = [k[1] for k in (*self._open, *self._closed) if k[0] == pg and k[1] > lowest]
+            seq = min(known, default=lowest + 1)
+            if (pg, seq) in self._reported:
+                continue
+            missing = {r for r, s in newest.items() if s < seq}
+            closed = self._closed.get((pg, seq))
+            slot = self._open.get((pg, seq)) or ({closed.rank: closed} if closed else {})
             self._reported.add((pg, seq))
-            found.append(
-                CollectiveMismatch(
-                    usual.collective,
-                    MismatchKind.DEADLOCK if deadlock else MismatchKind.SKIPPED,
-                    MappingProxyType(dict(sorted(ranks.items()))),
-                    pg,
-                    seq,
-                    () if deadlock else tuple(sorted(missing)),
-                    detail,
-                )
-            )
+            found.append(self._absent(pg, seq, slot, missing))
         self.mismatches.extend(found)
         return found
+
+    def _absent(
+        self, pg: str, seq: int, slot: Mapping[int, CollectiveRecord], missing: set[int]
+    ) -> CollectiveMismatch:
+        elsewhere = {
+            rank: self._last[rank]
+            for rank in missing
+            if rank in self._last and self._last[rank].pg != pg
+        }
+        deadlock = len(elsewhere) == len(missing)
+        ranks = {r: rec.describe() for r, rec in slot.items()}
+        for rank in missing:
+            waits = elsewhere.get(rank)
+            ranks[rank] = (
+                f"absent, waits in {waits.describe()} #{waits.seq} of group {waits.pg}"
+                if waits
+                else "absent"
+            )
+        names = ", ".join(map(str, sorted(missing)))
+        who = f"rank {names}" if len(missing) == 1 else f"ranks {names}"
+        return CollectiveMismatch(
+            slot[min(slot)].collective if slot else "?",
+            MismatchKind.DEADLOCK if deadlock else MismatchKind.SKIPPED,
+            MappingProxyType(dict(sorted(ranks.items()))),
+            pg,
+            seq,
+            () if deadlock else tuple(sorted(missing)),
+            f"{who} {'wait' if len(missing) > 1 else 'waits'} in another group"
+            if deadlock
+            else f"{who} never entered it",
+        )
