@@ -206,3 +206,23 @@ def test_records_lost_around_a_mismatch_still_let_it_be_judged() -> None:
     assert audit2.feed([rec(0, 4), rec(1, 4, size=2)]) == []
     [mismatch] = audit2.feed([rec(2, 9)])  # rank 2 went past 4 with no record shipped
     assert mismatch.kind == MismatchKind.SIZE and mismatch.culprits == ()
+
+
+def test_with_no_membership_a_late_rank_is_checked_against_closed_collectives() -> None:
+    """gloo's dumps name no group members: the ranks seen so far stand for them."""
+    audit = CollectiveAudit()
+    assert audit.feed(rec(0, s) for s in range(1, 4)) == []
+    assert audit.pending() == []  # rank 0 alone: nothing to compare yet
+    found = audit.feed([rec(1, 1), rec(1, 2), rec(1, 3, size=8)])
+    assert [(m.kind, m.seq, m.culprits) for m in found] == [(MismatchKind.SIZE, 3, (1,))]
+
+
+def test_what_the_audit_keeps_stays_bounded_over_a_long_run() -> None:
+    """Fed live for hours, it keeps the open collectives and a window of closed ones only."""
+    audit = CollectiveAudit(world=(0, 1, 2, 3))
+    for seq in range(1, 5_001):
+        audit.feed(rec(r, seq, site=f"train.py:{seq % 3}") for r in range(4))
+    assert audit.pending() == [] and audit.mismatches == []
+    assert len(audit._open) == 0
+    assert len(audit._closed) <= 4096
+    assert len(audit._history) == 4 * 3  # rank x call site
