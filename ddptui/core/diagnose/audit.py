@@ -23,7 +23,6 @@ import enum
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 Sizes = tuple[tuple[int, ...], ...]
@@ -93,7 +92,8 @@ class CollectiveMismatch:
 
     collective: str
     kind: MismatchKind
-    ranks: Mapping[int, str]  # rank -> what it had ("all_reduce [8] Float", "absent")
+    ranks: Mapping[int, str]  # rank -> what it had ("all_reduce [8] Float", "absent"); a dict,
+    # so the mismatch pickles across the session's pipe
     pg: str
     seq: int
     culprits: tuple[int, ...] = ()
@@ -311,7 +311,7 @@ class CollectiveAudit:
         return CollectiveMismatch(
             usual.collective,
             kind,
-            MappingProxyType({r: rec.describe() for r, rec in sorted(slot.items())}),
+            {r: rec.describe() for r, rec in sorted(slot.items())},
             key[0],
             key[1],
             tuple(culprits),
@@ -415,7 +415,7 @@ class CollectiveAudit:
         return CollectiveMismatch(
             slot[min(slot)].collective if slot else "?",
             MismatchKind.DEADLOCK if deadlock else MismatchKind.SKIPPED,
-            MappingProxyType(dict(sorted(ranks.items()))),
+            dict(sorted(ranks.items())),
             pg,
             seq,
             () if deadlock else tuple(sorted(missing)),

@@ -100,6 +100,24 @@ def role_of(facts: RankFacts, culprit: RankFacts | None) -> Role:
     return Role.CASCADE
 
 
+def roles(ranks: Sequence[RankFacts], verdict: Verdict | None) -> dict[tuple[str, int], Role]:
+    """Each failed rank's role once the verdict is in: the rank it names has the verdict's
+    role, the teardown's are the teardown's, every other failed rank is a cascade."""
+    named = (verdict.node, verdict.local_rank) if verdict is not None else None
+    out = {}
+    for facts in ranks:
+        if not facts.cause:
+            continue
+        key = (facts.node, facts.local_rank)
+        if facts.cause == TEARDOWN_CAUSE:
+            out[key] = Role.TEARDOWN
+        elif verdict is not None and key == named:
+            out[key] = verdict.role
+        else:
+            out[key] = Role.CASCADE
+    return out
+
+
 def _evidence(first: str, lines: Sequence[str]) -> tuple[str, ...]:
     rest = [line.strip() for line in lines if line.strip() and line.strip() != first]
     return (first, *rest[: MAX_EVIDENCE - 1])

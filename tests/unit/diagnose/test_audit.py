@@ -226,3 +226,20 @@ def test_what_the_audit_keeps_stays_bounded_over_a_long_run() -> None:
     assert len(audit._open) == 0
     assert len(audit._closed) <= 4096
     assert len(audit._history) == 4 * 3  # rank x call site
+
+
+def test_records_from_a_json_dump() -> None:
+    """`_dump_fr_trace_json` (gloo, torch 2.13): the same fields, lists for tuples."""
+    entry = {
+        "collective_seq_id": 1, "input_dtypes": ["Half"], "input_sizes": [[3]], "is_p2p": False,
+        "op_id": 1, "output_dtypes": ["Half"], "output_sizes": [[3]], "p2p_seq_id": 0,
+        "pg_id": 0, "process_group": ["0", "default_pg"], "profiling_name": "gloo:all_reduce",
+        "record_id": 0, "retired": True, "state": "scheduled", "thread_id": "1",
+        "thread_name": "python3", "time_created_ns": 1795767695282796002,
+        "time_discovered_completed_ns": 0, "time_discovered_started_ns": 0,
+        "timeout_ms": 1800000,
+    }  # fmt: skip
+    dump = {"entries": [entry], "pg_config": {"": {"desc": "", "name": "", "ranks": "[0]"}}}
+    [record] = records_from_dump(dump, rank=0)
+    assert (record.pg, record.seq, record.collective, record.ranks) == ("0", 1, "all_reduce", ())
+    assert record.describe() == "all_reduce [3] Half"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
+import pickle
 
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.signatures import Domain, Outlook
-from ddptui.core.diagnose.verdict import RankFacts, Role, judge, role_of
+from ddptui.core.diagnose.verdict import RankFacts, Role, judge, role_of, roles
 from ddptui.core.monitor import failures
 
 GLOO_ABORT = (
@@ -33,7 +33,7 @@ def gloo_size_mismatch() -> list[RankFacts]:
 MISMATCH = CollectiveMismatch(
     "all_reduce",
     MismatchKind.SIZE,
-    MappingProxyType({0: "all_reduce [4] Float", 1: "all_reduce [8] Float"}),
+    {0: "all_reduce [4] Float", 1: "all_reduce [8] Float"},
     "0",
     6,
     (1,),
@@ -136,3 +136,21 @@ def test_the_verdict_as_a_headless_line() -> None:
         "domain": "job",
         "outlook": "fix_first",
     }
+
+
+def test_each_failed_ranks_role_once_the_verdict_is_in() -> None:
+    ranks = [*gloo_size_mismatch(), RankFacts("local1", 2, 4, failures.TEARDOWN), RankFacts("x", 0)]
+    verdict = judge(ranks, mismatches=[MISMATCH])
+    assert roles(ranks, verdict) == {
+        ("local0", 0): Role.CASCADE,  # the rank gloo aborted: a victim of rank 1's size
+        ("local0", 1): Role.INITIATING,
+        ("local1", 0): Role.CASCADE,
+        ("local1", 1): Role.CASCADE,
+        ("local1", 2): Role.TEARDOWN,
+    }
+
+
+def test_verdicts_and_mismatches_cross_a_pipe() -> None:
+    verdict = judge(gloo_size_mismatch(), mismatches=[MISMATCH])
+    assert pickle.loads(pickle.dumps(verdict)) == verdict
+    assert pickle.loads(pickle.dumps(MISMATCH)) == MISMATCH
