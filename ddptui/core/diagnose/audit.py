@@ -22,7 +22,7 @@ import ast
 import enum
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 Sizes = tuple[tuple[int, ...], ...]
@@ -203,9 +203,11 @@ class CollectiveAudit:
 
     def __post_init__(self) -> None:
         self._open: dict[tuple[str, int], dict[int, CollectiveRecord]] = {}
-        # one record of each recently closed collective: a rank of a group whose members are
-        # not known may come after the others closed it
-        self._closed: OrderedDict[tuple[str, int], CollectiveRecord] = OrderedDict()
+        # each recently closed collective, one record and the ranks that agreed with it: a rank
+        # of a group whose members are not known may come after the others closed it
+        self._closed: OrderedDict[tuple[str, int], tuple[CollectiveRecord, frozenset[int]]] = (
+            OrderedDict()
+        )
         self._group_ranks: dict[str, tuple[int, ...]] = {}  # pg -> ranks its records name
         self._reported: set[tuple[str, int]] = set()
         self._newest: dict[tuple[str, int], int] = {}  # (pg, rank) -> its highest number
@@ -244,14 +246,20 @@ class CollectiveAudit:
                 self._group_ranks[record.pg] = record.ranks
             if key in self._reported:
                 continue
-            closed = self._closed.pop(key, None)
-            slot = self._open.setdefault(key, {closed.rank: closed} if closed else {})
+            slot = self._open.setdefault(key, self._reopen(key))
             slot[record.rank] = record
             mismatch = self._judge(key, slot)
             if mismatch is not None:
                 found.append(mismatch)
         self.mismatches.extend(found)
         return found
+
+    def _reopen(self, key: tuple[str, int]) -> dict[int, CollectiveRecord]:
+        """A closed collective's records back (each agreeing rank's, as one record said)."""
+        if key not in self._closed:
+            return {}
+        record, ranks = self._closed.pop(key)
+        return {rank: replace(record, rank=rank) for rank in sorted(ranks)}
 
     def _passed(self, pg: str, after: int, before: int) -> list[CollectiveMismatch]:
         """Judge again the open collectives a rank went past without a record of its own (a
@@ -285,7 +293,7 @@ class CollectiveAudit:
                 for record in slot.values():
                     self._remember(record)
                 del self._open[key]
-                self._closed[key] = next(iter(slot.values()))
+                self._closed[key] = (next(iter(slot.values())), frozenset(slot))
                 if len(self._closed) > CLOSED_KEPT:
                     self._closed.popitem(last=False)
             return None
@@ -299,9 +307,11 @@ class CollectiveAudit:
         usual = slot[usual_rank]
         odd = slot[culprits[0]] if culprits else next(r for r in slot.values() if r != usual)
         kind = _kind(odd, usual)
-        nxt = self._open.get((key[0], key[1] + 1), {})
+        after = (key[0], key[1] + 1)
+        closed = self._closed.get(after)
+        nxt = [*self._open.get(after, {}).values(), *([closed[0]] if closed else [])]
         if kind != MismatchKind.RANKS and any(
-            other.signature == odd.signature for rank, other in nxt.items() if rank != odd.rank
+            other.signature == odd.signature for other in nxt if other.rank != odd.rank
         ):
             kind = MismatchKind.SKIPPED  # its next collective is the others' next: it skipped
         for record in slot.values():
@@ -386,8 +396,7 @@ class CollectiveAudit:
             if (pg, seq) in self._reported:
                 continue
             missing = {r for r, s in newest.items() if s < seq}
-            closed = self._closed.get((pg, seq))
-            slot = self._open.get((pg, seq)) or ({closed.rank: closed} if closed else {})
+            slot = self._open.get((pg, seq)) or self._reopen((pg, seq))
             self._reported.add((pg, seq))
             found.append(self._absent(pg, seq, slot, missing))
         self.mismatches.extend(found)

@@ -243,3 +243,11 @@ def test_records_from_a_json_dump() -> None:
     [record] = records_from_dump(dump, rank=0)
     assert (record.pg, record.seq, record.collective, record.ranks) == ("0", 1, "all_reduce", ())
     assert record.describe() == "all_reduce [3] Half"
+
+
+def test_a_skip_is_recognised_when_the_others_next_collective_is_already_closed() -> None:
+    audit = CollectiveAudit()  # no membership: ranks 0 and 1 close collectives on their own
+    bcast = "gloo:broadcast"
+    assert audit.feed([rec(0, 1), rec(1, 1), rec(0, 2, op=bcast), rec(1, 2, op=bcast)]) == []
+    [mismatch] = audit.feed([rec(2, 1, op=bcast)])
+    assert (mismatch.kind, mismatch.seq, mismatch.culprits) == (MismatchKind.SKIPPED, 1, (2,))
