@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddptui.core.diagnose.audit import (
-    CollectiveAudit,
-    CollectiveRecord,
-    MismatchKind,
-    records_from_dump,
-)
+from ddptui.core.diagnose.audit import CollectiveAudit, MismatchKind
+from ddptui.core.diagnose.collective_record import CollectiveRecord, records_from_dump
 
 SITE = "train.py:52"
 
