@@ -68,9 +68,15 @@ class CollectiveMismatch:
         }
 
     def describe(self) -> str:
+        """`rank 1: size mismatch in all_reduce #6 of group 0`, `rank 2 skipped ...`."""
+        where = f"{self.collective} #{self.seq} of group {self.pg}"
         odd = ", ".join(map(str, self.culprits))
-        who = f"rank{'s' if len(self.culprits) > 1 else ''} {odd}: " if odd else ""
-        return f"{who}{self.kind} mismatch in {self.collective} #{self.seq} of group {self.pg}"
+        who = f"rank{'s' if len(self.culprits) > 1 else ''} {odd}" if odd else ""
+        if self.kind == MismatchKind.DEADLOCK:
+            return f"deadlock: groups wait on each other at {where}"
+        if self.kind == MismatchKind.SKIPPED:
+            return f"{who or 'a rank'} skipped {where}"
+        return f"{who + ': ' if who else ''}{self.kind} mismatch in {where}"
 
 
 def _kind(odd: CollectiveRecord, usual: CollectiveRecord) -> MismatchKind:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.core.diagnose.audit import CollectiveMismatch
+from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.signatures import (
     BY_NAME,
     CASCADE_CAUSES,
@@ -162,8 +162,9 @@ def judge(
     """The verdict on a run's failure, or None when no rank failed and nothing else says so.
 
     In order: a node-level signature (the scheduler, the kernel, a lost node) names that
-    node; a collective mismatch with an odd rank names that rank; else the failure story's
-    culprit, its failure named by the first signature its lines or kinds show.
+    node; a collective mismatch with an odd rank names that rank; a deadlock between groups
+    names no rank; else the failure story's culprit, its failure named by the first
+    signature its lines or kinds show.
 
     `node_lines` are each node's own lines (its kernel log, srun's and slurmstepd's words, the
     connection's), `node_kinds` what the session knows of a node (`node_lost`).
@@ -185,7 +186,22 @@ def judge(
             facts.node if facts else "",
             BY_NAME[COLLECTIVE_MISMATCH],
             _evidence(lines[0], lines[1:]),
-            f"rank {blamed.culprits[0]} broke the collective: {blamed.detail}",
+            f"{blamed.describe()}: {blamed.detail}",
+        )
+    deadlocks = [m for m in mismatches if m.kind == MismatchKind.DEADLOCK]
+    if deadlocks:
+        lines = tuple(f"{m.describe()}: {m.detail}" for m in deadlocks)
+        return Verdict(
+            "",
+            None,
+            None,
+            Role.INITIATING,
+            COLLECTIVE_MISMATCH,
+            Domain.JOB,
+            Outlook.FIX_FIRST,
+            "the process groups wait on each other (a deadlock): the ranks issue their groups'"
+            " collectives in different orders",
+            lines[:MAX_EVIDENCE],
         )
     failed = [r for r in ranks if r.cause]
     culprit = next((r for r in failed if r.culprit), None) or next(

@@ -52,6 +52,7 @@ def test_the_audits_odd_rank_is_the_culprit_not_the_rank_gloo_aborted() -> None:
     )
     assert verdict.evidence[0] == "rank 1: size mismatch in all_reduce #6 of group 0"
     assert "all_reduce [8] Float" in verdict.summary
+    assert verdict.summary.startswith("rank 1: size mismatch in all_reduce #6 of group 0")
 
 
 def test_without_the_audit_the_gloo_line_still_names_a_mismatch_and_warns_of_the_peer() -> None:
@@ -154,3 +155,36 @@ def test_verdicts_and_mismatches_cross_a_pipe() -> None:
     verdict = judge(gloo_size_mismatch(), mismatches=[MISMATCH])
     assert pickle.loads(pickle.dumps(verdict)) == verdict
     assert pickle.loads(pickle.dumps(MISMATCH)) == MISMATCH
+
+
+def test_a_deadlock_between_groups_blames_no_rank() -> None:
+    deadlock = CollectiveMismatch(
+        "all_reduce",
+        MismatchKind.DEADLOCK,
+        {0: "all_reduce [4] Float", 1: "absent, waits in all_reduce [4] Float #1 of group 2"},
+        "1",
+        1,
+        (),
+        "rank 1 waits in another group",
+    )
+    verdict = judge([RankFacts("n0", 0, 0), RankFacts("n0", 1, 1)], mismatches=[deadlock])
+    assert verdict is not None
+    assert (verdict.rank, verdict.signature, verdict.domain) == (
+        None,
+        "collective_mismatch",
+        Domain.JOB,
+    )
+    assert verdict.evidence == (
+        "deadlock: groups wait on each other at all_reduce #1 of group 1: rank 1 waits in "
+        "another group",
+    )
+
+
+def test_a_skipped_collective_names_the_rank_that_skipped_it() -> None:
+    skip = CollectiveMismatch(
+        "all_reduce", MismatchKind.SKIPPED, {0: "all_reduce [4] Float", 1: "absent"}, "0", 5, (1,),
+        "rank 1 never entered it",
+    )  # fmt: skip
+    verdict = judge([RankFacts("n0", 0, 0), RankFacts("n1", 0, 1)], mismatches=[skip])
+    assert verdict is not None and (verdict.node, verdict.rank) == ("n1", 1)
+    assert verdict.summary == "rank 1 skipped all_reduce #5 of group 0: rank 1 never entered it"
