@@ -233,7 +233,7 @@ def _rank_verdict(facts: RankFacts, role: Role) -> Verdict:
     if found is not None:
         signature, line = found
         summary = signature.summary
-        if signature.name == COLLECTIVE_MISMATCH:
+        if signature.name == COLLECTIVE_MISMATCH and "Received data size" in line:
             summary += (
                 ": gloo aborts the rank that received the odd size, so the odd rank may be "
                 "its peer (the collective audit names it)"
