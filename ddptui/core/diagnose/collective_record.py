@@ -1,0 +1,122 @@
+"""Provides the collective records a rank's flight recorder keeps, read from its dumps.
+
+torch's flight recorder (gloo and NCCL alike) keeps one entry per collective a rank issued:
+its group, its number in that group (`collective_seq_id`), the op (`profiling_name`), input
+and output sizes and dtypes, its state and, with stack traces, the Python frames that issued
+it. A dump is torch's pickle (`_dump_fr_trace`) or JSON (`_dump_fr_trace_json`) of plain
+containers, or the node collector's trimmed copy of its newest entries; all read the same.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Sizes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One rank's record of one collective, as its flight recorder keeps it.
+
+    `ranks` are the group's global ranks where the dump says (NCCL's `pg_config`; gloo's is
+    empty), `site` the user's call site (`file:line`, the first frame outside torch), empty
+    when the dump has no stacks.
+    """
+
+    rank: int
+    pg: str
+    seq: int
+    op: str  # profiling_name: "nccl:all_reduce", "gloo:broadcast"
+    input_sizes: Sizes = ()
+    output_sizes: Sizes = ()
+    input_dtypes: tuple[str, ...] = ()
+    output_dtypes: tuple[str, ...] = ()
+    ranks: tuple[int, ...] = ()
+    state: str = "scheduled"
+    site: str = ""
+    record_id: int = -1
+
+    @property
+    def collective(self) -> str:
+        """The op without its backend: `all_reduce`."""
+        return self.op.split(":", 1)[-1].split(" ", 1)[0]
+
+    @property
+    def signature(self) -> tuple[object, ...]:
+        return (
+            self.collective,
+            self.input_sizes,
+            self.output_sizes,
+            self.input_dtypes,
+            self.output_dtypes,
+            self.ranks,
+        )
+
+    def describe(self) -> str:
+        """`all_reduce [8] Float`: what this rank passed."""
+        sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.input_sizes)
+        dtypes = "/".join(dict.fromkeys(self.input_dtypes + self.output_dtypes))
+        return " ".join(p for p in (self.collective, f"[{sizes}]", dtypes) if p)
+
+
+def _sizes(value: Any) -> Sizes:
+    return tuple(tuple(int(n) for n in size) for size in value or ())
+
+
+def _group_ranks(config: Mapping[str, Any], pg: str, desc: str) -> tuple[int, ...]:
+    """A group's ranks from a dump's `pg_config` (keyed by name; its `ranks` a string)."""
+    for key, about in config.items():
+        if key == pg or (desc and about.get("desc") == desc):
+            ranks = about.get("ranks")
+            try:
+                parsed = ast.literal_eval(ranks) if isinstance(ranks, str) else ranks
+            except (ValueError, SyntaxError):
+                return ()
+            return tuple(int(r) for r in parsed or ())
+    return ()
+
+
+def _site(frames: Any) -> str:
+    for frame in frames or ():
+        filename = str(frame.get("filename", ""))
+        if "/torch/" not in filename:
+            return f"{filename}:{frame.get('line', '?')}"
+    return ""
+
+
+def records_from_dump(
+    dump: Mapping[str, Any], rank: int, members: Mapping[str, Sequence[int]] | None = None
+) -> list[CollectiveRecord]:
+    """The collective records of one rank's dump (torch's pickle or JSON, as plain containers).
+
+    `members` (group name -> global ranks) fills in what the dump does not say: gloo's
+    `pg_config` is empty or keyed by "". Point-to-point entries are left out.
+    """
+    config = dump.get("pg_config") or {}
+    out = []
+    for entry in dump.get("entries", ()):
+        if entry.get("is_p2p") or entry.get("collective_seq_id") is None:
+            continue
+        pg, desc = entry.get("process_group") or (str(entry.get("pg_id")), "")
+        pg = str(pg)
+        ranks = tuple(members[pg]) if members and pg in members else _group_ranks(config, pg, desc)
+        out.append(
+            CollectiveRecord(
+                rank=rank,
+                pg=pg,
+                seq=int(entry["collective_seq_id"]),
+                op=str(entry.get("profiling_name") or "?"),
+                input_sizes=_sizes(entry.get("input_sizes")),
+                output_sizes=_sizes(entry.get("output_sizes")),
+                input_dtypes=tuple(entry.get("input_dtypes") or ()),
+                output_dtypes=tuple(entry.get("output_dtypes") or ()),
+                ranks=ranks,
+                state=str(entry.get("state") or ""),
+                site=_site(entry.get("frames")),
+                record_id=int(entry.get("record_id", -1)),
+            )
+        )
+    return out
