@@ -124,10 +124,15 @@ def _rates(text: str) -> list[tuple[str, str]]:
 
 def parse_dict(text: str) -> LineMetrics | None:
     """A dict or JSON line: Hugging Face's Trainer `{'loss': 1.23, 'epoch': 0.5}` and JSON
-    lines `{"step": 10, "loss": 1.2}`. Nested keys count by their own name."""
+    lines `{"step": 10, "loss": 1.2}`. Nested keys count by their own name. The Trainer's
+    summary at the end (`train_runtime`, `train_loss`) gives the run's mean loss as
+    `run_mean_loss`, so that it is not taken for the last step's."""
     if "{" not in text or ("'" not in text and '"' not in text) or not is_known(text.lower()):
         return None
-    return _collect(_DICT_ITEM.findall(text), require_known=True)
+    found = _collect(_DICT_ITEM.findall(text), require_known=True)
+    if found is not None and "train_runtime" in found.values and "loss" in found.values:
+        found.values["run_mean_loss"] = found.values.pop("loss")  # the Trainer's last word
+    return found
 
 
 def parse_torchtitan(text: str) -> LineMetrics | None:
