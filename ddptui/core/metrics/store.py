@@ -87,8 +87,7 @@ class _Metric:
     rank_latest: dict[int, float] = field(default_factory=dict)
     totals: dict[int, float] = field(default_factory=dict)  # step -> summed throughput
     total_now: float = 0.0  # the sum of rank_latest, kept as it changes
-    total_sum: float = 0.0
-    total_count: int = 0
+    rank_sums: dict[int, list[float]] = field(default_factory=dict)  # rank -> [sum, count]
     latest: float | None = None
     best: float | None = None
 
@@ -152,14 +151,18 @@ class MetricStore:
             return
         if not math.isfinite(value):
             return
+        sums = metric.rank_sums.get(rank)
+        if sums is None:
+            sums = metric.rank_sums[rank] = [0.0, 0]
+            metric.recent.clear()  # the totals so far lacked this rank: no trend from them
+        sums[0] += value
+        sums[1] += 1
         total = metric.total_now = metric.total_now + value - metric.rank_latest.get(rank, 0.0)
         metric.rank_latest[rank] = value
         metric.totals[step] = total
         if len(metric.totals) > self.max_points:
             metric.totals = _thin(metric.totals, self.max_points // 2)
         metric.latest = total
-        metric.total_sum += total
-        metric.total_count += 1
         metric.recent.append(total)
         metric.better(total)
 
@@ -215,7 +218,8 @@ class MetricStore:
 
     def summary(self) -> dict[str, float]:
         """The run in a few numbers for history: `<name>.last` and `<name>.best` for each
-        metric that has them, and `<name>.mean` (summed over ranks) for each throughput.
+        metric that has them, and `<name>.mean` for each throughput: the sum over ranks of
+        each rank's mean (exact however the ranks' lines interleave).
         A last value may be NaN: the run ended on a wrong number."""
         out: dict[str, float] = {}
         for name, metric in self._metrics.items():
@@ -223,6 +227,6 @@ class MetricStore:
                 out[f"{name}.last"] = metric.latest
             if metric.best is not None:
                 out[f"{name}.best"] = metric.best
-            if metric.throughput and metric.total_count:
-                out[f"{name}.mean"] = metric.total_sum / metric.total_count
+            if metric.throughput and metric.rank_sums:
+                out[f"{name}.mean"] = sum(s / n for s, n in metric.rank_sums.values())
         return out
