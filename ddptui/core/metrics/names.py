@@ -118,7 +118,7 @@ def is_known(text: str) -> bool:
         "loss" in text or "acc" in text or "lr" in text or "learning" in text
         or "norm" in text or "/s" in text or "tps" in text or "wps" in text
         or "tok" in text or "samples" in text or "mfu" in text or "flop" in text
-        or "ppl" in text or "perplex" in text or "per_sec" in text
+        or "ppl" in text or "perplex" in text or "per_sec" in text or "s/it" in text
     )  # fmt: skip
 
 
