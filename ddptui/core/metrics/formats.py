@@ -229,10 +229,12 @@ FORMATS = (parse_dict, parse_torchtitan, parse_megatron, parse_lightning, parse_
 def parse_line(text: str) -> LineMetrics | None:
     """The first format's reading of a line, or None if no format reads metrics in it.
 
-    Every format's lines speak of training (`names.is_known`): a line that does not is
-    declined at the cost of one `lower` and a few `in`, before any format is asked.
+    Every format's lines speak of training (`names.is_known`) or are Megatron's (which
+    prints `iteration` first): a line that is neither is declined at the cost of one `lower`
+    and a few `in`, before any format is asked.
     """
-    if not is_known(text.lower()):
+    low = text.lower()
+    if not is_known(low) and "iteration" not in low:
         return None
     for parse in FORMATS:
         found = parse(text)

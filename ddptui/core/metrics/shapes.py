@@ -32,15 +32,20 @@ def rank_set(ranks: Iterable[int]) -> str:
     return "r" + ",".join(parts)
 
 
+def _no_hole(text: str) -> str:
+    """The text with any HOLE of its own shown as U+FFFD, so that keys are unambiguous."""
+    return text.replace(HOLE, "\ufffd") if HOLE in text else text
+
+
 def shape_of(text: str) -> tuple[str, list[str]]:
     """A line's shape key (its text, each number a HOLE) and its numbers as printed."""
-    parts = _NUMBER.split(text)
+    parts = _NUMBER.split(_no_hole(text))
     return HOLE.join(parts[0::2]), parts[1::2]
 
 
 def shape_key(text: str) -> str:
     """A line's shape key alone: lines with equal keys differ only in their numbers."""
-    return _NUMBER.sub(HOLE, text)
+    return _NUMBER.sub(HOLE, _no_hole(text))
 
 
 @dataclass(slots=True)
@@ -77,7 +82,7 @@ class ShapeGroup:
     @classmethod
     def start(cls, text: str, rank: int, row: int = 0) -> ShapeGroup:
         """A group of one line."""
-        parts = _NUMBER.split(text)
+        parts = _NUMBER.split(_no_hole(text))
         literals, numbers = parts[0::2], parts[1::2]
         ranges = [NumberRange(float(n), float(n), n, n) for n in numbers]
         return cls(HOLE.join(literals), literals, ranges, {rank}, row, 1)

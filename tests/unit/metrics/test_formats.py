@@ -96,6 +96,8 @@ def test_megatron() -> None:
     assert broken is not None and broken.step == 100 and math.isnan(broken.values["loss"])
     assert broken.values["nan_iterations"] == 1.0
     assert validation == LineMetrics(100, {"eval_loss": 6.54321, "eval_ppl": 695.1234})
+    timing_only = " iteration        5/      10 | elapsed time per iteration (ms): 12.5 |"
+    assert parse_line(timing_only) == LineMetrics(5, {"step_time_ms": 12.5})
 
 
 def test_hugging_face_trainer_dicts_take_the_step_from_the_caller() -> None:

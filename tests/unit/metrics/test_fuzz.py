@@ -7,7 +7,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddptui.core.metrics.formats import FORMATS
+from ddptui.core.metrics.formats import FORMATS, parse_line
 from ddptui.core.metrics.reader import MetricReader
 from ddptui.core.metrics.shapes import fold_shapes, shape_of
 
@@ -18,7 +18,7 @@ MARKS = st.sampled_from(
         "step", "loss", "lm loss", "iteration", "Epoch ", "samples/s", "tps", "acc", "lr",
         "memory", "GiB", "%", "|", ":", "=", " ", "{", "}", "'", '"', ",", ".", "/", "e-", "-",
         "nan", "inf", "Infinity", "1", "23", "4,567", "0.5", "1e999", "9" * 40, "it/s", "[",
-        "\r", "\t", "k", "M", "(", ")",
+        "\r", "\t", "k", "M", "(", ")", "elapsed time per iteration (ms)", "s/it", "lm loss",
     ]
 )  # fmt: skip
 LINES = st.one_of(st.lists(MARKS, max_size=30).map("".join), st.text(max_size=200))
@@ -45,6 +45,13 @@ def test_the_readers_never_raise_and_read_only_numbers(line: str) -> None:
 
 
 @FUZZ
+@given(LINES)
+def test_the_gate_before_the_formats_declines_no_line_a_format_reads(line: str) -> None:
+    first = next((found for parse in FORMATS if (found := parse(line)) is not None), None)
+    assert parse_line(line) == first
+
+
+@FUZZ
 @given(st.lists(st.tuples(st.integers(0, 64), LINES), max_size=20))
 def test_the_shape_fold_never_raises_and_keeps_every_line(lines: list[tuple[int, str]]) -> None:
     groups = fold_shapes(lines)
@@ -55,4 +62,4 @@ def test_the_shape_fold_never_raises_and_keeps_every_line(lines: list[tuple[int,
         group = by_key[shape_of(text)[0]]
         assert rank in group.ranks
         if group.lines == 1:
-            assert group.text() == text
+            assert group.text() == text.replace("\x00", "\ufffd")

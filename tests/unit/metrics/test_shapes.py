@@ -9,6 +9,7 @@ def test_shapes_ignore_numbers_only() -> None:
     assert shape_key("Epoch 3 | Steps: 31") == shape_key("Epoch 12 | Steps: 4")
     assert shape_key("Epoch 3 | Steps: 31") != shape_key("Epoch 3 | Step: 31")
     assert shape_key("loss=0.5") == shape_key("loss=1e-05") != shape_key("loss=nan")
+    assert shape_key("0") != shape_key("\x00")  # a line's own NUL is no number's place
     key, numbers = shape_of("rank 1 epoch=2/3 loss=0.0001")
     assert numbers == ["1", "2", "3", "0.0001"] and "0" not in key
 
