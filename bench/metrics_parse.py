@@ -56,6 +56,16 @@ def main() -> None:
 
         cost = _best(args.reps, read) / COUNT
         print(f"{kind:28s} {cost * 1e9:7.0f} ns/line  {cost / feed:5.2f}x Monitor.feed")
+    flood = [LINES["flood line"]] * COUNT
+
+    def capped() -> None:  # one block's lines, read at one time: a sample per rank, the rest cut
+        reader = MetricReader(min_interval=0.05).read
+        for i, text in enumerate(flood):
+            reader(i & 15, text, 0.0)
+
+    cost = _best(args.reps, capped) / COUNT
+    label = "flood line, min_interval"
+    print(f"{label:28s} {cost * 1e9:7.0f} ns/line  {cost / feed:5.2f}x Monitor.feed")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from ddptui.core.metrics.formats import LineMetrics, parse_line
 from ddptui.core.metrics.names import canonical_name
@@ -95,6 +95,17 @@ class MetricReader:
         else:
             self._steps[rank] = step
         return MetricSample(rank, step, found.values, ts)
+
+    def read_many(self, lines: Iterable[tuple[int, str]], ts: float = 0.0) -> list[MetricSample]:
+        """The samples in a block of (rank, text) lines read at one time, in order; each
+        line's step as `read` gives it (from the line, else the rank's last)."""
+        read = self.read
+        found = []
+        for rank, text in lines:
+            sample = read(rank, text, ts)
+            if sample is not None:
+                found.append(sample)
+        return found
 
     def read_text(self, text: str) -> LineMetrics | None:
         """A line's metrics, with no rank and no step but its own (None: none)."""

@@ -78,3 +78,15 @@ def test_a_min_interval_reads_a_flooding_rank_once_per_interval() -> None:
     assert reader.read(0, "step=9 loss=0.1", ts=12.5) is None  # quiet until 13
     assert reader.read(0, "no metric 12", ts=13.0) is None
     assert reader.read(0, "step=9 loss=0.1", ts=13.1) is not None  # a line with none spent none
+
+
+def test_a_block_of_lines_gives_its_samples_in_order() -> None:
+    reader = MetricReader()
+    block = [(0, "step=1 loss=2.0"), (1, "hello 1"), (1, "step=1 loss=2.2"), (0, "tps: 9")]
+    found = reader.read_many(block, ts=5.0)
+    assert [(s.rank, s.step, dict(s.values)) for s in found] == [
+        (0, 1, {"loss": 2.0}),
+        (1, 1, {"loss": 2.2}),
+        (0, 1, {"tokens/s": 9.0}),
+    ]
+    assert all(s.ts == 5.0 for s in found)
