@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ddptui.core.metrics.names import IGNORED_KEYS, STEP_KEYS, canonical_name, is_known
-from ddptui.core.metrics.numbers import NUMBER, read_number
+from ddptui.core.metrics.numbers import NUMBER, read_number, read_printed
 
 _KEY = r"[A-Za-z_][\w/.\-]*"
 # A value as the pair readers take it: loose on purpose (one character class, no backtracking
@@ -63,7 +63,7 @@ def _value(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        return read_number(text.rstrip(",.;:"))
+        return read_printed(text.rstrip(",.;:"))
     if value - value != 0.0 and value == value:  # an infinity: spelled, or an overflow?
         return read_number(text)
     return value

@@ -35,13 +35,19 @@ def read_number(text: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        match = _PARTS.fullmatch(text)
-        if match is None:
-            return None
-        value = float(match["num"].replace(",", ""))
-        unit = match["unit"]
-        if unit is not None:
-            value *= _SCALE.get(unit, 1.0)
+        return read_printed(text)
     if math.isinf(value) and "inf" not in text.lower():
         return None
     return value
+
+
+def read_printed(text: str) -> float | None:
+    """A number that `float` does not take as it stands: `12,345`, `30.12GiB`, `34.95%`."""
+    match = _PARTS.fullmatch(text)
+    if match is None:
+        return None
+    value = float(match["num"].replace(",", ""))
+    unit = match["unit"]
+    if unit is not None:
+        value *= _SCALE.get(unit, 1.0)
+    return None if math.isinf(value) else value
