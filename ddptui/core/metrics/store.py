@@ -27,12 +27,16 @@ class Trend(Enum):
 
 @dataclass(frozen=True, slots=True)
 class StepRange:
-    """A metric at one step across the ranks that printed it there."""
+    """A metric at one step across the ranks that printed it there.
+
+    `count` is how many values were printed at the step: a rank that printed it twice there
+    (a line with no step of its own) counts twice.
+    """
 
     step: int
     low: float
     high: float
-    ranks: int
+    count: int
 
 
 @dataclass(frozen=True, slots=True)

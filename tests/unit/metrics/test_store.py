@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 import stat
 from pathlib import Path
 
@@ -124,3 +125,11 @@ def test_a_line_that_is_no_sample_is_none() -> None:
     assert decode_sample("[]") is None
     sample = MetricSample(3, 4, {"x": -math.inf})
     assert decode_sample(encode_sample(sample)) == sample
+
+
+def test_samples_and_stores_cross_a_process_pipe() -> None:
+    sample = MetricSample(7, 3, {"loss": math.inf, "tokens/s": 5.0}, 2.5)
+    assert pickle.loads(pickle.dumps(sample)) == sample
+    store = MetricStore()
+    store.add(sample)
+    assert pickle.loads(pickle.dumps(store)).summary() == store.summary()
