@@ -12,24 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ddptui.core.metrics.shapes import rank_set as rank_set  # one way to write rank sets
 from ddptui.ui.widgets.logs.log_store import LogEntry
 
 FOLD_WINDOW = 4096  # a line folds into one printed at most this many rows earlier
 _SPAN = 1 << 32  # more than any rank
-
-
-def rank_set(ranks: Iterable[int]) -> str:
-    """`r0-6,8-15` for ranks 0..6 and 8..15 (sorted, each once)."""
-    parts: list[str] = []
-    ordered = sorted(set(ranks))
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return "r" + ",".join(parts)
 
 
 @dataclass(slots=True)

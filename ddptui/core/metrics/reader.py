@@ -1,0 +1,128 @@
+"""Provides MetricReader: a rank's line in, its MetricSample out, cheaply for lines with none."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from ddptui.core.metrics.formats import LineMetrics, parse_line
+from ddptui.core.metrics.names import canonical_name
+from ddptui.core.metrics.numbers import read_number
+from ddptui.core.metrics.sample import MetricSample
+
+# The pre-filter: a line with no digit and no spelled NaN or Inf has no metric. Most lines
+# that hold none leave at its cost: one scan in C, a few `in`.
+_DIGIT = re.compile(r"[0-9]").search
+
+
+def _spells_nan_or_inf(text: str) -> bool:
+    return "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+
+
+class PatternError(ValueError):
+    """A profile's metric pattern that cannot be used; the message says which and why."""
+
+
+def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern[str]]:
+    """A profile's own metrics (name -> regular expression with one group, the number).
+
+    Raises:
+        PatternError: a pattern does not compile or has not exactly one group.
+    """
+    compiled: dict[str, re.Pattern[str]] = {}
+    for name, pattern in patterns.items():
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise PatternError(f"metric {name!r}: not a regular expression: {exc}") from None
+        if regex.groups != 1:
+            raise PatternError(f"metric {name!r}: needs one group (the number), has {regex.groups}")
+        compiled[canonical_name(name)] = regex
+    return compiled
+
+
+class MetricReader:
+    """Reads the metrics in ranks' lines: the common formats (`formats.FORMATS`) and the
+    profile's own patterns, which win for the names they give.
+
+    It remembers each rank's last printed step, so a line that prints none (a Trainer dict, a
+    throughput line) belongs to the step that rank printed last, unless the caller knows
+    better (the monitor's progress pattern) and says so.
+
+    Args:
+        patterns: the profile's own metrics, name -> regular expression with one group.
+        min_interval: after a sample from a rank, that rank's lines are not read for this
+            long (seconds, by the `ts` given): a rank that prints a metric line at every one
+            of thousands of steps a second costs one read per interval, not one per line. A
+            NaN loss stays NaN, so it is still seen; 0 reads every line.
+    """
+
+    def __init__(
+        self, patterns: Mapping[str, str] | None = None, min_interval: float = 0.0
+    ) -> None:
+        self.patterns = compile_patterns(patterns or {})
+        self.min_interval = min_interval
+        self._steps: dict[int, int] = {}
+        self._quiet_until: dict[int, float] = {}
+
+    def step_of(self, rank: int) -> int:
+        """The last step a rank's lines printed (0 before any)."""
+        return self._steps.get(rank, 0)
+
+    def read(
+        self, rank: int, text: str, ts: float = 0.0, last_step: int | None = None
+    ) -> MetricSample | None:
+        """The sample in one line of a rank's output, or None if it reports no metric.
+
+        Args:
+            rank: the global rank that printed the line.
+            text: the line, without the launcher's rank prefix.
+            ts: when it was read.
+            last_step: the rank's step as the caller knows it, for a line that prints none.
+        """
+        if _DIGIT(text) is None and not _spells_nan_or_inf(text):
+            return None
+        if self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
+            return None
+        found = self.read_text(text)
+        if found is None:
+            return None
+        if self.min_interval > 0.0:
+            self._quiet_until[rank] = ts + self.min_interval
+        step = found.step
+        if step is None:
+            step = last_step if last_step is not None else self._steps.get(rank, 0)
+        else:
+            self._steps[rank] = step
+        return MetricSample(rank, step, found.values, ts)
+
+    def read_many(self, lines: Iterable[tuple[int, str]], ts: float = 0.0) -> list[MetricSample]:
+        """The samples in a block of (rank, text) lines read at one time, in order; each
+        line's step as `read` gives it (from the line, else the rank's last)."""
+        read = self.read
+        found = []
+        for rank, text in lines:
+            sample = read(rank, text, ts)
+            if sample is not None:
+                found.append(sample)
+        return found
+
+    def read_text(self, text: str) -> LineMetrics | None:
+        """A line's metrics, with no rank and no step but its own (None: none)."""
+        if "\r" in text:  # a progress bar redrawn in place: the last drawing counts
+            text = text.rstrip("\r").rpartition("\r")[2]
+        found = parse_line(text)
+        if not self.patterns:
+            return found
+        own: dict[str, float] = {}
+        for name, regex in self.patterns.items():
+            match = regex.search(text)
+            if match is not None and match[1] is not None:
+                value = read_number(match[1].strip())
+                if value is not None:
+                    own[name] = value
+        if not own:
+            return found
+        if found is None:
+            return LineMetrics(None, own)
+        return LineMetrics(found.step, {**found.values, **own})
