@@ -42,6 +42,33 @@ class NodeState(enum.StrEnum):
     DETACHED = "detached"
 
 
+class RunPhase(enum.StrEnum):
+    """Where the whole run is: the words the console's outcome line and headless mode share."""
+
+    NOT_LAUNCHED = "not launched"
+    LAUNCHING = "launching"
+    ATTACHING = "attaching"
+    RUNNING = "running"
+    STALLED = "stalled"
+    TEARING_DOWN = "tearing down"
+    DETACHING = "detaching"
+    DETACHED = "detached"
+    FINISHED = "finished"
+    FAILED = "failed"
+    TORN_DOWN = "torn down"
+    CRASHED = "crashed"  # the console's own word: its session's process died
+
+    @property
+    def final(self) -> bool:
+        return self in (
+            RunPhase.DETACHED,
+            RunPhase.FINISHED,
+            RunPhase.FAILED,
+            RunPhase.TORN_DOWN,
+            RunPhase.CRASHED,
+        )
+
+
 def plain(value: Any) -> Any:
     """JSON-ready form of an event field: enums by value, nested records as dicts."""
     if isinstance(value, enum.Enum):
@@ -311,3 +338,17 @@ class RankSummary:
     restarts: int = 0
     cause: str = ""  # why it ended, if it failed (failures.cause_of); "" when it did not
     culprit: bool = False  # the rank the run's failure story starts with
+
+
+@dataclass(frozen=True)
+class PhaseChanged(Event):
+    """The run moved to another phase (decided by the session: `core/session/phase.py`).
+
+    `{"event": "phase", "phase": "running", "detail": ""}`; `detail` says more where the
+    phase alone does not (a stall: "no rank progresses").
+    """
+
+    phase: RunPhase
+    detail: str = ""
+
+    kind = "phase"

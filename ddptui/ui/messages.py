@@ -15,6 +15,7 @@ from ddptui.core.events import (
     GpuReport,
     NodeChanged,
     Notice,
+    PhaseChanged,
     RankChanged,
     TeardownReport,
 )
@@ -87,6 +88,12 @@ class SummaryUpdate(SessionMessage):
     event: RunSummary
 
 
+class PhaseUpdate(SessionMessage):
+    """The run moved to another phase, as the session decided."""
+
+    event: PhaseChanged
+
+
 class FailureUpdate(SessionMessage):
     """torchrun's failure summary named a failed worker."""
 
@@ -127,6 +134,7 @@ _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     TeardownReport: TeardownUpdate,
     Notice: NoticeUpdate,
     RunSummary: SummaryUpdate,
+    PhaseChanged: PhaseUpdate,
     FailureReport: FailureUpdate,
 }
 

@@ -6,9 +6,10 @@ relay; timestamps, run id and paths are fixed, so snapshots do not depend on thi
 
 from __future__ import annotations
 
-from ddptui.core.events import Event, NodeChanged, NodeState, RankState
+from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhase
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.ui.screens.job import JobScreen
 from tests.cases import TORCHRUN_CAPTURES as DATA
 
@@ -73,10 +74,16 @@ def running_events() -> list[Event]:
 
 
 def feed(screen: JobScreen, events: list[Event]) -> None:
-    """Hand the events to the screen as the session would, and show the lines now."""
+    """Hand the events to the screen as the session would (with the phases it decides from
+    them), and show the lines now."""
     screen.outcome.reset(RUN_ID, RUN_DIR)
-    screen.outcome.set_phase("running")
+    screen.outcome.set_phase(RunPhase.RUNNING)
+    phases = RunPhaseWatch()
+    phases.phase = RunPhase.RUNNING
     screen.job_panel.fold(True)  # as a launch does
     for event in events:
         screen.relay.emit(event)
+        change = phases.seen(event)
+        if change is not None:
+            screen.relay.emit(change)
     screen._flush_logs()

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ddptui.core.events import RankChanged, RankState
+from ddptui.core.events import PhaseChanged, RankChanged, RankState, RunPhase
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
@@ -62,7 +62,8 @@ async def test_progress_again_clears_the_stall() -> None:
         events = stall_events()
         feed(screen, events)
         await pilot.pause()
-        feed(screen, [RankChanged(0, "local0", 0, RankState.RUNNING)])
+        progress = RankChanged(0, "local0", 0, RankState.RUNNING)
+        feed(screen, [progress, PhaseChanged(RunPhase.RUNNING)])  # as the session decides
         await pilot.pause()
         assert screen.stacks.stalled_since is None
         assert not screen.stacks.describe().plain.startswith("Stalled")

@@ -18,6 +18,7 @@ from ddptui.core.events import (
     NodeLines,
     NodeState,
     Notice,
+    PhaseChanged,
     PlanReady,
     RankState,
     TeardownReport,
@@ -30,6 +31,7 @@ from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
+from ddptui.core.session.phase import RunPhaseWatch
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
@@ -71,6 +73,7 @@ class Session:
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
         self.collector: NodeCollector | None = None
+        self.phase = RunPhaseWatch()
 
     @property
     def run_id(self) -> str:
@@ -85,21 +88,29 @@ class Session:
         if self.collector is not None:
             self.collector.watch(event)
         self._emit_to(event)
+        self._phase_changed(self.phase.seen(event))
+
+    def _phase_changed(self, change: PhaseChanged | None) -> None:
+        if change is not None:
+            self.emit(change)
 
     def request_teardown(self) -> None:
         """Stop the job on every node (any time: before, during or after launch)."""
         self._stop_reason = self._stop_reason or "operator"
         self._stop.set()
+        self._phase_changed(self.phase.teardown_asked())
 
     def request_detach(self) -> None:
         """Stop following but leave the job running; `attach` picks it up later."""
         self._detach = True
         self._stop_reason = "detached"
         self._stop.set()
+        self._phase_changed(self.phase.detach_asked())
 
     async def run_job(self) -> RunSummary:
         detail = ""
         self.history.begin()
+        self._phase_changed(self.phase.started(self.attaching))
         if self.history.problem:
             self.emit(Notice("warning", self.history.problem))
         try:
@@ -393,6 +404,7 @@ class Session:
             stall=told.stall if told else None,
             flight_recorder=told.recorder if told else None,
         )
+        self._phase_changed(self.phase.ended(summary))
         self.emit(summary)
         self.run.write_summary(summary.to_dict())
         self.run.close()

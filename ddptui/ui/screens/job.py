@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
-from textual import events, work
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
@@ -15,18 +13,23 @@ from textual.message import Message
 from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
-from ddptui.core.events import NodeState, Notice, RankChanged
+from ddptui.core.diagnose.failures import jump_targets
+from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
-from ddptui.core.session.process import SessionProcess, call_on_loop, prepare_spare
+from ddptui.core.session.process import SessionProcess, prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
     GpuUpdate,
     NodeUpdate,
     NoticeUpdate,
+    PhaseUpdate,
     RankUpdates,
+    RecorderUpdate,
+    StacksUpdate,
+    StallUpdate,
     SummaryUpdate,
     TeardownUpdate,
 )
@@ -34,18 +37,19 @@ from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
-from ddptui.ui.screens.job_navigation import RankNavigation
-from ddptui.ui.screens.job_stall import StallActions
-from ddptui.ui.screens.log_keys import LogScreen
+from ddptui.ui.screens.log_screen import LogScreen
+from ddptui.ui.screens.rank_stack import RankStackScreen
+from ddptui.ui.screens.run_controller import RunController
 from ddptui.ui.widgets.footer import SteadyFooter
 from ddptui.ui.widgets.gpu_panel import GpuPanel
+from ddptui.ui.widgets.grid_cells import find_cell
 from ddptui.ui.widgets.job_panel import JobPanel
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.prompt import PromptBar
 from ddptui.ui.widgets.rank_details import RankDetails
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel
-from ddptui.ui.widgets.run_outcome import RunOutcome, StopRequest
+from ddptui.ui.widgets.run_outcome import RunOutcome
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 FLUSH_INTERVAL_S = 1 / 15
@@ -54,8 +58,9 @@ NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
 
 
-class JobScreen(StallActions, RankNavigation, LogScreen):
-    """Owns the session (its process): launches it, renders its events, tears it down."""
+class JobScreen(LogScreen):
+    """The job, its ranks and its logs: renders the run its `RunController` holds, and asks it
+    (launch, teardown, detach, stacks) from the keys."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("l", "launch", "Launch", id="job.launch"),
@@ -85,13 +90,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         super().__init__()
         self.spec = spec
         self.attach = attach
-        self.session: SessionProcess | None = None  # the session's process: ask it through this
-        self.relay = SessionRelay(self._post_from_session)
-        self._ui_loop: asyncio.AbstractEventLoop | None = None
-        self.summary: RunSummary | None = None
-        self._stop_request: StopRequest = None
-        self._plan_adopted = False
-        self._worker: Worker[RunSummary] | None = None
+        self.run = RunController(spec, self.run_worker, self.post_message)
         commands, note, nodes = self._initial_commands()
         self.job_panel = JobPanel(spec, commands, note, id="job")
         self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
@@ -139,7 +138,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.set_class(event.size.height < SHORT_HEIGHT, "-short")
 
     def on_mount(self) -> None:
-        self._ui_loop = asyncio.get_running_loop()
+        self.run.on_loop()
         self.sub_title = f"profile {self.spec.profile} · backend {self.spec.backend} · not launched"
         self.set_interval(FLUSH_INTERVAL_S, self._flush_logs)
         self.set_interval(DETAILS_INTERVAL_S, self.refresh_details)
@@ -147,14 +146,27 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         self.call_after_refresh(self._learn_keys)
         prepare_spare()  # the next launch's session process, its imports done meanwhile
         if self.attach is not None:
-            self._start(self._new_session(self.attach))
+            self._start(self.run.new_session(self.attach))
 
     # -- state the app and the footer ask about -----------------------------------------
 
     @property
     def job_active(self) -> bool:
         """A session is running (launching, following, or tearing down)."""
-        return self._worker is not None and not self._worker.is_finished
+        return self.run.active
+
+    @property
+    def session(self) -> SessionProcess | None:
+        """The session's process of the run shown (None before the first launch)."""
+        return self.run.session
+
+    @property
+    def summary(self) -> RunSummary | None:
+        return self.run.summary
+
+    @property
+    def relay(self) -> SessionRelay:
+        return self.run.relay
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "launch":
@@ -169,7 +181,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         if self.job_active:
             return
         try:
-            session = self._new_session()
+            session = self.run.new_session()
         except OSError as exc:
             self.notify(f"cannot create the run directory: {exc}", severity="error")
             return
@@ -217,51 +229,30 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
             self.stacks.keys = (key_for("diag.stacks"), key_for("diag.rank_stack"))
 
     def save_dir(self) -> Path | None:
-        return self.session.run.path / "saved" if self.session is not None else None
+        return self.run.save_dir()
 
     def teardown(self) -> None:
-        """Stop the job on every node; the reports arrive as TeardownReport events."""
-        if self.session is not None and self.job_active:
-            self.session.request_teardown()
-            self._stop_request = self._stop_request or "teardown"
-            self.outcome.set_phase("tearing down")
+        """Stop the job on every node; the session says the phase, the reports follow as
+        TeardownReport events."""
+        self.run.teardown()
 
     def detach(self) -> None:
-        if self.session is not None and self.job_active:
-            self._stop_request = "detach"
-            self.session.request_detach()
-            self.outcome.set_phase("detaching")
+        self.run.detach()
 
     # -- the session ------------------------------------------------------------------------
 
-    def _new_session(self, run: RunDir | None = None) -> SessionProcess:
-        return SessionProcess(self.spec, self.relay.emit, self.relay.take_block, run=run)
-
     def _start(self, session: SessionProcess) -> None:
-        self.session = session
-        self.summary = None
-        self._stop_request = None
-        self._plan_adopted = False
         self.outcome.reset(session.run_id, str(session.run.path))
-        self.outcome.set_phase("attaching" if session.attaching else "launching")
+        self.outcome.set_phase(RunPhase.ATTACHING if session.attaching else RunPhase.LAUNCHING)
         self.job_panel.fold(True)
         self.sub_title = (
             f"profile {self.spec.profile} · backend {self.spec.backend} · run {session.run_id}"
         )
-        self._worker = self._run_session(session)
+        self.run.start(session)
         self.refresh_bindings()
 
-    @work(exclusive=True, group="session", exit_on_error=False)
-    async def _run_session(self, session: SessionProcess) -> RunSummary:
-        """The session runs in a process of its own, so that its ingest never holds up keys."""
-        return await session.serve()
-
-    def _post_from_session(self, message: Message) -> None:
-        """The relay's way to the screen, from the session process's reader thread."""
-        call_on_loop(self._ui_loop, partial(self.post_message, message))
-
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker is not self._worker or not event.worker.is_finished:
+        if event.worker is not self.run.worker or not event.worker.is_finished:
             return
         prepare_spare()  # for a launch again
         self._flush_logs()
@@ -272,16 +263,15 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         if event.state == WorkerState.ERROR:
             error = event.worker.error
             self.outcome.add_notice(Notice("error", f"the session stopped: {error!r}"))
-            self.outcome.set_phase("crashed")
+            self.outcome.set_phase(RunPhase.CRASHED)
         self.refresh_bindings()
-        self.post_message(self.RunEnded(self.summary, self._stop_request == "detach"))
+        self.post_message(self.RunEnded(self.summary, self.run.stop_request == "detach"))
 
     async def _adopt_plan(self) -> None:
         """Once the backend has built its plan, show the commands that really run."""
-        if self._plan_adopted or self.session is None or self.session.plan is None:
+        plan = self.run.new_plan()
+        if plan is None:
             return
-        self._plan_adopted = True
-        plan = self.session.plan
         self.job_panel.show_commands(
             plan_lines(plan), f"run {plan.run_id}, rendezvous {plan.rdzv_endpoint}; each node runs:"
         )
@@ -289,7 +279,7 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         await self.logs.set_nodes(plan.node_names)
 
     def _flush_logs(self) -> None:
-        entries, dropped = self.relay.drain()
+        entries, dropped = self.run.relay.drain()
         if entries or dropped:
             self.logs.append(entries, dropped)
 
@@ -305,7 +295,6 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
             self.ranks[(event.node, event.local_rank)] = event
             self.root_cause.show_rank(event)
         self.grid.show_ranks(changes)
-        self.stall_progress(changes)
         if self.selected is not None:
             self._show_details()
 
@@ -338,10 +327,6 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
         event = message.event
         self.grid.show_node(event.node, event.state, event.exit_code)
         self.logs.show_state(event.node, event.state, event.exit_code)
-        if event.state == NodeState.RUNNING and self.outcome.phase in ("launching", "attaching"):
-            self.outcome.set_phase("running")
-        elif event.state == NodeState.STOPPING and self._stop_request != "detach":
-            self.outcome.set_phase("tearing down")
         if event.state == NodeState.FAILED and event.detail:
             self.outcome.add_notice(Notice("error", f"{event.node}: {event.detail}"))
 
@@ -363,14 +348,113 @@ class JobScreen(StallActions, RankNavigation, LogScreen):
             self.notify(notice.message, severity=notice.level)  # type: ignore[arg-type]
 
     def on_summary_update(self, message: SummaryUpdate) -> None:
-        if self.summary is message.event:
+        if self.run.summary is message.event:
             return
-        self.summary = message.event
-        summary = message.event
-        self.outcome.set_summary(summary, stopped_by=self._stop_request)
-        if self._stop_request == "detach":
-            self.outcome.set_phase("detached")
-        elif summary.ok:
-            self.outcome.set_phase("finished")
+        self.run.summary = message.event
+        self.outcome.set_summary(message.event, stopped_by=self.run.stop_request)
+
+    def on_phase_update(self, message: PhaseUpdate) -> None:
+        """The phase the session decided; a stall's end also clears the Stacks panel's clock."""
+        event = message.event
+        self.outcome.set_phase(event.phase, event.detail)
+        if event.phase == RunPhase.RUNNING and self.stacks.stalled_since:
+            self.stacks.show_stall(None)
+
+    # -- a stall: the Stacks panel, `s`, `K`, the flight recorder's word -------------------
+
+    def on_stall_update(self, message: StallUpdate) -> None:
+        event = message.event
+        self.stacks.show_stall(event.ts - event.since_s)
+
+    def on_stacks_update(self, message: StacksUpdate) -> None:
+        self.stacks.show_stacks(message.event)
+
+    def on_recorder_update(self, message: RecorderUpdate) -> None:
+        self.root_cause.show_recorder(message.event)
+
+    def action_take_stacks(self) -> None:
+        if not self.run.take_stacks():
+            self.notify("no running job to take stacks of", timeout=3)
+            return
+        self.notify("taking every rank's stacks…", timeout=3)
+
+    def action_rank_stack(self) -> None:
+        """The chosen rank's whole stack (else the first suspect's), from the last stacks."""
+        report = self.stacks.report
+        if report is None or not report.ranks:
+            self.notify(f"no stacks taken yet: {self.stacks.keys[0]} takes them", timeout=4)
+            return
+        chosen = self.ranks.get(self.selected) if self.selected else None
+        rank = chosen.rank if chosen else next((g.ranks[0] for g in report.groups), None)
+        found = next((r for r in report.ranks if r[0] == rank), None)
+        if found is None:
+            self.notify(f"no stack of rank {rank} in the last stacks", timeout=4)
+            return
+        rank, node, local_rank, text = found
+        title = f"rank {rank} · {node} local rank {local_rank} · {report.method}"
+        self.app.push_screen(RankStackScreen(title, text))
+
+    # -- ways to a rank: its first error line (`E`), by name (`J`), its details -----------
+
+    def action_jump_error(self) -> None:
+        """Show the first error line of the chosen rank, else of each failed rank in turn.
+
+        The order is the failures' (first observed first); each press moves on to the next.
+        """
+        targets = jump_targets(self.ranks, self.root_cause.failures)
+        chosen = [t for t in targets if (t.node, t.local_rank) == self.selected]
+        if self.selected is not None and not chosen:
+            node, local_rank = self.selected
+            self.notify(f"{node} local rank {local_rank} has no error line", timeout=4)
+            return
+        if not targets:
+            self.notify("no rank has an error line (yet)", timeout=3)
+            return
+        if chosen:
+            target = chosen[0]
         else:
-            self.outcome.set_phase("torn down" if self._stop_request == "teardown" else "failed")
+            target = targets[self._jumps % len(targets)]
+            self._jumps += 1
+        who = f"rank {target.rank} on {target.node}" if target.rank is not None else target.node
+        if self.logs.jump_to(target.node, target.seq):
+            self.notify(f"{who}: {target.summary}", timeout=6)
+            return
+        where = self.run.node_log_path(target.node)
+        self.notify(
+            f"{who}: its first error line ({target.seq}) is older than the console keeps; "
+            f"the full log is {where}",
+            severity="warning",
+            timeout=10,
+        )
+
+    def go_to(self, target: str) -> None:
+        """Choose the rank `target` names (`local1`, `local1/2`, `r5`), show it in the grid
+        and its node's log."""
+        cell = find_cell(self.grid.rows, target)
+        if cell is None:
+            self.notify(f"no node or rank {target!r}", severity="error")
+            return
+        self._choose((cell.node, cell.local_rank))
+        line = self.grid.line_of(cell.node, cell.local_rank)
+        if line is not None:
+            y = self.grid.virtual_region.y + line
+            self.query_one("#side").scroll_to(y=max(0, y - 2), animate=False)
+        self.logs.show(cell.node)
+
+    def _choose(self, chosen: tuple[str, int] | None) -> None:
+        self.selected = chosen
+        self.grid.select(*(chosen or (None, 0)))
+        self._show_details()
+
+    def refresh_details(self) -> None:
+        """The chosen rank's details again (its step rate moves while its state stays)."""
+        if self.selected is not None:
+            self._show_details()
+
+    def _show_details(self) -> None:
+        cell = self.grid.cell(*self.selected) if self.selected is not None else None
+        last, rate = None, None
+        if cell is not None:
+            last = self.logs.store.last_text(cell.node, cell.rank)
+            rate = self.run.step_rate(cell.node, cell.local_rank)
+        self.details.show_rank(cell, last, rate)

@@ -9,7 +9,7 @@ import hostlist
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptui.core.events import Notice, RankState, TeardownReport
+from ddptui.core.events import Notice, RankState, RunPhase, TeardownReport
 from ddptui.core.runs.summary import RunSummary
 
 MAX_NOTICES = 4
@@ -31,7 +31,8 @@ class RunOutcome(Static):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.phase = "not launched"
+        self.phase = RunPhase.NOT_LAUNCHED
+        self.phase_detail = ""
         self.run_id: str | None = None
         self.run_dir: str | None = None
         self.notices: deque[Notice] = deque(maxlen=MAX_NOTICES)
@@ -51,8 +52,9 @@ class RunOutcome(Static):
         self.stopped_by = None
         self._redraw()
 
-    def set_phase(self, phase: str) -> None:
-        self.phase = phase
+    def set_phase(self, phase: RunPhase, detail: str = "") -> None:
+        """The phase as the session decided it (the console alone says `crashed`)."""
+        self.phase, self.phase_detail = phase, detail
         self._redraw()
 
     def add_notice(self, notice: Notice) -> None:
@@ -88,7 +90,8 @@ class RunOutcome(Static):
         text = Text()
         text.append("run ", style="bold")
         text.append(self.run_id or "—")
-        text.append(f"  ·  {self.phase}", style="bold")
+        phase = f"{self.phase}: {self.phase_detail}" if self.phase_detail else str(self.phase)
+        text.append(f"  ·  {phase}", style="bold")
         if self.run_dir:
             text.append(f"\n    logs {self.run_dir}/nodes", style="dim")
         if self.reports:
