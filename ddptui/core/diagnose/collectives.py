@@ -106,7 +106,11 @@ class _Final:
 
 
 class CollectiveTimeline:
-    """Every rank's collectives, per process group and sequence number, made into steps."""
+    """Every rank's collectives, per process group and sequence number, made into steps.
+
+    `world_size` (the rendezvous's): no collective of the main group is final before every
+    rank was heard from. Without it the group is whoever has reported so far, and a rank
+    whose first sample comes late misses the collectives already final."""
 
     def __init__(self, world_size: int | None = None, keep: int = 4096) -> None:
         self.world_size = world_size
