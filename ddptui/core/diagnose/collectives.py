@@ -103,6 +103,8 @@ class _Final:
     arrivals: dict[int, int]  # rank -> enqueue ns, console clock
     own: dict[int, int]  # rank -> enqueue ns, the rank's own clock
     durations: dict[int, int]
+    first_ns: int = 0  # the first and last arrival, once final
+    last_ns: int = 0
 
 
 class CollectiveTimeline:
@@ -121,34 +123,38 @@ class CollectiveTimeline:
         self._final: dict[int, list[_Final]] = {}
         self._next: dict[int, int] = {}  # pg -> the lowest seq not yet final
         self._first: dict[int, int] = {}  # pg -> the lowest seq reported before any was final
+        self._dirty: set[int] = set()  # groups with reports not yet looked at by _finalize
         self._steps: dict[int, StepTimes] = {}
         self._shape: tuple[int, int, int] | None = None  # (pg, period, phase) of _steps
         self.lost = 0
 
     def add(self, sample: CollectiveSample, offset: ClockOffset = ZERO) -> None:
-        """One rank's sample, its node's clock `offset` from the console's."""
-        rank, pgs = sample.rank, set()
+        """One rank's sample, its node's clock `offset` from the console's (what is final
+        is decided when steps are asked for: once a round, not once a sample)."""
+        rank, shift, pending = sample.rank, offset.offset_ns, self._pending
         self.lost += sample.lost
+        newest: dict[int, int] = {}
         for c in sample.collectives:
-            key = (c.pg, c.seq)
-            entry = self._pending.get(key)
+            pg, seq = c.pg, c.seq
+            entry = pending.get((pg, seq))
             if entry is None:
-                if c.seq < self._next.get(c.pg, 0):
-                    continue  # final already without this rank: too late
-                entry = _Final(c.seq, f"{c.op}{c.sizes}", {}, {}, {})
-                self._pending[key] = entry
-            entry.arrivals[rank] = offset.to_console_ns(c.created_ns)
+                if pg in self._next:
+                    if seq < self._next[pg]:
+                        continue  # final already without this rank: too late
+                else:
+                    self._first[pg] = min(self._first.get(pg, seq), seq)
+                entry = pending[(pg, seq)] = _Final(seq, f"{c.op}{c.sizes}", {}, {}, {})
+            entry.arrivals[rank] = c.created_ns - shift
             entry.own[rank] = c.created_ns
             if c.duration_ns is not None:
                 entry.durations[rank] = c.duration_ns
-            if c.pg not in self._next:
-                self._first[c.pg] = min(self._first.get(c.pg, c.seq), c.seq)
-            self._members.setdefault(c.pg, set()).add(rank)
-            latest = self._latest.setdefault(c.pg, {})
-            latest[rank] = max(latest.get(rank, -1), c.seq)
-            pgs.add(c.pg)
-        for pg in pgs:
-            self._finalize(pg)
+            if seq > newest.get(pg, -1):
+                newest[pg] = seq
+        for pg, seq in newest.items():
+            self._members.setdefault(pg, set()).add(rank)
+            latest = self._latest.setdefault(pg, {})
+            latest[rank] = max(latest.get(rank, -1), seq)
+            self._dirty.add(pg)
 
     def main_pg(self) -> int | None:
         """The group with the most ranks (the lowest id of equals): the one steps come from."""
@@ -168,6 +174,8 @@ class CollectiveTimeline:
         while seq <= upto:
             entry = self._pending.pop((pg, seq), None)
             if entry is not None and len(entry.arrivals) == len(members):
+                entry.first_ns = min(entry.arrivals.values())
+                entry.last_ns = max(entry.arrivals.values())
                 final.append(entry)
             seq += 1
         self._next[pg] = seq
@@ -189,7 +197,7 @@ class CollectiveTimeline:
         gaps: dict[int, list[int]] = {}
         for a, b in zip(recent, recent[1:], strict=False):
             if b.seq == a.seq + 1:
-                gap = min(b.arrivals.values()) - max(a.arrivals.values())
+                gap = b.first_ns - a.last_ns
                 gaps.setdefault(a.seq % period, []).append(gap)
         if not gaps:
             return period, 0
@@ -197,6 +205,9 @@ class CollectiveTimeline:
 
     def steps(self, limit: int = 64) -> list[StepTimes]:
         """The newest `limit` steps of the main group, oldest first."""
+        for dirty in sorted(self._dirty):
+            self._finalize(dirty)
+        self._dirty.clear()
         pg = self.main_pg()
         final = self._final.get(pg, []) if pg is not None else []
         if len(final) < 2 or pg is None:
@@ -226,8 +237,7 @@ def _step(prev: _Final, cur: _Final) -> StepTimes:
         fastest = min(cur.durations.values())
         waits = {r: (d - fastest) / 1e9 for r, d in cur.durations.items()}
         return StepTimes(cur.seq, period_s, waits, "duration")
-    last = max(cur.arrivals.values())
-    waits = {r: (last - a) / 1e9 for r, a in cur.arrivals.items()}
+    waits = {r: (cur.last_ns - a) / 1e9 for r, a in cur.arrivals.items()}
     return StepTimes(cur.seq, period_s, waits, "arrival")
 
 

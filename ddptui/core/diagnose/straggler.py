@@ -90,25 +90,28 @@ class StragglerScorer:
         window = list(steps)[-self.window_steps :]
         if len(window) < self.min_steps:
             return StragglerResult((), (), (), "", (), len(window), self.threshold)
-        waits: dict[int, list[float]] = {}
-        computes: dict[int, list[float]] = {}
-        for step in window:
-            for rank, wait in step.waits.items():
-                waits.setdefault(rank, []).append(wait)
-                computes.setdefault(rank, []).append(step.period_s - wait)
-        floor = 1e-6
-        compute = {r: max(floor, median(v)) for r, v in computes.items()}
+        ranks = sorted(set().union(*(step.waits for step in window)))
+        periods = [step.period_s for step in window]
+        waits = {r: [step.waits.get(r) for step in window] for r in ranks}
+        compute, wait_of = {}, {}
+        for rank, column in waits.items():
+            lengths = [p - w for p, w in zip(periods, column, strict=True) if w is not None]
+            compute[rank] = max(1e-6, median(lengths))
+            wait_of[rank] = median(w for w in column if w is not None)
         best_now = min(compute.values())
         scores = []
-        for rank in sorted(compute):
+        for rank in ranks:
             mine = compute[rank]
-            best = self._best[rank] = min(self._best.get(rank, mine), mine)
-            late = mine - best_now
-            relative = best_now / mine
+            best = self._best.get(rank, mine)
+            if mine < best:
+                best = mine
+            self._best[rank] = best
+            late, relative = mine - best_now, best_now / mine
             slow = relative < self.threshold and late >= self.min_late_s
             node = nodes.get(rank, "")
-            wait = median(waits[rank])
-            scores.append(RankScore(rank, node, relative, best / mine, mine, wait, late, slow))
+            scores.append(
+                RankScore(rank, node, relative, best / mine, mine, wait_of[rank], late, slow)
+            )
         methods = [s.method for s in window]
         method = max(set(methods), key=methods.count)
         return self._result(tuple(scores), method, len(window))
