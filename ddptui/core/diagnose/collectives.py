@@ -29,6 +29,7 @@ from ddptui.core.diagnose.clock import ZERO, ClockOffset
 
 MAX_PERIOD = 32  # collectives a step, at most, that the period search tries
 GAP_SAMPLES = 256  # the newest final collectives the period and phase are judged on
+GAP_RANKS = 8  # the ranks whose own gaps between collectives find the step's end
 
 
 @dataclass(frozen=True)
@@ -183,25 +184,37 @@ class CollectiveTimeline:
             del final[: len(final) - self.keep]
 
     def _shape_of(self, final: list[_Final]) -> tuple[int, int]:
-        """(collectives a step, the seq residue of each step's last collective)."""
+        """(collectives a step, the seq residue of each step's last collective).
+
+        The (op, sizes) sequence repeats with some period; a step may hold several of
+        those (buckets of one size), so the step is the multiple of it at which one phase's
+        gap to the next collective (each rank's own clock, a few ranks' median) is always
+        wide and every other phase's narrow: the pause between one step's last all-reduce
+        and the next step's first. No such multiple: the signature's period, phase 0."""
         recent = final[-GAP_SAMPLES:]
         sigs = {e.seq: e.sig for e in recent}
-        period = 1
+        base = 1
         for p in range(1, min(MAX_PERIOD, len(recent) // 3) + 1):
             pairs = [(s, sigs[s - p]) for s in sigs if s - p in sigs]
             if pairs and sum(sigs[s] != prev for s, prev in pairs) <= len(pairs) // 10:
-                period = p
+                base = p
                 break
-        if period == 1:
-            return 1, 0
-        gaps: dict[int, list[int]] = {}
+        probe = sorted(recent[-1].own)[:GAP_RANKS]
+        gaps: list[tuple[int, float]] = []
         for a, b in zip(recent, recent[1:], strict=False):
             if b.seq == a.seq + 1:
-                gap = b.first_ns - a.last_ns
-                gaps.setdefault(a.seq % period, []).append(gap)
-        if not gaps:
-            return period, 0
-        return period, max(gaps, key=lambda j: median(gaps[j]))
+                gaps.append((a.seq, median(b.own[r] - a.own[r] for r in probe)))
+        for period in range(2 * base if base == 1 else base, MAX_PERIOD + 1, base):
+            phases: dict[int, list[float]] = {}
+            for seq, gap in gaps:
+                phases.setdefault(seq % period, []).append(gap)
+            if len(phases) < period or min(len(v) for v in phases.values()) < 3:
+                break  # too few steps seen to tell
+            wide = max(phases, key=lambda j: median(phases[j]))
+            narrow = max(_quantile(v, 0.75) for j, v in phases.items() if j != wide)
+            if _quantile(phases[wide], 0.25) > 2 * max(narrow, 0.0):
+                return period, wide
+        return base, 0
 
     def steps(self, limit: int = 64) -> list[StepTimes]:
         """The newest `limit` steps of the main group, oldest first."""
@@ -228,6 +241,11 @@ class CollectiveTimeline:
             newest = sorted(self._steps)[-2 * limit :]
             self._steps = {s: self._steps[s] for s in newest}
         return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _step(prev: _Final, cur: _Final) -> StepTimes:

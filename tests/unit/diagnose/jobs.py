@@ -20,10 +20,12 @@ def simulate(
     jitter_s: float = 0.0,
     skew_s: Mapping[int, float] | None = None,
     durations: bool = False,
+    same_sizes: bool = False,
     seed: int = 0,
 ) -> list[CollectiveSample]:
     """Every rank's samples of a DDP job: each step a rank computes `step_s` plus
-    `extra(rank, step)` (plus uniform jitter), then enqueues `buckets` all-reduces 5 ms apart;
+    `extra(rank, step)` (plus uniform jitter), then enqueues `buckets` all-reduces 5 ms apart
+    (each of its own size, or all of one with `same_sizes`);
     a bucket completes 2 ms after its last rank enqueued it. Node `n`'s clock reads
     `skew_s[n]` seconds ahead. One sample per rank per 5 steps."""
     rng = random.Random(seed)
@@ -44,7 +46,8 @@ def simulate(
             for r in range(ranks):
                 node_ns = arrive[r] + int(skew.get(r // per_node, 0.0) * NS)
                 took = done - arrive[r] if durations else None
-                rows[r].append(Collective(0, seq, "nccl:all_reduce", f"[[{b}]]", node_ns, took))
+                sizes = "[[4]]" if same_sizes else f"[[{b}]]"
+                rows[r].append(Collective(0, seq, "nccl:all_reduce", sizes, node_ns, took))
             release = done
         if step % 5 == 4 or step == steps - 1:
             for r in range(ranks):

@@ -73,6 +73,20 @@ def test_the_step_is_found_among_several_buckets_and_ends_at_its_last() -> None:
     assert steps[-1].waits[2] == 0.0 and steps[-1].waits[0] == pytest.approx(0.05)
 
 
+def test_buckets_of_one_size_are_told_apart_by_the_pause_after_the_step() -> None:
+    """Two all-reduces of the same size a step: their (op, sizes) repeat every collective,
+    but the wide gap comes every second one, so the step is two."""
+    samples = simulate(
+        steps=30, buckets=2, same_sizes=True, jitter_s=0.01, extra=lambda r, s: 0.05 * (r == 3)
+    )
+    timeline = CollectiveTimeline(world_size=4)
+    for s in samples:
+        timeline.add(s)
+    steps = timeline.steps()
+    assert all(s.seq % 2 == 0 for s in steps) and len(steps) == 29
+    assert min(steps[-1].waits, key=steps[-1].waits.__getitem__) == 3
+
+
 def test_a_node_clock_ahead_is_taken_off_with_its_offset() -> None:
     """Node 1's clock is 2 s ahead: uncorrected, its ranks look 2 s late; corrected, the
     true straggler (rank 0, on node 0) is the one the others wait for."""
