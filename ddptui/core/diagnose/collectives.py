@@ -192,9 +192,10 @@ class CollectiveTimeline:
         wide and every other phase's narrow: the pause between one step's last all-reduce
         and the next step's first. No such multiple: the signature's period, phase 0."""
         recent = final[-GAP_SAMPLES:]
-        sigs = {e.seq: e.sig for e in recent}
+        # the newer half: a job's first collectives (DDP's broadcasts) follow no pattern
+        sigs = {e.seq: e.sig for e in recent[len(recent) // 2 :]}
         base = 1
-        for p in range(1, min(MAX_PERIOD, len(recent) // 3) + 1):
+        for p in range(1, min(MAX_PERIOD, len(sigs) // 3) + 1):
             pairs = [(s, sigs[s - p]) for s in sigs if s - p in sigs]
             if pairs and sum(sigs[s] != prev for s, prev in pairs) <= len(pairs) // 10:
                 base = p
