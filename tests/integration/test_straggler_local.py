@@ -1,7 +1,8 @@
 """Stragglers found from the collectives the worker hook samples, with real torchrun (gloo).
 
 The job is a plain DDP loop (tests/data/straggler/slow_rank_ddp.py) in which chosen ranks
-sleep 40% longer a step; its step rates are all equal. The session does not read the
+sleep 50% longer a step (their step about 45% longer: the model's compute is the same);
+its step rates are all equal. The session does not read the
 hook's records yet, so the test reads them from each node's debug directory in the run
 directory and scores them, round after round, as the console will.
 """
@@ -55,21 +56,25 @@ def _rounds(steps: list[StepTimes], nodes: dict[int, str]) -> dict[int, Straggle
 
 
 def test_a_rank_slow_for_a_while_is_named_then_cleared(tmp_path: Path) -> None:
-    _, steps, nodes = _run(tmp_path, "--steps", "100", "--slow-rank", "1", "--slow-until", "50")
+    _, steps, nodes = _run(
+        tmp_path, "--steps", "100", "--slow-rank", "1", "--slow", "1.5", "--slow-until", "50"
+    )
     assert len(steps) >= 90 and {s.method for s in steps} == {"arrival"}
     rounds = _rounds(steps, nodes)
-    slow = [r for end, r in rounds.items() if end <= 45]
+    slow = [r for end, r in rounds.items() if 15 <= end <= 45]
     assert all(r.ranks == (1,) and not r.nodes for r in slow), [r.evidence for r in slow]
     named = slow[-1]
     assert named.evidence[0].startswith(f"rank 1 ({nodes[1]}) at 0.")
-    score = named.score_of(1)  # the job sleeps 0.1 s a step, rank 1 0.14 s
-    assert score is not None and 0.6 < score.relative < 0.8 and 0.025 < score.late_s < 0.06
+    score = named.score_of(1)  # the job sleeps 0.1 s a step, rank 1 0.15 s
+    assert score is not None and 0.55 < score.relative < 0.75 and 0.035 < score.late_s < 0.07
     recovered = [r for end, r in rounds.items() if end >= 75]
     assert recovered and all(r.ranks == () and r.evidence == () for r in recovered)
 
 
 def test_a_slow_node_is_named_as_a_node(tmp_path: Path) -> None:
-    _, steps, nodes = _run(tmp_path, "--steps", "60", "--slow-rank", "2", "--slow-rank", "3")
+    _, steps, nodes = _run(
+        tmp_path, "--steps", "60", "--slow-rank", "2", "--slow-rank", "3", "--slow", "1.5"
+    )
     last = list(_rounds(steps, nodes).values())[-1]
     assert last.ranks in ((2, 3), (3, 2)) and last.nodes == (nodes[2],)
     assert nodes[2] == nodes[3] != nodes[0]

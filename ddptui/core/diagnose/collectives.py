@@ -232,8 +232,8 @@ class CollectiveTimeline:
         ends = [e for e in final if e.seq % period == phase][-(limit + 1) :]
         out = []
         for prev, cur in zip(ends, ends[1:], strict=False):
-            if cur.seq - prev.seq != period:
-                continue
+            if cur.seq - prev.seq != period or cur.sig != prev.sig:
+                continue  # a collective missed, or not the step's pattern (the first ones)
             step = self._steps.get(cur.seq)
             if step is None:
                 step = self._steps[cur.seq] = _step(prev, cur)

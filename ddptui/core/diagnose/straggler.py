@@ -5,12 +5,12 @@ barrier), so step rates cannot tell the straggler. What differs is the wait: the
 in the collective for the rank that arrives last. A rank's compute per step is the step's
 length minus its wait (`collectives.StepTimes`), and as in NVIDIA's resiliency extension
 (NVRx) its **relative** score is the best rank's compute over its own (1: as fast as the
-fastest) and its **individual** score its own best compute over its compute now (1: as fast
-as it ever was). Both are medians over a sliding window of steps, so a burst does not flag a
-rank and a rank that recovers is cleared once the window has moved past its slow steps. A
-rank is slow below the threshold (0.75 by default) when it also costs its peers at least
-`min_late_s` a step (noise on a balanced job stays below both); a node is slow when every one
-of its ranks is.
+fastest) and its **individual** score its own best compute (of a whole window) over its
+compute now (1: as fast as it ever was). Both are medians over a sliding window of steps, so
+a burst does not flag a rank and a rank that recovers is cleared once the window has moved
+past its slow steps. A rank is slow below the threshold (0.75 by default) when it also costs
+its peers at least `min_late_s` a step (noise on a balanced job stays below both); a node is
+slow when every one of its ranks is.
 """
 
 from __future__ import annotations
@@ -99,13 +99,15 @@ class StragglerScorer:
             compute[rank] = max(1e-6, median(lengths))
             wait_of[rank] = median(w for w in column if w is not None)
         best_now = min(compute.values())
+        full = len(window) >= self.window_steps  # a rank's best is of whole windows only
         scores = []
         for rank in ranks:
             mine = compute[rank]
             best = self._best.get(rank, mine)
-            if mine < best:
+            if mine < best and full:
                 best = mine
-            self._best[rank] = best
+            if full:
+                self._best[rank] = best
             late, relative = mine - best_now, best_now / mine
             slow = relative < self.threshold and late >= self.min_late_s
             node = nodes.get(rank, "")
