@@ -65,7 +65,8 @@ def parse_sample(line: str | bytes) -> CollectiveSample | None:
     try:
         data: Any = json.loads(line)
         rows = []
-        for pg, seq, op, sizes, created, _started, _completed, duration_ms in data["rows"]:
+        for row in data["rows"]:
+            pg, seq, op, sizes, created, _started, _completed, duration_ms = row[:8]
             if not isinstance(pg, int) or not isinstance(seq, int) or not created:
                 continue
             duration = int(duration_ms * 1e6) if duration_ms is not None else None

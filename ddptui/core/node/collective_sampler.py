@@ -9,7 +9,7 @@ flight recorder without stack traces, and appends one JSON line to
 
     {"v": 1, "rank", "local_rank", "host", "pid", "wall_ns", "mono_ns", "period_s",
      "cost_us", "cpu_us", "lost", "rows": [[pg, seq, op, sizes, created_ns, started_ns,
-     completed_ns, duration_ms], ...]}
+     completed_ns, duration_ms, dtypes, output_sizes], ...]}
 
 `created_ns` is when the rank enqueued the collective (wall clock of its node); NCCL fills
 `started_ns`/`completed_ns` and, with TORCH_NCCL_ENABLE_TIMING=1, `duration_ms` (the GPU's own
@@ -76,7 +76,8 @@ def _plain_load(data):
 
 def _row(entry):
     """One collective's record, compact: [pg, seq, op, sizes, created, started, completed,
-    duration_ms] (times in ns of the node's wall clock; 0 from the recorder becomes null)."""
+    duration_ms, dtypes, output_sizes] (times in ns of the node's wall clock; 0 from the
+    recorder becomes null; dtypes and output sizes for the collective audit)."""
     duration = entry.get("duration_ms")
     return [
         entry.get("pg_id"),
@@ -87,6 +88,8 @@ def _row(entry):
         entry.get("time_discovered_started_ns") or None,
         entry.get("time_discovered_completed_ns") or None,
         float(duration) if duration is not None else None,
+        entry.get("input_dtypes"),
+        entry.get("output_sizes"),
     ]
 
 

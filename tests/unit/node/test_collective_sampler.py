@@ -27,6 +27,8 @@ def _entry(rid: int, seq: int, op: str = "gloo:all_reduce", **more: object) -> d
         "time_discovered_completed_ns": 0,
         "state": "scheduled",
         "is_p2p": False,
+        "input_dtypes": ["Float"],
+        "output_sizes": [[4]],
         **more,
     }
 
@@ -37,7 +39,7 @@ def test_only_records_not_written_before_are_returned_and_overwritten_ones_count
     sampler = CollectiveSampler(str(tmp_path / "rank_0.jsonl"), 0, 0)
     rows, lost = sampler.new_rows("fr", {"entries": [_entry(0, 1), _entry(1, 2)]})
     assert [r[1] for r in rows] == [1, 2] and lost == 0
-    assert rows[0] == [0, 1, "gloo:all_reduce", [[4]], 1_000, None, None, None]
+    assert rows[0] == [0, 1, "gloo:all_reduce", [[4]], 1_000, None, None, None, ["Float"], [[4]]]
     rows, lost = sampler.new_rows("fr", {"entries": [_entry(1, 2), _entry(5, 6), _entry(6, 7)]})
     assert [r[1] for r in rows] == [6, 7] and lost == 3
     assert sampler.new_rows("fr", {"entries": [_entry(6, 7)]}) == ([], 0)
@@ -53,7 +55,7 @@ def test_an_nccl_record_waits_until_it_completed_and_p2p_is_left_out(tmp_path: P
         _entry(3, 3, "nccl:all_reduce", **done),
     ]
     rows, _ = sampler.new_rows("nccl", {"entries": entries})
-    assert [r[1] for r in rows] == [1] and rows[0][6:] == [9, 0.5]
+    assert [r[1] for r in rows] == [1] and rows[0][6:8] == [9, 0.5]
     entries[2] = _entry(2, 2, "nccl:all_reduce", **done)
     rows, _ = sampler.new_rows("nccl", {"entries": entries})
     assert [r[1] for r in rows] == [2, 3]
