@@ -1,7 +1,7 @@
 """A straggler on GPUs: rank 1 of a 2-rank NCCL job sleeps 0.6 s more a step; who is named.
 
-On a machine with 2+ GPUs: `python bench/gpu_straggler.py OUT_DIR` (the device's run;
-`sh bench/gpu_straggler.sh OUT_DIR` wraps it with the cost bench).
+On a machine with 2+ GPUs: `python bench/gpu/straggler.py OUT_DIR` (the device's run;
+`sh bench/gpu/straggler.sh OUT_DIR` wraps it with the cost bench).
 
 1. `ddptui run --headless --nodes 1 --nproc-per-node N` of the straggler tests' plain DDP
    loop (tests/data/straggler/slow_rank_ddp.py: 0.2 s of sleep a step, rank 1 0.6 s more),

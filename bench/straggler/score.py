@@ -7,7 +7,7 @@ through `CollectiveTimeline.add` (with its node's clock offset), then `steps` an
 table gives the median and worst CPU time (process time) of each part over the rounds, and
 checks that the slow rank was named.
 
-    python3 -m bench.straggler_score [--rounds N]
+    python3 -m bench.straggler.score [--rounds N]
 """
 
 from __future__ import annotations

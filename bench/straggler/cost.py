@@ -7,7 +7,7 @@ is the most expensive one), with the worker hook installed as the job helper ins
 DDPTUI_COLLECTIVES_S=1 (on) or 0 (off). Reports the median wall time of the run's steps
 per mode and the sampler's own account from its records (dump time, CPU, period).
 
-    python3 -m bench.straggler_cost [--reps 3] [--steps 1500] [--nproc 2]
+    python3 -m bench.straggler.cost [--reps 3] [--steps 1500] [--nproc 2]
 """
 
 from __future__ import annotations
