@@ -7,7 +7,6 @@ import os
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
-from ddptui.core.job.gpus import CUDA_VISIBLE, split_gpus
+from ddptui.core.job.gpus import CUDA_VISIBLE, machine_gpus, split_gpus
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec, SpecError, check_local_script
 from ddptui.core.runs.run_dir import RunDir, state_dir
@@ -48,23 +47,6 @@ def container_engine(spec: JobSpec) -> str | None:
     """podman/docker when the pseudo-nodes are containers (torch is then the image's)."""
     c = spec.container
     return c.engine if c is not None and c.engine != "pyxis" else None
-
-
-def machine_gpus() -> int:
-    """How many GPUs this machine has, as `nvidia-smi --list-gpus` counts them (the console
-    never imports torch); 0 without nvidia-smi or when it fails (no working driver)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        done = subprocess.run(
-            [smi, "--list-gpus"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    if done.returncode != 0:
-        return 0
-    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
 def local_gpus(spec: JobSpec, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:

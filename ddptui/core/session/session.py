@@ -147,6 +147,8 @@ class Session:
                 f"run {self.run_id}: getting {self.spec.nodes} node(s) from {self.backend.name}",
             )
         )
+        if self.spec.shape_note:  # the shape ddptui chose for this machine, and why
+            self.emit(Notice("info", self.spec.shape_note))
         nodes = await self._until_stopped(self.backend.allocate())
         port = await self.backend.rdzv_port(nodes[0])
         self.plan = self.backend.plan(nodes, port)
