@@ -30,11 +30,26 @@ from ddptui.core.runs.run_dir import RunDir
 Emit = Callable[[Event], None]
 GpuSampleSink = Callable[[str, dict[str, Any]], None]
 REAP_GRACE_S = 3.0
+PORT_TAKEN = "port-taken "  # the node helper's start report when the rendezvous port is held
 START_TIMEOUT_S = 60.0
 
 
 class BackendError(RuntimeError):
     """Nodes could not be had or reached; the message is for the operator, on one line."""
+
+
+class PortTaken(BackendError):
+    """The rendezvous port cannot be bound on the node that serves the rendezvous: the node
+    helper's port report (netinfo.port_report) says who holds it and a port free there."""
+
+    def __init__(self, node: str, report: dict[str, Any]) -> None:
+        self.node, self.report = node, report
+        free = report.get("free_port")
+        tip = f" ({free} is free there now)" if free else ""
+        super().__init__(
+            f"port {report['port']} on {node} is {report.get('why') or report['error']}: "
+            f"the rendezvous cannot be served there; choose another with --rdzv-port{tip}"
+        )
 
 
 class NodeStartError(BackendError):
@@ -202,6 +217,33 @@ class HelperBackend(Backend):
         for report in reports:
             self.emit(report)
 
+    async def head_port_taken(self, head: str) -> dict[str, Any] | None:
+        """The port report of the first node's `launch` started ahead, when it refused to
+        start because the rendezvous port is held there; None when it started (or did not
+        start for another reason, which `start` tells)."""
+        ahead = self._prestarted.get(head)
+        if ahead is None:
+            return None
+        try:
+            report = await asyncio.wait_for(asyncio.shield(ahead[1].report), START_TIMEOUT_S)
+        except (TransportError, TimeoutError):
+            return None
+        if not report.startswith(PORT_TAKEN):
+            return None
+        taken: dict[str, Any] = json.loads(report[len(PORT_TAKEN) :])
+        return taken
+
+    async def drop_prestarted(self) -> None:
+        """Stop the nodes started ahead, to start them again (another rendezvous port): as
+        `abort_prestarted`, but a clean node is no news; one left unclean stops the launch."""
+        ahead = [command for command, _ in self._prestarted.values()]
+        reports = await asyncio.gather(*(self.reap(command) for command in ahead))
+        unclean = [r for r in reports if not r.clean]
+        for report in unclean:
+            self.emit(report)
+        if unclean:
+            raise BackendError(f"{unclean[0].node}: {unclean[0].detail}")
+
     async def _settle(self, launch: LaunchStream) -> None:
         """Wait until a node's `launch` has started its job or failed to (a job that starts
         after its reap would be left behind), then stop following it."""
@@ -225,12 +267,8 @@ class HelperBackend(Backend):
             raise NodeStartError(command.node, str(exc) or "timed out") from None
         if not report.startswith("{"):
             await launch.close()
-            if report.startswith("port-taken "):
-                port = self.start_checks(command)["port_check"][1]
-                raise BackendError(
-                    f"rendezvous port {port} on {command.node} is not available "
-                    f"({report[len('port-taken ') :]}): choose another with --rdzv-port"
-                )
+            if report.startswith(PORT_TAKEN):
+                raise PortTaken(command.node, json.loads(report[len(PORT_TAKEN) :]))
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
 

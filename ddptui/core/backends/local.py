@@ -11,12 +11,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend, PortTaken
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
 from ddptui.core.job.gpus import CUDA_VISIBLE, machine_gpus, split_gpus
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec, SpecError, check_local_script
+from ddptui.core.node.netinfo import port_report
+from ddptui.core.node.reaper import TAG_VAR
 from ddptui.core.runs.run_dir import RunDir, state_dir
 
 LOOPBACK = "127.0.0.1"
@@ -140,7 +142,14 @@ class LocalBackend(HelperBackend):
         return str(state_dir() / "runs")
 
     async def rdzv_port(self, head: NodeTarget) -> int:
-        return self.spec.rdzv_port or free_port()
+        """The port the operator gave, if it can be bound here (else who holds it is said),
+        or one the OS picks free."""
+        if self.spec.rdzv_port is None:
+            return free_port()
+        report = port_report(LOOPBACK, self.spec.rdzv_port, TAG_VAR)
+        if not report["free"]:
+            raise PortTaken(head.name, report)
+        return self.spec.rdzv_port
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
         return local_plan(self.spec, nodes, self.run.run_id, port, self._gpus)
