@@ -25,6 +25,7 @@ from ddptui.core.node import (
     with_job,
     worker_hook_source,
 )
+from ddptui.core.node.reaper import TAG_VAR
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -115,6 +116,11 @@ class Backend(ABC):
         """A run left detached, asked how it is: the node's exit code once its job has
         ended, None while it runs; BackendError when the node cannot tell."""
         raise BackendError(f"{self.name} cannot say whether a node's job has ended")
+
+    async def port_holders(self, command: NodeCommand, port: int) -> list[dict[str, Any]] | None:
+        """Who listens on `port` on the node (netinfo.port_holders, with their job tags);
+        None when this backend cannot ask the node."""
+        return None
 
     async def release(self) -> None:
         """Give the allocation back (Slurm) and close connections."""
@@ -319,6 +325,22 @@ class HelperBackend(Backend):
         if report["running"]:
             return None
         raise BackendError(f"{command.node}: the job is gone and left no exit code")
+
+    async def port_holders(self, command: NodeCommand, port: int) -> list[dict[str, Any]] | None:
+        """The node helper's `port` over the node's connection (not from this host, where a
+        step's launch runs: Slurm)."""
+        if not self.launch_on_node:
+            return None
+        argv = self._argv("port", command.address, str(port), TAG_VAR)
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError):
+            return None
+        holders: list[dict[str, Any]] = report.get("holders", [])
+        return holders
 
     def debug_dir(self, command: NodeCommand) -> str:
         """The node's debug directory (stacks, flight-recorder dumps), beside its log."""
