@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
+from ddptui.core.backends.rdzv_port import port_taken, refusal
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
 from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
@@ -31,7 +32,6 @@ from ddptui.core.runs.run_dir import RunDir
 Emit = Callable[[Event], None]
 GpuSampleSink = Callable[[str, dict[str, Any]], None]
 REAP_GRACE_S = 3.0
-PORT_TAKEN = "port-taken "  # the node helper's start report when the rendezvous port is held
 START_TIMEOUT_S = 60.0
 
 
@@ -40,17 +40,11 @@ class BackendError(RuntimeError):
 
 
 class PortTaken(BackendError):
-    """The rendezvous port cannot be bound on the node that serves the rendezvous: the node
-    helper's port report (netinfo.port_report) says who holds it and a port free there."""
+    """The rendezvous port is held on the node that serves the rendezvous (rdzv_port.py)."""
 
     def __init__(self, node: str, report: dict[str, Any]) -> None:
+        super().__init__(refusal(node, report))
         self.node, self.report = node, report
-        free = report.get("free_port")
-        tip = f" ({free} is free there now)" if free else ""
-        super().__init__(
-            f"port {report['port']} on {node} is {report.get('why') or report['error']}: "
-            f"the rendezvous cannot be served there; choose another with --rdzv-port{tip}"
-        )
 
 
 class NodeStartError(BackendError):
@@ -234,10 +228,7 @@ class HelperBackend(Backend):
             report = await asyncio.wait_for(asyncio.shield(ahead[1].report), START_TIMEOUT_S)
         except (TransportError, TimeoutError):
             return None
-        if not report.startswith(PORT_TAKEN):
-            return None
-        taken: dict[str, Any] = json.loads(report[len(PORT_TAKEN) :])
-        return taken
+        return port_taken(report)
 
     async def drop_prestarted(self) -> None:
         """Stop the nodes started ahead, to start them again (another rendezvous port): as
@@ -273,8 +264,9 @@ class HelperBackend(Backend):
             raise NodeStartError(command.node, str(exc) or "timed out") from None
         if not report.startswith("{"):
             await launch.close()
-            if report.startswith(PORT_TAKEN):
-                raise PortTaken(command.node, json.loads(report[len(PORT_TAKEN) :]))
+            taken = port_taken(report)
+            if taken is not None:
+                raise PortTaken(command.node, taken)
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
 
