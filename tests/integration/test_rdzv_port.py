@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed import SlurmCluster
 from testbed.netns import Testbed
 from tests.cases import TRAINER
+from tests.integration.slurmrun import run as slurm_run
 from tests.integration.sshrun import run_headless
 
 pytestmark = pytest.mark.integration
@@ -111,24 +113,18 @@ def test_ssh_the_default_port_held_on_the_first_host_is_picked_again(
     assert all(e["clean"] for e in run.of("teardown"))
 
 
-def test_ssh_an_explicit_port_held_on_the_first_host_is_refused_naming_its_holder(
-    clean_testbed: Testbed, tmp_path: Path
+# A port the operator gave, held on the first host: test_ssh_backend.py
+# (test_rendezvous_port_taken_on_first_host), refused naming its holder.
+
+
+def test_slurm_the_port_held_on_the_first_node_is_refused_naming_its_holder(
+    slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    tb = clean_testbed
-    with held(_squatter_in(tb, "node1"), 29400):
-        run = run_headless(
-            tb,
-            tmp_path / "state",
-            "--hosts",
-            "node[1-2]",
-            "--nproc-per-node",
-            "1",
-            "--rdzv-port",
-            "29400",
-            str(TRAINER / "envcheck.py"),
-        )
+    with held(_squatter_in(slurm_cluster.tb, "node1"), 29400) as squatter:
+        script = str(TRAINER / "envcheck.py")
+        run = slurm_run(slurm_cluster, tmp_path, "--nproc-per-node", "1", script)
     assert run.code != 0
     detail = run.summary["detail"]
-    assert detail.startswith("port 29400 on node1 is in use by PID "), detail
-    assert "(user root, " in detail and "choose another with --rdzv-port" in detail
-    assert all(e["clean"] for e in run.of("teardown"))  # node2, started ahead, is gone
+    said = f"rendezvous port 29400 on node1 is not available (in use by PID {squatter.pid} "
+    assert detail.startswith(said), detail
+    assert "(user root, " in detail and "--rdzv-port" in detail

@@ -109,3 +109,21 @@ def test_who_holds_the_port_names_a_squatter_or_a_node_serving_itself() -> None:
     split = check.holders_seen({"node1": [ours], "node2": [itself]})
     assert split is not None and (split.node, split.cause) == ("node2", WorldCause.SPLIT_WORLD)
     assert split.explanation.startswith("node2 serves a rendezvous of its own on port 29400")
+
+
+def test_an_elastic_world_is_judged_by_its_floor() -> None:
+    check = WorldCheck(_plan(), 0.0)
+    assert check.seen(RendezvousAsked("node1", "r1", ENDPOINT, 2, 3)) is None
+    assert check.seen(WorldJoined("node1", 0, 2, 4, "10.0.0.11")) is None
+    assert check.seen(RendezvousAsked("node2", "r1", ENDPOINT, 2, 3)) is None
+    alone = check.seen(WorldJoined("node2", 0, 1, 2, "10.0.0.12"))
+    assert alone is not None and alone.cause == WorldCause.SPLIT_WORLD
+
+
+def test_a_big_job_asks_a_few_nodes_per_round_in_turn() -> None:
+    addresses = tuple(f"10.0.1.{i}" for i in range(1, 41))
+    check = WorldCheck(_plan(addresses), 0.0)
+    first = check.probe_due(PROBE_AFTER_S)
+    second = check.probe_due(PROBE_AFTER_S + 100.0)
+    assert first[0] == second[0] == "node1"
+    assert len(first) == len(second) == 17 and not set(first[1:]) & set(second[1:])

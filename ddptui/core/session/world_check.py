@@ -25,6 +25,7 @@ from ddptui.core.node.netinfo import holder_words
 PROBE_AFTER_S = 5.0  # no world yet this long after launch: ask the nodes who holds the port
 PROBE_EVERY_S = 10.0
 PROBE_UNTIL_S = 120.0
+PROBE_AT_MOST = 16  # nodes asked per round besides the first (at 512 hosts: a few rounds)
 _ASK_NOW = frozenset({PORT_IN_USE, RENDEZVOUS_CONNECT})
 
 
@@ -55,6 +56,8 @@ class WorldCheck:
         self.started = started
         self.compare_endpoint = compare_endpoint
         self.joined: dict[str, WorldJoined] = {}
+        self.asked: dict[str, RendezvousAsked] = {}
+        self._rotation = 0
         self._next_probe = started + PROBE_AFTER_S
         self._expected_nodes = len(plan.commands)
         self._expected_world = plan.world_size
@@ -81,6 +84,7 @@ class WorldCheck:
         return None
 
     def _asked(self, event: RendezvousAsked) -> WorldProblem | None:
+        self.asked[event.node] = event
         plan = self.plan
         if self.compare_endpoint and (
             event.endpoint != plan.rdzv_endpoint or event.run_id != plan.run_id
@@ -104,6 +108,10 @@ class WorldCheck:
 
     def _joined(self, event: WorldJoined) -> WorldProblem | None:
         asked_nodes, asked_world = self._expected_nodes, self._expected_world
+        asked = self.asked.get(event.node)
+        if asked is not None and 0 < asked.min_nodes < asked.max_nodes:  # elastic: its floor
+            asked_nodes = min(asked_nodes, asked.min_nodes)
+            asked_world = asked_nodes * self.plan.nproc_per_node
         if event.nodes == 1 and asked_nodes > 1:
             return WorldProblem(
                 event.node,
@@ -141,11 +149,14 @@ class WorldCheck:
             return []
         self._next_probe = now + PROBE_EVERY_S
         head = self.plan.commands[0]
-        return [head.node] + [
+        apart = [
             c.node
             for c in self.plan.commands[1:]
             if c.address != head.address and c.node not in self.joined
         ]
+        start = self._rotation % len(apart) if apart else 0
+        self._rotation += PROBE_AT_MOST
+        return [head.node] + (apart[start:] + apart[:start])[:PROBE_AT_MOST]
 
     def holders_seen(
         self, holders: Mapping[str, Sequence[Mapping[str, Any]]]
