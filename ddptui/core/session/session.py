@@ -241,6 +241,8 @@ class Session:
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())
         await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
         ticker.cancel()
+        if self._world_probe is not None:
+            self._world_probe.cancel()
         if self._grace is not None:
             self._grace.cancel()
         stop.cancel()
