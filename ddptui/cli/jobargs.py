@@ -161,6 +161,8 @@ def cli_fields(
             "container_mounts": args.container_mount,
         }
     )
+    # only the container flags' rules here: hosts may come from the profile (resolve_job)
+    found = [p for p in found if p.field.startswith("container")]
     if found:
         raise SpecError(found[0].message)
     if args.container_image:

@@ -43,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
         help="headless: return once launched, leave the job running",
     )
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
-    run.add_argument("script", nargs="?", help="the training script (or the profile's)")
+    run.add_argument(
+        "script", nargs="?", help="the training script (or the profile's; none: the default job)"
+    )
     run.add_argument("script_args", nargs=argparse.REMAINDER)
     preflight = sub.add_parser(
         "preflight", help="check every node of the job before launch (exit 1 if any check fails)"
@@ -157,8 +159,7 @@ def _main(argv: list[str] | None) -> int:
                 width=terminal_width(sys.stdout, args.wide),
             )
         if args.command == "run":
-            if not args.script and not args.profile:
-                raise SpecError("give the script to run, or --profile NAME")
+            # no script and no profile: the default job, as `ddptui` alone launches it
             spec = spec_from_args(args, args.script, args.script_args)
             if spec.backend == "local":
                 from ddptui.core.backends.local import local_gpus

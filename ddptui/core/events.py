@@ -222,6 +222,34 @@ class PlanReady(Event):
 
 
 @dataclass(frozen=True)
+class RendezvousAsked(Event):
+    """The rendezvous a node's agent was started for, as it logged its launch configs: the
+    world check compares it with the job's (core/session/world_check.py)."""
+
+    node: str
+    run_id: str
+    endpoint: str
+    min_nodes: int
+    max_nodes: int
+
+    kind = "rendezvous_asked"
+
+
+@dataclass(frozen=True)
+class WorldJoined(Event):
+    """The world a node's agent got from the rendezvous (its result): how many nodes, how
+    many workers, who is rank 0's host."""
+
+    node: str
+    group_rank: int
+    nodes: int
+    world_size: int
+    master_addr: str
+
+    kind = "world_joined"
+
+
+@dataclass(frozen=True)
 class GpuStat:
     """One GPU in one sample: what it does, and which of the job's ranks use it."""
 

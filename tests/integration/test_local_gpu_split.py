@@ -16,14 +16,18 @@ from pathlib import Path
 
 from tests.cases import TRAINER
 
-FOUR_GPUS = "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(4))
+
+def _listing(count: int) -> str:
+    return "".join(f"echo 'GPU {i}: NVIDIA H100 80GB HBM3 (UUID: GPU-{i})'\n" for i in range(count))
 
 
-def _headless(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
+def _headless(
+    tmp_path: Path, *args: str, gpus: int = 4, stderr: list[str] | None = None
+) -> tuple[int, list[dict]]:
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     smi = bindir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\n" + FOUR_GPUS)
+    smi.write_text("#!/bin/sh\n" + _listing(gpus))
     smi.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     env.update(DDPTUI_STATE_DIR=str(tmp_path / "state"), PATH=f"{bindir}:{env['PATH']}")
@@ -36,6 +40,8 @@ def _headless(tmp_path: Path, *args: str) -> tuple[int, list[dict]]:
         env=env,
     )
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    if stderr is not None:
+        stderr.append(proc.stderr)
     return proc.returncode, events
 
 
@@ -82,3 +88,42 @@ def test_hidden_gpus_run_the_job_on_the_cpu_unsplit(tmp_path: Path) -> None:
     )
     assert code == 0, events[-1]
     assert set(_visible_by_rank(events).values()) == {"-"}
+
+
+def test_the_default_job_on_two_gpus_runs_one_process_per_pseudo_node(tmp_path: Path) -> None:
+    code, events = _headless(tmp_path, gpus=2)  # no flags at all: the default job
+    assert code == 0, events[-1]
+    notices = [e["message"] for e in events if e["event"] == "notice"]
+    assert (
+        "this machine has 2 GPUs: the default job runs 2 pseudo-nodes x 1 process, one GPU each"
+        in notices
+    )
+    lines = dict(next(e for e in events if e["event"] == "plan")["commands"])
+    assert "CUDA_VISIBLE_DEVICES=0 " in lines["local0"]
+    assert "CUDA_VISIBLE_DEVICES=1 " in lines["local1"]
+    assert "--nproc_per_node=1" in lines["local0"]
+    seen = _visible_by_rank(events)
+    assert sorted(seen.items()) == sorted(
+        ((node, rank), "0" if node == "local0" else "1") for node, rank in seen
+    )
+    assert sorted(rank for _node, rank in seen) == [0, 1]
+
+
+def test_the_default_job_on_one_gpu_runs_on_the_cpu_and_says_so(tmp_path: Path) -> None:
+    code, events = _headless(tmp_path, gpus=1)
+    assert code == 0, events[-1]
+    notices = [e["message"] for e in events if e["event"] == "notice"]
+    assert (
+        "this machine has 1 GPU: the default job runs 2 pseudo-nodes x 1 process on the CPU "
+        "(gloo); --nodes 1 --nproc-per-node 1 uses the GPU"
+    ) in notices
+    seen = _visible_by_rank(events)
+    assert sorted(rank for _node, rank in seen) == [0, 1]
+    assert set(seen.values()) == {"-"}  # CUDA hidden from every rank
+
+
+def test_an_explicit_shape_too_big_is_refused_with_the_counts(tmp_path: Path) -> None:
+    said: list[str] = []
+    code, events = _headless(tmp_path, "--nproc-per-node", "2", gpus=2, stderr=said)
+    assert (code, events) == (2, [])  # refused before anything starts
+    assert "the job needs 4 GPUs (2 pseudo-nodes x 2 processes), this machine has 2" in said[0]

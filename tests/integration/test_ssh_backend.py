@@ -311,14 +311,21 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
         assert squatter.stdout is not None
         assert squatter.stdout.readline().strip() == "listening"
         run = run_headless(
-            testbed, tmp_path / "state", "--hosts", "node[1-2]", str(TRAINER / "envcheck.py")
+            testbed,
+            tmp_path / "state",
+            "--hosts",
+            "node[1-2]",
+            "--rdzv-port",  # given: refused (the default port would be picked again there)
+            "29400",
+            str(TRAINER / "envcheck.py"),
         )
     finally:
         squatter.kill()
         squatter.wait()
     assert run.code == 1
-    assert "rendezvous port 29400 on node1 is not available" in run.summary["detail"]
-    assert "--rdzv-port" in run.summary["detail"]
+    said = f"port 29400 on node1 is in use by PID {squatter.pid} (user root, python3 -c "
+    assert run.summary["detail"].startswith(said), run.summary["detail"]
+    assert "choose another with --rdzv-port" in run.summary["detail"]
     # The first node's own `launch` refuses (no probe before): node2 may have started
     # meanwhile, and teardown leaves nothing of the job on either host.
     assert not testbed.wait_clean(["node1", "node2"])

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
+from ddptui.core.backends.rdzv_port import port_taken, refusal
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
 from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
@@ -25,6 +26,7 @@ from ddptui.core.node import (
     with_job,
     worker_hook_source,
 )
+from ddptui.core.node.reaper import TAG_VAR
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -35,6 +37,14 @@ START_TIMEOUT_S = 60.0
 
 class BackendError(RuntimeError):
     """Nodes could not be had or reached; the message is for the operator, on one line."""
+
+
+class PortTaken(BackendError):
+    """The rendezvous port is held on the node that serves the rendezvous (rdzv_port.py)."""
+
+    def __init__(self, node: str, report: dict[str, Any]) -> None:
+        super().__init__(refusal(node, report))
+        self.node, self.report = node, report
 
 
 class NodeStartError(BackendError):
@@ -100,6 +110,11 @@ class Backend(ABC):
         """A run left detached, asked how it is: the node's exit code once its job has
         ended, None while it runs; BackendError when the node cannot tell."""
         raise BackendError(f"{self.name} cannot say whether a node's job has ended")
+
+    async def port_holders(self, command: NodeCommand, port: int) -> list[dict[str, Any]] | None:
+        """Who listens on `port` on the node (netinfo.port_holders, with their job tags);
+        None when this backend cannot ask the node."""
+        return None
 
     async def release(self) -> None:
         """Give the allocation back (Slurm) and close connections."""
@@ -202,6 +217,30 @@ class HelperBackend(Backend):
         for report in reports:
             self.emit(report)
 
+    async def head_port_taken(self, head: str) -> dict[str, Any] | None:
+        """The port report of the first node's `launch` started ahead, when it refused to
+        start because the rendezvous port is held there; None when it started (or did not
+        start for another reason, which `start` tells)."""
+        ahead = self._prestarted.get(head)
+        if ahead is None:
+            return None
+        try:
+            report = await asyncio.wait_for(asyncio.shield(ahead[1].report), START_TIMEOUT_S)
+        except (TransportError, TimeoutError):
+            return None
+        return port_taken(report)
+
+    async def drop_prestarted(self) -> None:
+        """Stop the nodes started ahead, to start them again (another rendezvous port): as
+        `abort_prestarted`, but a clean node is no news; one left unclean stops the launch."""
+        ahead = [command for command, _ in self._prestarted.values()]
+        reports = await asyncio.gather(*(self.reap(command) for command in ahead))
+        unclean = [r for r in reports if not r.clean]
+        for report in unclean:
+            self.emit(report)
+        if unclean:
+            raise BackendError(f"{unclean[0].node}: {unclean[0].detail}")
+
     async def _settle(self, launch: LaunchStream) -> None:
         """Wait until a node's `launch` has started its job or failed to (a job that starts
         after its reap would be left behind), then stop following it."""
@@ -225,12 +264,9 @@ class HelperBackend(Backend):
             raise NodeStartError(command.node, str(exc) or "timed out") from None
         if not report.startswith("{"):
             await launch.close()
-            if report.startswith("port-taken "):
-                port = self.start_checks(command)["port_check"][1]
-                raise BackendError(
-                    f"rendezvous port {port} on {command.node} is not available "
-                    f"({report[len('port-taken ') :]}): choose another with --rdzv-port"
-                )
+            taken = port_taken(report)
+            if taken is not None:
+                raise PortTaken(command.node, taken)
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
 
@@ -281,6 +317,22 @@ class HelperBackend(Backend):
         if report["running"]:
             return None
         raise BackendError(f"{command.node}: the job is gone and left no exit code")
+
+    async def port_holders(self, command: NodeCommand, port: int) -> list[dict[str, Any]] | None:
+        """The node helper's `port` over the node's connection (not from this host, where a
+        step's launch runs: Slurm)."""
+        if not self.launch_on_node:
+            return None
+        argv = self._argv("port", command.address, str(port), TAG_VAR)
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=30
+            )
+            report = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError):
+            return None
+        holders: list[dict[str, Any]] = report.get("holders", [])
+        return holders
 
     def debug_dir(self, command: NodeCommand) -> str:
         """The node's debug directory (stacks, flight-recorder dumps), beside its log."""

@@ -7,17 +7,18 @@ import os
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend, PortTaken
 from ddptui.core.backends.transport import LocalTransport, Transport
 from ddptui.core.events import AllocationChanged
-from ddptui.core.job.gpus import CUDA_VISIBLE, split_gpus
+from ddptui.core.job.gpus import CUDA_VISIBLE, machine_gpus, split_gpus
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec, SpecError, check_local_script
+from ddptui.core.node.netinfo import port_report
+from ddptui.core.node.reaper import TAG_VAR
 from ddptui.core.runs.run_dir import RunDir, state_dir
 
 LOOPBACK = "127.0.0.1"
@@ -48,23 +49,6 @@ def container_engine(spec: JobSpec) -> str | None:
     """podman/docker when the pseudo-nodes are containers (torch is then the image's)."""
     c = spec.container
     return c.engine if c is not None and c.engine != "pyxis" else None
-
-
-def machine_gpus() -> int:
-    """How many GPUs this machine has, as `nvidia-smi --list-gpus` counts them (the console
-    never imports torch); 0 without nvidia-smi or when it fails (no working driver)."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    try:
-        done = subprocess.run(
-            [smi, "--list-gpus"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    if done.returncode != 0:
-        return 0
-    return sum(line.startswith("GPU ") for line in done.stdout.splitlines())
 
 
 def local_gpus(spec: JobSpec, environ: Mapping[str, str] | None = None) -> tuple[str, ...] | None:
@@ -158,7 +142,14 @@ class LocalBackend(HelperBackend):
         return str(state_dir() / "runs")
 
     async def rdzv_port(self, head: NodeTarget) -> int:
-        return self.spec.rdzv_port or free_port()
+        """The port the operator gave, if it can be bound here (else who holds it is said),
+        or one the OS picks free."""
+        if self.spec.rdzv_port is None:
+            return free_port()
+        report = port_report(LOOPBACK, self.spec.rdzv_port, TAG_VAR)
+        if not report["free"]:
+            raise PortTaken(head.name, report)
+        return self.spec.rdzv_port
 
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
         return local_plan(self.spec, nodes, self.run.run_id, port, self._gpus)

@@ -137,6 +137,38 @@ CATALOGUE: tuple[Signature, ...] = (
         source=Source.NODE,
     ),
     Signature(
+        "rdzv_port_taken",
+        Domain.INFRASTRUCTURE,
+        Outlook.RESTART_HELPS,
+        "another process on the rendezvous host holds the rendezvous port: without --rdzv-port "
+        "ddptui picks a free one there (SSH); with it, choose another",
+        _re(r"\bport \d+ on \S+ is in use by (?:PID \d+|a process of user)"),
+        source=Source.NODE,
+    ),
+    Signature(
+        "split_world",
+        Domain.JOB,
+        Outlook.FIX_FIRST,
+        "a node rendezvoused apart from the others (pointed at itself, or at another "
+        "rendezvous): fix its endpoint (a localhost fallback, a name resolving to the node)",
+        _re(
+            r"was started for another rendezvous|is alone in its own world"
+            r"|serves a rendezvous of its own|formed separate worlds"
+        ),
+        source=Source.NODE,
+    ),
+    Signature(
+        "small_world",
+        Domain.JOB,
+        Outlook.FIX_FIRST,
+        "the rendezvous formed a world smaller than the job asked (--nnodes, nodes missing)",
+        _re(
+            r"joined a world of \d+ node\(s\) and \d+ worker\(s\); the job asked"
+            r"|agent was told --nnodes \d+:\d+, the job has"
+        ),
+        source=Source.NODE,
+    ),
+    Signature(
         "gpu_ecc",
         Domain.INFRASTRUCTURE,
         Outlook.RESTART_ELSEWHERE,

@@ -39,7 +39,7 @@ DEFAULT_PROFILE = "local"
 EXTRA_KEYS = ("description", "extends", "hostfile")
 TABLES: dict[str, type[Any]] = {"ssh": SshSpec, "slurm": SlurmSpec, "container": ContainerSpec}
 MERGED = ("env", "ssh", "slurm", "container")  # merged key by key across layers, not replaced
-PROFILE_KEYS = tuple(sorted({*JobSpec.model_fields, *EXTRA_KEYS} - {"profile"}))
+PROFILE_KEYS = tuple(sorted({*JobSpec.model_fields, *EXTRA_KEYS} - {"profile", "shape_note"}))
 
 BUILTIN_TOML = """
 [profiles.local]

@@ -6,11 +6,15 @@ here, so a profile means the same job wherever it is chosen, and no argparse is 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from ddptui.core.job import rules
+from ddptui.core.job.gpus import CUDA_VISIBLE, fit_default_shape, machine_gpus
 from ddptui.core.job.profiles import (
+    BUILTIN,
+    DEFAULT_PROFILE,
     ProfileError,
     ProfileSet,
     ResolvedProfile,
@@ -67,6 +71,8 @@ def resolve_job(
     fields.setdefault("profile", "cli" if "script" in cli else "local")
     fields.setdefault("script", bundled_trainer())
     spec = make_spec(**fields)
+    if _shape_is_default(cli, resolved):
+        spec = fit_to_gpus(spec)
     check_job(spec)
     if resolved is not None and "script" not in cli and spec.backend == "local":
         try:
@@ -74,6 +80,32 @@ def resolve_job(
         except SpecError as exc:
             raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
     return spec
+
+
+def _shape_is_default(cli: Mapping[str, Any], resolved: ResolvedProfile | None) -> bool:
+    """Neither the operator nor a profile of theirs chose the nodes or processes per node."""
+    if "nodes" in cli or "nproc_per_node" in cli or "hosts" in cli:
+        return False
+    if resolved is None:
+        return True
+    built_in = all(BUILTIN in resolved.where(f) for f in ("nodes", "nproc_per_node"))
+    return resolved.name == DEFAULT_PROFILE and built_in
+
+
+def fit_to_gpus(
+    spec: JobSpec, gpus: int | None = None, environ: Mapping[str, str] | None = None
+) -> JobSpec:
+    """A local job of the default shape, fitted to this machine's GPUs (`gpus`: as
+    nvidia-smi counts them, asked when not given); other jobs are returned as they are."""
+    if spec.backend != "local":
+        return spec
+    count = machine_gpus() if gpus is None else gpus
+    fitted = fit_default_shape(spec, count, os.environ if environ is None else environ)
+    if fitted is None:
+        return spec
+    env = {**spec.env, CUDA_VISIBLE: ""} if fitted.on_cpu else spec.env
+    update = {"nodes": fitted.nodes, "nproc_per_node": fitted.nproc_per_node, "env": env}
+    return spec.model_copy(update={**update, "shape_note": fitted.note})
 
 
 def check_job(spec: JobSpec) -> None:

@@ -85,6 +85,9 @@ class JobSpec(_Model):
     max_restarts: int = Field(0, ge=0)
     # Local pseudo-nodes on a GPU machine: a disjoint CUDA_VISIBLE_DEVICES each (job/gpus.py).
     gpu_split: bool = True
+    # Why the job has the shape it has, when ddptui chose it (job/gpus.py fit_default_shape):
+    # said at launch. Not a profile key.
+    shape_note: str = ""
     # No rank progressed for this long: the job is stalled (its stacks are taken); 0: off.
     hang_timeout: float = Field(120.0, ge=0)
     flight_recorder: bool = True  # torch's flight recorder on (NCCL, gloo), dumps gathered

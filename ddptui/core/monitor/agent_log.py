@@ -19,18 +19,34 @@ _SUMMARY_FIELD = re.compile(r"^  (time|host|error_file|traceback)\s*: ?(.*)$")
 _SUMMARY_ENTRY = re.compile(r"^\[\d+\]:\s*$")
 _SUMMARY_RULE = re.compile(r"^(?:-{8,}|={8,})\s*$")
 _RESULT_KEYS = {"group_rank", "local_ranks", "global_ranks", "restart_count", "master_addr"}
+# `  run_id                   : x` in the table of launch configs the agent logs at its start
+_CONFIG = re.compile(r"^\s+(min_nodes|max_nodes|run_id|rdzv_endpoint)\s+: (.*)$")
 _NOT_AVAILABLE = "<N/A>"
 MAX_SUMMARY_TRACEBACK = 80
 
 
 @dataclass(frozen=True)
 class Assigned:
-    """The rendezvous gave this node its group rank and its workers their global ranks."""
+    """The rendezvous gave this node its group rank and its workers their global ranks, in a
+    world of `nodes` nodes and `world_size` workers (-1: not said) around `master_addr`."""
 
     group_rank: int
     local_ranks: tuple[int, ...]
     global_ranks: tuple[int, ...]
     restart_count: int
+    nodes: int = field(default=-1, compare=False)
+    world_size: int = field(default=-1, compare=False)
+    master_addr: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """The rendezvous the agent was started for (its `launch configs` table)."""
+
+    run_id: str
+    endpoint: str
+    min_nodes: int
+    max_nodes: int
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,7 @@ class AgentTrouble:
     diagnosis: Diagnosis
 
 
-AgentFact = Assigned | WorkerFailed | GroupSucceeded | AgentTrouble
+AgentFact = Assigned | Configured | WorkerFailed | GroupSucceeded | AgentTrouble
 
 
 class _SummaryEntry:
@@ -127,6 +143,7 @@ class AgentLogParser:
         self._entry: _SummaryEntry | None = None
         self._in_summary = False  # inside torchrun's failure report: its text is no news
         self._summary_table = False
+        self._config: dict[str, str] | None = None
 
     def feed(self, line: str, seq: int | None = None) -> list[AgentFact]:
         glog = _GLOG.match(line)
@@ -141,6 +158,11 @@ class AgentLogParser:
         return facts + self._plain(line, body, seq)
 
     def _plain(self, line: str, body: str, seq: int | None) -> list[AgentFact]:
+        if "Starting elastic_operator with launch configs:" in body:
+            self._config = {}
+            return []
+        if self._config is not None:
+            return self._config_line(body)
         if "Rendezvous complete for workers. Result:" in body:
             self._result = {}
             return []
@@ -157,17 +179,39 @@ class AgentLogParser:
                 facts.append(AgentTrouble(trouble))
         return facts
 
+    def _config_line(self, body: str) -> list[AgentFact]:
+        """A line of the launch configs: the fact once the endpoint (their last asked) is."""
+        config = self._config
+        assert config is not None
+        found = _CONFIG.match(body)
+        if found:
+            config[found.group(1)] = found.group(2).strip()
+        if found is None and body.strip() and not body.startswith("  "):
+            self._config = None  # the table ended without an endpoint: not torchrun's
+        if "rdzv_endpoint" not in config:
+            return []
+        self._config = None
+        try:
+            low, high = int(config.get("min_nodes", "-1")), int(config.get("max_nodes", "-1"))
+        except ValueError:
+            low = high = -1
+        return [Configured(config.get("run_id", ""), config["rdzv_endpoint"], low, high)]
+
     def _finish_result(self) -> list[AgentFact]:
         result, self._result = self._result or {}, None
         if not _RESULT_KEYS & result.keys() or "global_ranks" not in result:
             return []
         try:
+            sizes = ast.literal_eval(result.get("global_world_sizes", "[]"))
             return [
                 Assigned(
                     group_rank=int(result.get("group_rank", "-1")),
                     local_ranks=tuple(ast.literal_eval(result["local_ranks"])),
                     global_ranks=tuple(ast.literal_eval(result["global_ranks"])),
                     restart_count=int(result.get("restart_count", "0")),
+                    nodes=int(result.get("group_world_size", "-1")),
+                    world_size=int(sizes[0]) if sizes else -1,
+                    master_addr=result.get("master_addr", ""),
                 )
             ]
         except (ValueError, SyntaxError, KeyError):

@@ -25,6 +25,8 @@ from ddptui.core.events import (
     NodeLines,
     RankState,
     RankSummary,
+    RendezvousAsked,
+    WorldJoined,
 )
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
 from ddptui.core.monitor.agent_log import (
@@ -32,6 +34,7 @@ from ddptui.core.monitor.agent_log import (
     AgentLogParser,
     AgentTrouble,
     Assigned,
+    Configured,
     GroupSucceeded,
     WorkerFailed,
 )
@@ -275,8 +278,18 @@ class Monitor:
         return events
 
     def _agent_fact(self, node: str, fact: AgentFact, now: float) -> list[Event]:
+        if isinstance(fact, Configured):
+            return [
+                RendezvousAsked(node, fact.run_id, fact.endpoint, fact.min_nodes, fact.max_nodes)
+            ]
         if isinstance(fact, Assigned):
-            return self.board.assign(node, fact, now)
+            events = self.board.assign(node, fact, now)
+            if fact.nodes >= 0:
+                joined = WorldJoined(
+                    node, fact.group_rank, fact.nodes, fact.world_size, fact.master_addr
+                )
+                events.append(joined)
+            return events
         if isinstance(fact, WorkerFailed):
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:

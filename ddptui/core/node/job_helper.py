@@ -59,9 +59,10 @@ def start() -> int:
 
     What used to be a probe before launch is done here, in the same process: given
     `port_check` (address, port), refuse to start when the rendezvous port cannot be bound
-    (one line `port-taken REASON`); given `ifname_for` (the address the console reached this
-    node at), point GLOO/NCCL_SOCKET_IFNAME at the interface holding it unless the job's
-    environment names one.
+    (one line `port-taken REPORT`, the port report as JSON: who holds it); given
+    `ifname_for` (the address the console reached this node at), point
+    GLOO/NCCL_SOCKET_IFNAME at the interface holding it unless the job's environment
+    names one.
     """
     job = json.loads(base64.b64decode(JOB).decode())
     taken, ifname = start_checks(job.get("port_check"), job.get("ifname_for"))

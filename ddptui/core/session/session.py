@@ -14,14 +14,19 @@ from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.events import (
     Event,
+    FailureRecord,
+    FailureReport,
     NodeChanged,
     NodeLines,
     NodeState,
     Notice,
     PhaseChanged,
     PlanReady,
+    RankChanged,
     RankState,
+    RendezvousAsked,
     TeardownReport,
+    WorldJoined,
 )
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
@@ -32,6 +37,7 @@ from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
 from ddptui.core.session.phase import RunPhaseWatch
+from ddptui.core.session.world_check import WorldCheck, WorldProblem
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
@@ -74,6 +80,9 @@ class Session:
         self._grace: asyncio.Future[None] | None = None
         self.collector: NodeCollector | None = None
         self.phase = RunPhaseWatch()
+        self.world: WorldCheck | None = None
+        self._world_probe: asyncio.Future[None] | None = None
+        self._launch_failure = ""
 
     @property
     def run_id(self) -> str:
@@ -89,6 +98,12 @@ class Session:
             self.collector.watch(event)
         self._emit_to(event)
         self._phase_changed(self.phase.seen(event))
+        if self.world is not None and isinstance(
+            event, RendezvousAsked | WorldJoined | RankChanged
+        ):
+            problem = self.world.seen(event)
+            if problem is not None:
+                self._world_failed(problem)
 
     def _phase_changed(self, change: PhaseChanged | None) -> None:
         if change is not None:
@@ -147,6 +162,8 @@ class Session:
                 f"run {self.run_id}: getting {self.spec.nodes} node(s) from {self.backend.name}",
             )
         )
+        if self.spec.shape_note:  # the shape ddptui chose for this machine, and why
+            self.emit(Notice("info", self.spec.shape_note))
         nodes = await self._until_stopped(self.backend.allocate())
         port = await self.backend.rdzv_port(nodes[0])
         self.plan = self.backend.plan(nodes, port)
@@ -184,6 +201,9 @@ class Session:
                 self._logs[command.node] = open_private(path, "wb" if self.attaching else "ab")
         for event in self.monitor.initial_events():
             self.emit(event)
+        if not self.attaching:
+            compare = self.backend.name in ("local", "ssh")  # commands as the plan wrote them
+            self.world = WorldCheck(plan, time.time(), compare_endpoint=compare)
 
     def _gpu_sample(self, node: str, record: dict[str, Any]) -> None:
         assert self.monitor is not None
@@ -221,6 +241,8 @@ class Session:
         everything.add_done_callback(lambda f: f.cancelled() or f.exception())
         await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
         ticker.cancel()
+        if self._world_probe is not None:
+            self._world_probe.cancel()
         if self._grace is not None:
             self._grace.cancel()
         stop.cancel()
@@ -228,11 +250,54 @@ class Session:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(1.0)
+            self._probe_world()
             if self.monitor:
                 for event in self.monitor.tick(time.time(), self.spec.hang_timeout):
                     self.emit(event)
                     if isinstance(event, StallReport) and not event.groups:
                         self.request_stacks()
+
+    def _probe_world(self) -> None:
+        """No complete world yet: ask the nodes who listens on the rendezvous port, in the
+        background (the answer may take a round trip per node)."""
+        if self.world is None or self._launch_failure or self._stop.is_set():
+            return
+        if self._world_probe is not None and not self._world_probe.done():
+            return
+        nodes = self.world.probe_due(time.time())
+        if nodes and self.plan is not None:
+            asked = [c for c in self.plan.commands if c.node in nodes]
+            self._world_probe = asyncio.ensure_future(self._ask_port_holders(asked))
+
+    async def _ask_port_holders(self, commands: list[NodeCommand]) -> None:
+        assert self.world is not None
+        port = self.world.port
+        found = await asyncio.gather(*(self.backend.port_holders(c, port) for c in commands))
+        holders = {c.node: h for c, h in zip(commands, found, strict=True) if h is not None}
+        problem = self.world.holders_seen(holders) if holders else None
+        if problem is not None and not self.world.complete():
+            self._world_failed(problem)
+
+    def _world_failed(self, problem: WorldProblem) -> None:
+        """A node is in the wrong world: the launch failed, naming it; the job is stopped
+        (the others would wait for it until the join timeout)."""
+        if self._launch_failure or self._stop.is_set():
+            return
+        self._launch_failure = problem.explanation
+        record = FailureRecord(
+            node=problem.node,
+            rank=None,
+            local_rank=0,
+            exit_code=1,
+            error=problem.explanation,
+            root_cause=True,
+            cause=str(problem.cause),
+        )
+        self.emit(Notice("error", f"launch failed ({problem.cause}): {problem.explanation}"))
+        self.emit(NodeChanged(problem.node, NodeState.FAILED, None, problem.explanation))
+        self.emit(FailureReport(record, (record,)))
+        self._stop_reason = "error"
+        self._stop.set()
 
     def request_stacks(self) -> None:
         """Take every rank's stacks (and flight-recorder dumps) now, in the background."""
@@ -354,6 +419,7 @@ class Session:
         self._logs.clear()
 
     def _finish(self, detail: str) -> RunSummary:
+        detail = detail or self._launch_failure
         told = self.monitor.summary() if self.monitor else None
         ranks = told.ranks if told else ()
         clean = all(r.clean for r in self.teardown_reports.values())

@@ -42,12 +42,14 @@ def test_probe_also_checks_the_rendezvous_port_when_asked() -> None:
         squatter.listen()
         taken = squatter.getsockname()[1]
         busy = _probe("127.0.0.1", str(taken))["port"]
-    assert busy == {
-        "free": False,
-        "error": "Address already in use",
-        "port": taken,
-        "addr": "127.0.0.1",
-    }
+    [holder] = busy.pop("holders")
+    assert holder["pid"] == os.getpid()  # this test holds it
+    free_now = busy.pop("free_port")
+    assert isinstance(free_now, int) and free_now != taken
+    said = f"in use by PID {os.getpid()} (user {holder['user']}, "
+    assert busy.pop("why").startswith(said)
+    assert busy.pop("error").startswith(said)
+    assert busy == {"free": False, "port": taken, "addr": "127.0.0.1"}
     free = _probe("127.0.0.1", str(taken))["port"]
     assert free == {"free": True, "error": "", "port": taken, "addr": "127.0.0.1"}
 
@@ -191,7 +193,10 @@ def test_launch_refuses_to_start_when_the_rendezvous_port_is_taken(tmp_path: Pat
         squatter.listen()
         taken = squatter.getsockname()[1]
         report, log = _launch(tmp_path, port_check=["127.0.0.1", taken])
-    assert report == "port-taken Address already in use"
+    assert report.startswith("port-taken {")
+    said = json.loads(report.removeprefix("port-taken "))
+    assert said["port"] == taken and said["holders"][0]["pid"] == os.getpid()
+    assert said["why"].startswith(f"in use by PID {os.getpid()} ")
     assert log == "" and not (tmp_path / "node.log").exists()  # nothing started
     report, log = _launch(tmp_path, port_check=["127.0.0.1", taken])
     assert json.loads(report)["pid"] > 0 and log.strip() == "None None"

@@ -14,7 +14,7 @@ from ddptui.core.backends.ssh.early_connect import (
     take_preopened,
 )
 from ddptui.core.backends.transport import Transport, TransportError
-from ddptui.core.events import AllocationChanged, NodeChanged, NodeState
+from ddptui.core.events import AllocationChanged, NodeChanged, NodeState, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, node_log_name
@@ -55,6 +55,7 @@ class SshBackend(HelperBackend):
             if offer is not None:
                 offer(self._early)
         self._addresses: dict[str, str] = {}
+        self._picked_port: int | None = None
 
     def transport(self, node: str) -> Transport:
         return self._transports[node]
@@ -75,6 +76,8 @@ class SshBackend(HelperBackend):
         self.emit(AllocationChanged("connecting", None, tuple(hosts)))
         try:
             await self._connect_all(hosts, start_ahead=True)
+            if self.spec.rdzv_port is None:
+                await self._pick_port(hosts[0])
         except BaseException:  # an unusable host, or the operator's stop while connecting
             await self.abort_prestarted()
             await self.release()
@@ -157,7 +160,25 @@ class SshBackend(HelperBackend):
         self._addresses[host] = getattr(transport, "peer_address", None) or host
 
     def _port(self) -> int:
-        return self.spec.rdzv_port or DEFAULT_RDZV_PORT
+        return self.spec.rdzv_port or self._picked_port or DEFAULT_RDZV_PORT
+
+    async def _pick_port(self, head: str) -> None:
+        """The default port held on the first node (another job's rendezvous, a server):
+        its `launch` refused to start and named a port free there, which the job then uses.
+        The nodes started ahead are stopped and start again with it; a port the operator
+        gave is never changed (`start` refuses it, saying who holds it)."""
+        taken = await self.head_port_taken(head)
+        if taken is None or not taken.get("free_port"):
+            return
+        self._picked_port = int(taken["free_port"])
+        self.emit(
+            Notice(
+                "warning",
+                f"port {taken['port']} on {head} is {taken['why']}: the rendezvous uses "
+                f"port {self._picked_port} there instead",
+            )
+        )
+        await self.drop_prestarted()
 
     async def rdzv_port(self, head: NodeTarget) -> int:
         return self._port()  # checked on the first node by its `launch` (start_checks)
