@@ -44,7 +44,7 @@ class RankBoard:
         self.cells = {n: [RankCell(n, lr) for lr in range(nproc_per_node)] for n in nodes}
         self.failures: list[FailureRecord] = []
         self._failed = 0
-        self.last_progress = 0.0  # when a rank last printed (or was assigned)
+        self.last_progress = 0.0  # when a rank last progressed (or was assigned)
         self.tearing_down = False  # the operator's teardown began: what follows is its echo
 
     def all_cells(self) -> list[RankCell]:
@@ -162,15 +162,24 @@ class RankBoard:
                 )
         return events
 
-    def saw_output(self, node: str, rank: int, local_rank: int, now: float) -> list[Event]:
+    def saw_output(
+        self, node: str, rank: int, local_rank: int, now: float, progressed: bool = True
+    ) -> list[Event]:
+        """A rank printed. Only `progressed` output (a step, a line of the user's own, not
+        torch's or NCCL's chatter: diagnose/chatter.py) counts as progress: chatter neither
+        ends a stall nor wakes a hung rank."""
         cell = self.cell(node, local_rank)
         if cell is None:
             return []
-        cell.last_output = now
-        self.last_progress = max(self.last_progress, now)
         cell.lines += 1
         if cell.rank is None:
             cell.rank = rank
+        if not progressed:
+            if cell.state in (RankState.PENDING, RankState.ASSIGNED):
+                return self.move(cell, RankState.RUNNING)  # alive, though no step yet
+            return []
+        cell.last_output = now
+        self.last_progress = max(self.last_progress, now)
         if cell.state in (RankState.PENDING, RankState.ASSIGNED, RankState.HUNG):
             return self.move(cell, RankState.RUNNING)
         return []

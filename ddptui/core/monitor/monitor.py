@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from ddptui.core.diagnose.chatter import is_chatter, may_hold_chatter
 from ddptui.core.diagnose.patterns import (
     EXITED,
     describe_exit,
@@ -206,14 +207,17 @@ class Monitor:
         local_ranks = list(map(_LOCAL_RANK, lines))
         counts = Counter(local_ranks)
         cells: dict[int, RankCell | None] = {}
+        # the ranks whose lines here are all torch's, NCCL's or ddptui's: printed, no progress
+        idle = _idle_ranks(lines, local_ranks) if may_hold_chatter(text) else frozenset()
         if failures or traces or ends or None in counts:
             checks = (failures, failures or traces, ends)
-            self._line_by_line(node, lines, first, now, checks, cells, events)
+            self._line_by_line(node, lines, first, now, checks, cells, events, idle)
         else:  # rank lines only, nothing to look for in them: count them per rank
             for local_rank in counts:
                 rank = lines[local_ranks.index(local_rank)][1]
                 assert local_rank is not None and rank is not None
-                events += self.board.saw_output(node, rank, local_rank, now)
+                progressed = local_rank not in idle
+                events += self.board.saw_output(node, rank, local_rank, now, progressed)
                 cells[local_rank] = self.board.cell(node, local_rank)
         for local_rank, cell in cells.items():
             if cell is not None:
@@ -234,6 +238,7 @@ class Monitor:
         checks: tuple[bool, bool, bool],
         cells: dict[int, RankCell | None],
         events: list[Event],
+        idle: frozenset[int | None] = frozenset(),
     ) -> None:
         """The block's lines one at a time: the agent's lines, trouble, workers' ends.
 
@@ -250,7 +255,8 @@ class Monitor:
             if local_rank in cells:
                 cell = cells[local_rank]
             else:
-                events += self.board.saw_output(node, rank, local_rank, now)
+                progressed = local_rank not in idle
+                events += self.board.saw_output(node, rank, local_rank, now, progressed)
                 cell = cells[local_rank] = self.board.cell(node, local_rank)
             if cell is None:
                 continue
@@ -290,3 +296,12 @@ class Monitor:
             return self.board.node_trouble(node, replace(fact.diagnosis, ts=now))
         assert isinstance(fact, GroupSucceeded)
         return self.board.node_succeeded(node)
+
+
+def _idle_ranks(lines: list[Attributed], local_ranks: list[int | None]) -> frozenset[int | None]:
+    """The local ranks of a block whose every line is chatter (is_chatter): no progress."""
+    spoke: set[int | None] = set()
+    for (text, _, _), local_rank in zip(lines, local_ranks, strict=True):
+        if local_rank not in spoke and not is_chatter(text):
+            spoke.add(local_rank)
+    return frozenset(set(local_ranks) - spoke)
