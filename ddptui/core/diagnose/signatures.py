@@ -4,7 +4,7 @@ Each signature names one failure a user would name (a missing file, NaN, an Xid 
 Slurm time limit), says whose it is (the job's code or the infrastructure) and whether a
 restart would likely help. Most are regular expressions over lines, from real output where
 this machine can produce it (tests/data/verdicts/) and from the documented formats of NCCL,
-the kernel and Slurm otherwise. Where `ddptui.core.monitor.diagnosis` already recognises a
+the kernel and Slurm otherwise. Where `ddptui.core.diagnose.patterns` already recognises a
 line (CUDA OOM, collective timeouts, lost peers, two ranks on one GPU), the signature names
 that kind instead of repeating its pattern: one place recognises each line.
 
@@ -45,8 +45,8 @@ class Source(enum.StrEnum):
     NODE = "node"  # the node's kernel log, the scheduler's and the connection's words
 
 
-# Kinds of ddptui.core.monitor.diagnosis (the monitor recognises those lines) and causes of
-# ddptui.core.monitor.failures (why a rank ended), by value: this package sits below the
+# Kinds of ddptui.core.diagnose.patterns (the monitor recognises those lines) and causes of
+# ddptui.core.diagnose.failures (why a rank ended), by value: this package sits below the
 # monitor. tests/unit/diagnose/test_signatures.py checks they are the monitor's own.
 CUDA_OOM = "cuda_oom"
 DUPLICATE_GPU = "duplicate_gpu"

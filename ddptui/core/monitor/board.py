@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ddptui.core.diagnose.failures import (
+    MISMATCH,
     STOPPED,
     TEARDOWN,
     culprit,
@@ -113,7 +115,7 @@ class RankBoard:
         if len(self.failures) >= MAX_FAILURES:
             return []
         self.failures.append(record)
-        ordered = order_failures(self.failures, final=False)
+        ordered = order_failures(self._audited(self.failures), final=False)
         told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
         events: list[Event] = []
         if cell is not None:  # what the error file says beyond the exception line
@@ -123,10 +125,21 @@ class RankBoard:
 
     def ordered_failures(self) -> list[FailureRecord]:
         """torchrun's failure records as the story tells them at the end: the culprit first."""
-        return order_failures(self.failures)
+        return order_failures(self._audited(self.failures))
+
+    def _audited(self, records: Sequence[FailureRecord]) -> list[FailureRecord]:
+        """The records, the collective audit's odd ranks' with its cause (they come first)."""
+        odd = {(c.node, c.local_rank) for c in self.all_cells() if c.known_cause == MISMATCH}
+        return [
+            replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records
+        ]
 
     def culprit(self) -> RankCell | None:
-        """The rank the failure story starts with (the summary and the history name it)."""
+        """The rank the failure story starts with (the summary and the history name it): the
+        collective audit's odd rank, else the first failure of its own."""
+        odd = [c for c in self.all_cells() if c.known_cause == MISMATCH]
+        if odd:
+            return odd[0]
         failed = [c.failed() for c in self.all_cells() if c.state == RankState.FAILED]
         first = culprit(failed, self.ordered_failures())
         if first is None:  # nothing failed: a stall's lone suspect, if the teardown ended it
@@ -204,7 +217,8 @@ class RankBoard:
         before the teardown stays)."""
         if cell.state.final:
             return []
-        cell.known_cause = TEARDOWN
+        if cell.known_cause != MISMATCH:  # the audit's word outlives the teardown
+            cell.known_cause = TEARDOWN
         return self.move(cell, RankState.STOPPED, exit_code, "stopped by teardown")
 
     def node_succeeded(self, node: str) -> list[Event]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from ddptui.core.diagnose.audit import CollectiveMismatch
+from ddptui.core.diagnose.audit_watch import AuditWatch, records_of_dumps
 from ddptui.core.diagnose.chatter import is_chatter, may_hold_chatter
 from ddptui.core.diagnose.patterns import (
     EXITED,
@@ -16,6 +18,7 @@ from ddptui.core.diagnose.patterns import (
     may_report_failure,
     recognise,
 )
+from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
@@ -84,6 +87,7 @@ class Monitor:
         self.stall = StallWatch(self.board)
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
+        self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -106,7 +110,39 @@ class Monitor:
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
     ) -> list[Event]:
         """Every node's stacks report (or why there is none): groups, suspects, gaps."""
-        return self.stall.stacks_taken(reports, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        events = self.stall.stacks_taken(reports, now)
+        return events + self._audit_dumps(reports, "stall", now)
+
+    def collectives_seen(
+        self,
+        node: str,
+        records: Sequence[CollectiveRecord],
+        now: float | None = None,
+        source: str = "live",
+    ) -> list[Event]:
+        """A node's ranks' collective records (the flight recorder's, from its dumps or the
+        worker hook's live channel): the collective audit's mismatches, the odd ranks marked.
+        Records may repeat and come late: each rank's are matched once, in its own order."""
+        if node not in self._readers or not records:
+            return []
+        return self.audit.seen(records, source, time.time() if now is None else now)
+
+    def mismatches(self) -> list[CollectiveMismatch]:
+        """What the audit found so far, and, the job having stood still, who never entered."""
+        if self.stall.last is not None:
+            self.audit.settle("stall", time.time())
+        return self.audit.mismatches
+
+    def _audit_dumps(
+        self, reports: Mapping[str, Mapping[str, Any] | str], source: str, now: float
+    ) -> list[Event]:
+        events: list[Event] = []
+        for node, report in reports.items():
+            if not isinstance(report, str):
+                records = records_of_dumps(report.get("fr", []))
+                events += self.collectives_seen(node, records, now, source)
+        return events
 
     def gpu_sample(
         self, node: str, record: Mapping[str, Any], now: float | None = None
@@ -121,7 +157,9 @@ class Monitor:
         self, reports: Mapping[str, Mapping[str, Any] | str], trigger: str, now: float | None = None
     ) -> list[Event]:
         """Every node's flight-recorder dumps alone (a watchdog timeout, a teardown)."""
-        return self.recorder.taken(reports, trigger, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        events = self.recorder.taken(reports, trigger, now)
+        return events + self._audit_dumps(reports, trigger, now)
 
     def stuck(self) -> bool:
         """Whether the job stalled or a rank hung: its teardown gathers the recorder's dumps."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ddptui.core.diagnose.failures import TEARDOWN, WATCHDOG, FailedRank, cause_of
+from ddptui.core.diagnose.failures import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
 
@@ -43,7 +43,10 @@ class RankCell:
 
     @property
     def cause(self) -> str:
-        """Why this rank ended, if it failed or the teardown stopped it, else ""."""
+        """Why this rank ended, if it failed or the teardown stopped it, else "" (the
+        collective audit's odd rank: `collective_mismatch`, whatever its end)."""
+        if self.known_cause == MISMATCH:
+            return MISMATCH
         if self.state == RankState.DONE:
             return "finished"
         if self.state == RankState.STOPPED and self.timed_out:

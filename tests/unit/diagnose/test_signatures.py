@@ -10,7 +10,8 @@ import pytest
 from ddptui.core.diagnose import signatures
 from ddptui.core.diagnose.signatures import BY_NAME, CATALOGUE, Domain, Outlook, Source
 from ddptui.core.diagnose.verdict import RankFacts, Role, judge
-from ddptui.core.monitor import diagnosis, failures
+from ddptui.core.diagnose import failures
+from ddptui.core.diagnose import patterns as diagnosis
 
 CAPTURES = Path(__file__).parents[2] / "data" / "verdicts"
 _ERROR = re.compile(r"\b[\w.]*(?:Error|Exception)\b: ")
