@@ -73,18 +73,19 @@ class AuditWatch(Generic[C]):
         return self._told(self.audit.feed(sorted(records, key=_order)), source, now)
 
     def settle(self, source: str, now: float) -> list[Event]:
-        """The job stands still or ended: collectives some rank never entered, as mismatches."""
-        return self._told(self.audit.settle(), source, now)
+        """The job stands still or ended: collectives some rank never entered, as mismatches
+        (said, and judged by the verdict; the stall's own marks on the grid stay)."""
+        return self._told(self.audit.settle(), source, now, mark=False)
 
     def culprits(self) -> set[int]:
         return {rank for m in self.audit.mismatches for rank in m.culprits}
 
     def _told(
-        self, found: Sequence[CollectiveMismatch], source: str, now: float
+        self, found: Sequence[CollectiveMismatch], source: str, now: float, mark: bool = True
     ) -> list[Event]:
         events: list[Event] = []
         for mismatch in found:
-            for cell in self.board.all_cells():
+            for cell in self.board.all_cells() if mark else ():
                 if cell.rank not in mismatch.culprits or cell.known_cause == COLLECTIVE_MISMATCH:
                     continue
                 cell.known_cause = COLLECTIVE_MISMATCH

@@ -13,6 +13,7 @@ from ddptui.core.diagnose.failures import (
     culprit,
     order_failures,
 )
+from ddptui.core.diagnose.last_words import is_boilerplate, shown_error
 from ddptui.core.diagnose.patterns import (
     HUNG,
     PEER_LOST,
@@ -109,11 +110,16 @@ class RankBoard:
             pid=fact.pid,
             error_file=fact.error_file,
             traceback=fact.traceback,
-            error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+            error=shown_error(
+                summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+                tuple(cell.last_lines) if cell else (),
+            ),
             first_on_node=fact.root_cause,
         )
         if len(self.failures) >= MAX_FAILURES:
             return []
+        if cell is not None and not cell.error and not is_boilerplate(record.error):
+            cell.error = record.error  # its own last words (a missing script): no traceback
         self.failures.append(record)
         ordered = order_failures(self._audited(self.failures), final=False)
         told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
@@ -130,9 +136,7 @@ class RankBoard:
     def _audited(self, records: Sequence[FailureRecord]) -> list[FailureRecord]:
         """The records, the collective audit's odd ranks' with its cause (they come first)."""
         odd = {(c.node, c.local_rank) for c in self.all_cells() if c.known_cause == MISMATCH}
-        return [
-            replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records
-        ]
+        return [replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records]
 
     def culprit(self) -> RankCell | None:
         """The rank the failure story starts with (the summary and the history name it): the

@@ -10,22 +10,24 @@ from operator import itemgetter
 from typing import Any
 
 from ddptui.core.diagnose.audit import CollectiveMismatch
-from ddptui.core.diagnose.audit_watch import AuditWatch, records_of_dumps
+from ddptui.core.diagnose.audit_watch import AuditWatch, MismatchReport, records_of_dumps
 from ddptui.core.diagnose.chatter import is_chatter, may_hold_chatter
+from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.patterns import (
     EXITED,
     describe_exit,
     may_report_failure,
     recognise,
 )
-from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
+from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     Diagnosis,
     Event,
     FailureRecord,
+    FailureReport,
     NodeLines,
     RankState,
     RankSummary,
@@ -49,10 +51,12 @@ from ddptui.core.monitor.framing import (
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.progress import ProgressScanner
+from ddptui.core.monitor.rank_cell import LAST_LINES, RankCell
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
-from ddptui.core.monitor.rank_cell import RankCell
+from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
+TAIL_LOOK = 64  # the block's last lines looked at for each rank's last words
 
 
 class _NodeReader:
@@ -88,6 +92,7 @@ class Monitor:
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
         self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
+        self.verdicts = VerdictWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -112,7 +117,10 @@ class Monitor:
         """Every node's stacks report (or why there is none): groups, suspects, gaps."""
         now = time.time() if now is None else now
         events = self.stall.stacks_taken(reports, now)
-        return events + self._audit_dumps(reports, "stall", now)
+        events += self._audit_dumps(reports, "stall", now)
+        if self.stall.stalled:  # who never entered what the others wait in, said once
+            events += self.audit.settle("stall", now)
+        return self._judged(events, now, force=self.stall.stalled)
 
     def collectives_seen(
         self,
@@ -126,13 +134,35 @@ class Monitor:
         Records may repeat and come late: each rank's are matched once, in its own order."""
         if node not in self._readers or not records:
             return []
-        return self.audit.seen(records, source, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        return self._judged(self.audit.seen(records, source, now), now)
 
     def mismatches(self) -> list[CollectiveMismatch]:
-        """What the audit found so far, and, the job having stood still, who never entered."""
-        if self.stall.last is not None:
-            self.audit.settle("stall", time.time())
+        """What the collective audit found so far."""
         return self.audit.mismatches
+
+    def ras_said(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
+        """What NCCL's RAS said of a node on a stall: evidence beside the stall's verdict."""
+        self.verdicts.ras_said(node, lines)
+        return self._judged([], time.time() if now is None else now, force=True)
+
+    def final_verdict(self, now: float | None = None) -> VerdictReport | None:
+        """The run's one verdict at its end: None when no rank failed and nothing else
+        (a mismatch, a stall) says something went wrong."""
+        return self.verdicts.final(self.audit.mismatches, time.time() if now is None else now)
+
+    def _judged(self, events: list[Event], now: float, force: bool = False) -> list[Event]:
+        """The events, and the verdict after them if they change the failure's story."""
+        if force or any(isinstance(e, (FailureReport, MismatchReport)) for e in events):
+            return events + list(self.verdicts.changed(self.audit.mismatches, now))
+        return events
+
+    def dumps_audited(
+        self, reports: Mapping[str, Mapping[str, Any] | str], source: str
+    ) -> list[Event]:
+        """Every node's flight-recorder dumps, for the collective audit alone (a failure's)."""
+        now = time.time()
+        return self._judged(self._audit_dumps(reports, source, now), now)
 
     def _audit_dumps(
         self, reports: Mapping[str, Mapping[str, Any] | str], source: str, now: float
@@ -159,7 +189,7 @@ class Monitor:
         """Every node's flight-recorder dumps alone (a watchdog timeout, a teardown)."""
         now = time.time() if now is None else now
         events = self.recorder.taken(reports, trigger, now)
-        return events + self._audit_dumps(reports, trigger, now)
+        return self._judged(events + self._audit_dumps(reports, trigger, now), now)
 
     def stuck(self) -> bool:
         """Whether the job stalled or a rank hung: its teardown gathers the recorder's dumps."""
@@ -205,13 +235,15 @@ class Monitor:
         if block is None:
             return []
         lines = reader.attributor.feed_block(block)
-        return self._lines(node, lines, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        return self._judged(self._lines(node, lines, now), now)
 
     def feed_lines(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
         if not lines:
             return []
         attributed = self._readers[node].attributor.feed_block("\n".join(lines))
-        return self._lines(node, attributed, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        return self._judged(self._lines(node, attributed, now), now)
 
     def end_of_output(self, node: str) -> list[Event]:
         """Flush fragments when a node's stream ends; nothing buffered is ever dropped."""
@@ -222,7 +254,7 @@ class Monitor:
         events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
             events += self._agent_fact(node, fact, now)
-        return events
+        return self._judged(events, now)
 
     def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
         """One NodeLines event for the block, then what its lines say, in line order.
@@ -260,6 +292,7 @@ class Monitor:
         for local_rank, cell in cells.items():
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
+        _keep_last_lines(texts, local_ranks, cells)
         if self._progress is not None:
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
@@ -343,3 +376,22 @@ def _idle_ranks(lines: list[Attributed], local_ranks: list[int | None]) -> froze
         if local_rank not in spoke and not is_chatter(text):
             spoke.add(local_rank)
     return frozenset(set(local_ranks) - spoke)
+
+
+def _keep_last_lines(
+    texts: list[str], local_ranks: list[int | None], cells: Mapping[int, RankCell | None]
+) -> None:
+    """Each rank's last lines of the block (a look at the block's end only): what a rank
+    that dies before any traceback said last (last_words.shown_error)."""
+    tails: dict[int, list[str]] = {}
+    for index in range(len(texts) - 1, max(-1, len(texts) - 1 - TAIL_LOOK), -1):
+        local_rank = local_ranks[index]
+        if local_rank is None:
+            continue
+        tail = tails.setdefault(local_rank, [])
+        if len(tail) < LAST_LINES:
+            tail.append(texts[index])
+    for local_rank, tail in tails.items():
+        cell = cells.get(local_rank)
+        if cell is not None:
+            cell.last_lines.extend(reversed(tail))

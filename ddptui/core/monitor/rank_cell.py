@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field
 
 from ddptui.core.diagnose.failures import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
@@ -15,6 +16,7 @@ _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
 MAX_TRACEBACK = 60
 MAX_DIAGNOSES = 8
+LAST_LINES = 6  # a rank's last lines, kept for the error of a rank that left no traceback
 
 
 @dataclass
@@ -38,6 +40,7 @@ class RankCell:
     known_cause: str = ""  # set when the cause is known outright (teardown, launcher's stop)
     stall_cause: str = ""  # what the stall's stacks said of it (suspect, in a collective)
     suspect: bool = False
+    last_lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
     _collecting: bool = False
     _trace_seq: int | None = None
 

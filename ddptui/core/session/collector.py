@@ -2,7 +2,9 @@
 
 Stacks (with the dumps) are taken on a stall and on request; the flight recorder's dumps alone
 on the run's first collective (watchdog) timeout and at the teardown of a job that was stuck,
-when the job runs with the recorder. Cheap at any size: each trigger asks each node once per
+when the job runs with the recorder; and, for the collective audit alone, at a rank's first
+failure and again at the teardown that follows (a rank that exits leaves its dump behind: the
+worker hook writes it at exit). Cheap at any size: each trigger asks each node once per
 run, one collection runs at a time (a trigger arriving meanwhile runs after it), at most
 PARALLEL nodes are asked at once, and the work is the nodes' (the console only reads reports).
 """
@@ -16,7 +18,7 @@ from typing import Any
 
 from ddptui.core.backends.base import Backend
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
-from ddptui.core.events import Event, RankChanged
+from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.monitor.monitor import Monitor
 
@@ -24,6 +26,8 @@ PARALLEL = 8  # nodes asked at once
 TEARDOWN_WAIT_S = 10.0  # the most a teardown waits for the dumps before it stops the job
 WATCHDOG = "watchdog"
 TEARDOWN = "teardown"
+FAILURE = "failure"  # a rank failed: the dumps for the collective audit alone
+FAILURE_END = "failure-teardown"
 
 
 class NodeCollector:
@@ -57,7 +61,11 @@ class NodeCollector:
 
     def watch(self, event: Event) -> None:
         """Sees every event of the run: the first collective timeout gathers the dumps."""
-        if WATCHDOG in self.triggered or not isinstance(event, RankChanged):
+        if not isinstance(event, RankChanged):
+            return
+        if event.state == RankState.FAILED and FAILURE not in self.triggered:
+            self._recorder(FAILURE)
+        if WATCHDOG in self.triggered:
             return
         if any(d.kind == COLLECTIVE_TIMEOUT for d in event.diagnoses):
             self._recorder(WATCHDOG)
@@ -67,6 +75,8 @@ class NodeCollector:
         that was stuck (a stall, a hung rank, a watchdog timeout) while its ranks still live."""
         if self.monitor.stuck() or WATCHDOG in self.triggered:
             self._recorder(TEARDOWN)
+        elif FAILURE in self.triggered:
+            self._recorder(FAILURE_END)
         if self._task is not None and not self._task.done():
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(self._task), TEARDOWN_WAIT_S)
@@ -81,7 +91,11 @@ class NodeCollector:
             if before is not None:
                 with contextlib.suppress(Exception):
                     await before
-            events = self.monitor.recorder_taken(await self._reports("fr"), trigger)
+            reports = await self._reports("fr")
+            if trigger in (FAILURE, FAILURE_END):
+                events = self.monitor.dumps_audited(reports, FAILURE)
+            else:
+                events = self.monitor.recorder_taken(reports, trigger)
             for event in events:
                 self.emit(event)
 

@@ -77,13 +77,13 @@ def test_a_step_of_the_rank_ends_the_stall() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "[rank0]:[E1126 16:29:14.269803303 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0(default_pg)"
-        " Rank 0] ProcessGroupNCCL preparing to dump debug info.",
+        "[rank0]:[E1126 16:29:14.269803303 ProcessGroupNCCL.cpp:1628] [PG ID 0 PG GUID 0"
+        "(default_pg) Rank 0] ProcessGroupNCCL preparing to dump debug info.",
         "[W1126 16:29:14.269 ProcessGroupNCCL.cpp:1300] Warning: ...",
         "W1126 16:28:58.224000 648 torch/distributed/run.py:851] *****",
         "gpu1:6180:6180 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
         "host-a:12:40 [1] NCCL WARN Call to recv failed",
-        "/opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83: UserWarning: x",
+        "/opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83: UserWarning:",
         "ddptui: probe",
     ],
 )
