@@ -43,6 +43,24 @@ class NodeStartError(BackendError):
         self.node = node
 
 
+SCRIPT_FIX = "copy it to every node at the same path, use a shared filesystem, or --workdir"
+
+
+class ScriptMissing(NodeStartError):
+    """The node's job helper found no script where torchrun would look: nothing started."""
+
+    def __init__(self, node: str, path: str) -> None:
+        super().__init__(node, f"{path} not found")
+        self.path = path
+
+
+def script_refusal(missing: Sequence[ScriptMissing]) -> BackendError:
+    """One refusal for every node that lacks the script, in the preflight's words."""
+    paths = sorted({m.path for m in missing})
+    nodes = ", ".join(sorted({m.node for m in missing}))
+    return BackendError(f"script {' / '.join(paths)} not found on {nodes}: {SCRIPT_FIX}")
+
+
 class Backend(ABC):
     """Gets nodes, starts one agent per node, follows its output, and proves it gone."""
 
@@ -180,6 +198,9 @@ class HelperBackend(Backend):
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
             "gpu_sample_ms": self.spec.gpu_sample_ms if self.launch_on_node else 0,
+            "script_check": None
+            if self.spec.container or not self.launch_on_node
+            else self.spec.script,
             **self.start_checks(command),
         }
         transport = self.transport(command.node)
@@ -231,6 +252,8 @@ class HelperBackend(Backend):
                     f"rendezvous port {port} on {command.node} is not available "
                     f"({report[len('port-taken ') :]}): choose another with --rdzv-port"
                 )
+            if report.startswith("script-missing "):
+                raise ScriptMissing(command.node, report[len("script-missing ") :].strip())
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, TypeVar
 
-from ddptui.core.backends.base import Backend, BackendError
+from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.failures import explanation
@@ -161,6 +161,9 @@ class Session:
             *(self._start_node(c) for c in self.plan.commands), return_exceptions=True
         )
         errors = [e for e in started if isinstance(e, BaseException)]
+        missing = [e for e in errors if isinstance(e, ScriptMissing)]
+        if missing:
+            raise script_refusal(missing)
         if errors:
             raise errors[0] if isinstance(errors[0], BackendError) else BackendError(str(errors[0]))
 
