@@ -57,6 +57,17 @@ def records_of_dumps(dumps: Iterable[Mapping[str, Any]]) -> list[CollectiveRecor
     return records
 
 
+def nccl_of(dumps: Iterable[Mapping[str, Any]]) -> tuple[int, ...] | None:
+    """NCCL's version from the job's NCCL dumps (`comm_lib_version` "2.28.9"), if any."""
+    for dump in dumps:
+        version = str(dump.get("comm_lib_version") or "")
+        if str(dump.get("file", "")).startswith(NCCL_DUMP) and version[:1].isdigit():
+            parts = version.split("+")[0].split(".")
+            if all(p.isdigit() for p in parts):
+                return tuple(int(p) for p in parts)
+    return None
+
+
 class AuditWatch(Generic[C]):
     """The run's collective audit and what it marked on the board."""
 

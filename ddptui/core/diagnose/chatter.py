@@ -12,6 +12,7 @@ anything ddptui itself writes into a rank's stream.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 # A cheap look at a whole block first: a block with none of these holds no chatter.
 _CLUES = ("]:[", "NCCL", "torch", "Warning", "ddptui", "ProcessGroup")
@@ -32,3 +33,12 @@ def may_hold_chatter(text: str) -> bool:
 def is_chatter(line: str) -> bool:
     """A line the rank printed that says nothing of its progress (torch's, NCCL's, ddptui's)."""
     return bool(_CHATTER.search(line))
+
+
+def idle_ranks(texts: Sequence[str], local_ranks: Sequence[int | None]) -> frozenset[int | None]:
+    """The local ranks of a block whose every line is chatter: they printed, but no progress."""
+    spoke: set[int | None] = set()
+    for text, local_rank in zip(texts, local_ranks, strict=True):
+        if local_rank not in spoke and not is_chatter(text):
+            spoke.add(local_rank)
+    return frozenset(set(local_ranks) - spoke)

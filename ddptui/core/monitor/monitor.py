@@ -10,9 +10,15 @@ from operator import itemgetter
 from typing import Any
 
 from ddptui.core.diagnose.audit import CollectiveMismatch
-from ddptui.core.diagnose.audit_watch import AuditWatch, MismatchReport, records_of_dumps
-from ddptui.core.diagnose.chatter import is_chatter, may_hold_chatter
+from ddptui.core.diagnose.audit_watch import (
+    AuditWatch,
+    MismatchReport,
+    nccl_of,
+    records_of_dumps,
+)
+from ddptui.core.diagnose.chatter import idle_ranks, may_hold_chatter
 from ddptui.core.diagnose.collective_record import CollectiveRecord
+from ddptui.core.diagnose.nccl_ras import RasReport
 from ddptui.core.diagnose.patterns import (
     EXITED,
     describe_exit,
@@ -51,12 +57,11 @@ from ddptui.core.monitor.framing import (
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.progress import ProgressScanner
-from ddptui.core.monitor.rank_cell import LAST_LINES, RankCell
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
+from ddptui.core.monitor.rank_cell import RankCell, keep_last_lines
 from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
-TAIL_LOOK = 64  # the block's last lines looked at for each rank's last words
 
 
 class _NodeReader:
@@ -93,6 +98,7 @@ class Monitor:
         self.gpu = GpuWatch(self.board)
         self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
         self.verdicts = VerdictWatch(self.board)
+        self._nccl: tuple[int, ...] | None = None
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -141,10 +147,17 @@ class Monitor:
         """What the collective audit found so far."""
         return self.audit.mismatches
 
-    def ras_said(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
-        """What NCCL's RAS said of a node on a stall: evidence beside the stall's verdict."""
-        self.verdicts.ras_said(node, lines)
-        return self._judged([], time.time() if now is None else now, force=True)
+    def ras_taken(self, report: RasReport) -> list[Event]:
+        """What NCCL's RAS said of the nodes on a stall: evidence beside the stall's verdict."""
+        for node, lines in report.nodes:
+            self.verdicts.ras_said(node, lines)
+        return self._judged([report], report.ts, force=True)
+
+    @property
+    def nccl_version(self) -> tuple[int, ...] | None:
+        """The job's NCCL version, from its flight-recorder dumps (None: not on NCCL, or
+        no dump seen yet)."""
+        return self._nccl
 
     def final_verdict(self, now: float | None = None) -> VerdictReport | None:
         """The run's one verdict at its end: None when no rank failed and nothing else
@@ -170,6 +183,7 @@ class Monitor:
         events: list[Event] = []
         for node, report in reports.items():
             if not isinstance(report, str):
+                self._nccl = self._nccl or nccl_of(report.get("fr", []))
                 records = records_of_dumps(report.get("fr", []))
                 events += self.collectives_seen(node, records, now, source)
         return events
@@ -278,7 +292,7 @@ class Monitor:
         counts = Counter(local_ranks)
         cells: dict[int, RankCell | None] = {}
         # the ranks whose lines here are all torch's, NCCL's or ddptui's: printed, no progress
-        idle = _idle_ranks(lines, local_ranks) if may_hold_chatter(text) else frozenset()
+        idle = idle_ranks(texts, local_ranks) if may_hold_chatter(text) else frozenset()
         if failures or traces or ends or None in counts:
             checks = (failures, failures or traces, ends)
             self._line_by_line(node, lines, first, now, checks, cells, events, idle)
@@ -292,7 +306,7 @@ class Monitor:
         for local_rank, cell in cells.items():
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
-        _keep_last_lines(texts, local_ranks, cells)
+        keep_last_lines(texts, local_ranks, cells)
         if self._progress is not None:
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
@@ -367,31 +381,3 @@ class Monitor:
             return self.board.node_trouble(node, replace(fact.diagnosis, ts=now))
         assert isinstance(fact, GroupSucceeded)
         return self.board.node_succeeded(node)
-
-
-def _idle_ranks(lines: list[Attributed], local_ranks: list[int | None]) -> frozenset[int | None]:
-    """The local ranks of a block whose every line is chatter (is_chatter): no progress."""
-    spoke: set[int | None] = set()
-    for (text, _, _), local_rank in zip(lines, local_ranks, strict=True):
-        if local_rank not in spoke and not is_chatter(text):
-            spoke.add(local_rank)
-    return frozenset(set(local_ranks) - spoke)
-
-
-def _keep_last_lines(
-    texts: list[str], local_ranks: list[int | None], cells: Mapping[int, RankCell | None]
-) -> None:
-    """Each rank's last lines of the block (a look at the block's end only): what a rank
-    that dies before any traceback said last (last_words.shown_error)."""
-    tails: dict[int, list[str]] = {}
-    for index in range(len(texts) - 1, max(-1, len(texts) - 1 - TAIL_LOOK), -1):
-        local_rank = local_ranks[index]
-        if local_rank is None:
-            continue
-        tail = tails.setdefault(local_rank, [])
-        if len(tail) < LAST_LINES:
-            tail.append(texts[index])
-    for local_rank, tail in tails.items():
-        cell = cells.get(local_rank)
-        if cell is not None:
-            cell.last_lines.extend(reversed(tail))

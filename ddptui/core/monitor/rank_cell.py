@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.core.diagnose.failures import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
@@ -149,3 +150,25 @@ class RankCell:
                 self.error = body.strip()
                 return Diagnosis(TRACEBACK, self.error[:300], self.traceback[0], self._trace_seq)
         return None
+
+
+TAIL_LOOK = 64  # the block's last lines looked at for each rank's last words
+
+
+def keep_last_lines(
+    texts: Sequence[str], local_ranks: Sequence[int | None], cells: Mapping[int, RankCell | None]
+) -> None:
+    """Each rank's last lines of a block (a look at the block's end only): what a rank that
+    dies before any traceback said last (last_words.shown_error)."""
+    tails: dict[int, list[str]] = {}
+    for index in range(len(texts) - 1, max(-1, len(texts) - 1 - TAIL_LOOK), -1):
+        local_rank = local_ranks[index]
+        if local_rank is None:
+            continue
+        tail = tails.setdefault(local_rank, [])
+        if len(tail) < LAST_LINES:
+            tail.append(texts[index])
+    for local_rank, tail in tails.items():
+        cell = cells.get(local_rank)
+        if cell is not None:
+            cell.last_lines.extend(reversed(tail))

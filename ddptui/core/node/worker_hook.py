@@ -259,6 +259,7 @@ def _flight_recorder(base):
                 "rank": int(rank) if rank.isdigit() else None,
                 "entries": entries,
                 "pg_config": dump.get("pg_config") or {},
+                "comm_lib_version": str(dump.get("comm_lib_version") or ""),
             }
         )
     return out

@@ -13,16 +13,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ddptui.core.backends.base import Backend
+from ddptui.core.diagnose.nccl_ras import RasReport, may_ask
+from ddptui.core.diagnose.nccl_ras import report as ras_report
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
 from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.monitor.monitor import Monitor
 
 PARALLEL = 8  # nodes asked at once
+RAS_APART_S = 5.0  # NCCL RAS asked twice this far apart: counts that did not move are frozen
 TEARDOWN_WAIT_S = 10.0  # the most a teardown waits for the dumps before it stops the job
 WATCHDOG = "watchdog"
 TEARDOWN = "teardown"
@@ -104,6 +108,32 @@ class NodeCollector:
     async def _stacks(self) -> None:
         for event in self.monitor.stacks_taken(await self._reports(None)):
             self.emit(event)
+        if self.monitor.stall.stalled and self.monitor.nccl_version is not None:
+            await self._ras()
+
+    async def _ras(self) -> None:
+        """NCCL RAS on a stall of a job on NCCL, asked twice RAS_APART_S apart (never while
+        the job is healthy; not on versions with known RAS faults: nccl_ras.may_ask)."""
+        ok, why = may_ask(self.monitor.nccl_version)
+        if not ok:
+            self.emit(RasReport(False, why))
+            return
+        first = await self._ras_answers()
+        await asyncio.sleep(RAS_APART_S)
+        second = await self._ras_answers()
+        for event in self.monitor.ras_taken(ras_report(first, second, RAS_APART_S, time.time())):
+            self.emit(event)
+
+    async def _ras_answers(self) -> dict[str, str | BaseException]:
+        commands = self.plan.commands
+        answers = await asyncio.gather(
+            *(self._bounded_text(self.backend.ras(c)) for c in commands), return_exceptions=True
+        )
+        return dict(zip((c.node for c in commands), answers, strict=True))
+
+    async def _bounded_text(self, ask: Awaitable[str]) -> str:
+        async with self._limit:
+            return await ask
 
     async def _reports(self, method: str | None) -> dict[str, Any]:
         commands = self.plan.commands
