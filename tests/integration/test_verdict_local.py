@@ -8,17 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.stall_hold import (
-    HANG_TIMEOUT,
-    HOLD_S,
-    assert_one_stall_held,
-    read_for,
-    until_stalled,
-)
+from tests.integration.stall_hold import HANG_TIMEOUT, HOLD_S, EventReader, assert_one_stall_held
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = str(ROOT / "trainer" / "hang.py")
@@ -39,16 +34,17 @@ def test_a_skipped_all_reduce_stalls_once_and_stays_stalled_for_three_minutes(
         tmp_path, "--hang-timeout", str(HANG_TIMEOUT), "--stacks-method", "signal",
         HANG, "--skip-rank", "1", "--steps", "5",
     )  # fmt: skip
+    reader = EventReader(proc)
     try:
-        before = until_stalled(proc)
-        assert before and before[-1]["event"] == "stall", before[-3:]
-        held = read_for(proc, HOLD_S)
-        assert_one_stall_held(before, held)
+        first = reader.until("stall", 150)
+        assert first and first[-1]["event"] == "stall", first[-3:]
+        time.sleep(HOLD_S)
+        assert_one_stall_held(list(reader.events))
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
-    summary = json.loads(out.splitlines()[-1])
-    assert summary["stopped_by"] == "operator" and summary["verdict"]["rank"] == 1
+    summary = reader.to_the_end(120)[-1]
+    assert summary["event"] == "summary" and summary["stopped_by"] == "operator"
+    assert summary["verdict"]["rank"] == 1
 
 
 def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path) -> None:
