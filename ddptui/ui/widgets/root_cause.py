@@ -113,14 +113,6 @@ class RootCausePanel(VerticalScroll):
 
     def describe(self) -> Text:
         text = Text()
-        if self.verdict is not None:
-            text.append_text(describe_verdict(self.verdict))
-        for mismatch in self.mismatches[:MAX_OTHERS]:
-            text.append("\n" if text.plain else "")
-            text.append("Mismatch ", style="bold red")
-            text.append(f"{mismatch.describe()}: {mismatch.detail}"[:200])
-        if text.plain:
-            text.append("\n")
         ordered = self.failures
         if ordered:
             if ordered[0].root_cause:
@@ -162,6 +154,13 @@ class RootCausePanel(VerticalScroll):
         if self.recorder is not None:
             text.append("\n" if text.plain else "")
             text.append_text(_describe_recorder(self.recorder))
+        for mismatch in self.mismatches[:MAX_OTHERS]:
+            text.append("\n" if text.plain else "")
+            text.append("Mismatch ", style="bold red")
+            text.append(f"{mismatch.describe()}: {mismatch.detail}"[:200])
+        if self.verdict is not None:
+            text.append("\n" if text.plain else "")
+            text.append_text(describe_verdict(self.verdict))
         return text
 
     def _noted(self) -> list[tuple[str, int, int | None, Diagnosis]]:
