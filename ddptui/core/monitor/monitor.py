@@ -303,10 +303,10 @@ class Monitor:
                 progressed = local_rank not in idle
                 events += self.board.saw_output(node, rank, local_rank, now, progressed)
                 cells[local_rank] = self.board.cell(node, local_rank)
+            keep_last_lines(texts, local_ranks, cells)
         for local_rank, cell in cells.items():
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
-        keep_last_lines(texts, local_ranks, cells)
         if self._progress is not None:
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
@@ -345,6 +345,7 @@ class Monitor:
                 cell = cells[local_rank] = self.board.cell(node, local_rank)
             if cell is None:
                 continue
+            cell.last_lines.append(line)  # before the agent's word on its end, below
             if rank_lines:
                 events += self._rank_line(cell, line, first + offset, now, failures)
             ended = worker_ended(line) if ends else None

@@ -122,3 +122,22 @@ def test_records_of_dumps_prefer_nccls_recorder() -> None:
         {"file": "fr_nccl_rank_0", "rank": 0, "entries": [entry]},
     ]
     assert [r.op for r in records_of_dumps(dumps)] == ["nccl:all_reduce"]
+
+
+def test_a_rank_dead_before_any_traceback_shows_its_own_last_line() -> None:
+    """The script missing: torchrun's summary says only "To enable traceback see: ..."."""
+    log = (DATA / "verdicts" / "missing_file--script.log").read_bytes()
+    log = log.replace(b"[default0]:", b"[ddptui:0:0]:").replace(b"[default1]:", b"[ddptui:1:1]:")
+    m = Monitor(["n0"], 2)
+    m.feed("n0", log, now=5.0)
+    m.end_of_output("n0")
+    summary = m.summary()
+    assert summary.failures
+    for record in summary.failures:
+        assert "can't open file" in record.error and "To enable traceback" not in record.error
+    assert sum(r.root_cause for r in summary.failures) == 1
+    verdict = m.final_verdict(now=6.0)
+    assert verdict is not None
+    said = verdict.to_dict()
+    assert said["signature"] == "missing_file" and said["domain"] == "job"
+    assert "can't open file" in said["evidence"][0]
