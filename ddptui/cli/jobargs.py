@@ -156,6 +156,7 @@ def cli_fields(
     found = rules.problems(
         {
             "backend": args.backend or "slurm",  # the backend is checked once it is known
+            "hosts": ("-",),  # and the hosts with it (resolve.py): only the container here
             "container_image": args.container_image,
             "container_engine": args.container_engine,
             "container_mounts": args.container_mount,
