@@ -13,7 +13,7 @@ from ddptui.core.diagnose.failures import (
     culprit,
     order_failures,
 )
-from ddptui.core.diagnose.last_words import is_boilerplate, shown_error
+from ddptui.core.diagnose.last_words import is_boilerplate, says_error, shown_error
 from ddptui.core.diagnose.patterns import (
     HUNG,
     PEER_LOST,
@@ -110,7 +110,7 @@ class RankBoard:
             pid=fact.pid,
             error_file=fact.error_file,
             traceback=fact.traceback,
-            error=shown_error(
+            error=_own_words(
                 summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
                 tuple(cell.last_lines) if cell else (),
             ),
@@ -286,3 +286,12 @@ class RankBoard:
     def summaries(self) -> list[RankSummary]:
         first = self.culprit()
         return [c.summary(culprit=c is first) for c in self.all_cells()]
+
+
+def _own_words(said: str, last_lines: Sequence[str]) -> str:
+    """The rank's own last error line over torchrun's boilerplate; a signal's words stay
+    unless the rank said something that reads as an error (its last step line says less)."""
+    own = shown_error(said, last_lines)
+    if said.startswith("Signal ") and not says_error(own):
+        return said
+    return own
