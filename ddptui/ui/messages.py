@@ -7,7 +7,9 @@ from collections.abc import Iterable
 
 from textual.message import Message
 
+from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
+from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     AllocationChanged,
     Event,
@@ -124,7 +126,21 @@ class RecorderUpdate(SessionMessage):
     event: FlightRecorderReport
 
 
+class VerdictUpdate(SessionMessage):
+    """The failure's one verdict: culprit, role, domain, outlook and evidence."""
+
+    event: VerdictReport
+
+
+class MismatchUpdate(SessionMessage):
+    """The collective audit found ranks that disagree on a collective."""
+
+    event: MismatchReport
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
+    VerdictReport: VerdictUpdate,
+    MismatchReport: MismatchUpdate,
     FlightRecorderReport: RecorderUpdate,
     StallReport: StallUpdate,
     StacksReport: StacksUpdate,

@@ -134,3 +134,22 @@ async def test_diagnoses_name_the_rank_with_its_own_error_before_those_that_lost
             < text.index("rank 2 on local1")
             < text.index("rank 3 on local1")
         )
+
+
+async def test_the_verdict_and_a_mismatch_are_in_the_root_cause_panel() -> None:
+    from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
+    from ddptui.core.diagnose.audit_watch import MismatchReport
+
+    app = DdpApp(local_spec())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        mismatch = CollectiveMismatch(
+            "all_reduce", MismatchKind.SIZE, {0: "all_reduce [4] Float", 1: "all_reduce [8] Float"},
+            "0", 6, (1,), "rank 1 passed all_reduce [8] Float, the others all_reduce [4] Float",
+        )  # fmt: skip
+        feed(screen, [*crash_events(), MismatchReport(mismatch, "failure")])
+        await pilot.pause()
+        text = screen.root_cause.describe().plain
+        assert "Mismatch rank 1: size mismatch in all_reduce #6 of group 0" in text
+        assert "Verdict rank 1 on local0 · initiating · exception" in text
+        assert "fix it first" in text or "restart" in text

@@ -11,17 +11,33 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from ddptui.core.backends.errors import (  # noqa: F401 - the backends' names for them
+    SCRIPT_FIX,
+    BackendError,
+    NodeStartError,
+    PortTaken,
+    ScriptMissing,
+    script_refusal,
+)
 from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
-from ddptui.core.backends.rdzv_port import port_taken, refusal
+from ddptui.core.backends.rdzv_port import port_taken
+from ddptui.core.backends.reap_report import (  # noqa: F401 - the backends' names for them
+    REAP_GRACE_S,
+    reap_args,
+    reap_clean,
+    reap_detail,
+    teardown_report,
+)
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
 from ddptui.core.events import Event, Notice, TeardownReport
-from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
+from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.monitor.gpu import judge_gpus, memory_before
+from ddptui.core.monitor.gpu import memory_before
 from ddptui.core.node import (
     STDIN_PROGRAM,
     job_helper_source,
+    ras_query_source,
     reaper_source,
     with_job,
     worker_hook_source,
@@ -31,26 +47,8 @@ from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
 GpuSampleSink = Callable[[str, dict[str, Any]], None]
-REAP_GRACE_S = 3.0
+
 START_TIMEOUT_S = 60.0
-
-
-class BackendError(RuntimeError):
-    """Nodes could not be had or reached; the message is for the operator, on one line."""
-
-
-class PortTaken(BackendError):
-    """The rendezvous port is held on the node that serves the rendezvous (rdzv_port.py)."""
-
-    def __init__(self, node: str, report: dict[str, Any]) -> None:
-        super().__init__(refusal(node, report))
-        self.node, self.report = node, report
-
-
-class NodeStartError(BackendError):
-    def __init__(self, node: str, message: str) -> None:
-        super().__init__(f"{node}: {message}")
-        self.node = node
 
 
 class Backend(ABC):
@@ -105,6 +103,10 @@ class Backend(ABC):
         """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect);
         `method` "fr": the dumps alone (else the job's stacks method)."""
         raise BackendError(f"{self.name} cannot take stacks")
+
+    async def ras(self, command: NodeCommand, timeout_s: float = 5.0) -> str:
+        """NCCL RAS's text answer on the node (core/node/ras_query.py), asked once."""
+        raise BackendError(f"{self.name} cannot ask NCCL RAS")
 
     async def ended(self, command: NodeCommand) -> int | None:
         """A run left detached, asked how it is: the node's exit code once its job has
@@ -195,6 +197,9 @@ class HelperBackend(Backend):
             "hook": self._hook_source.decode(),
             "flight_recorder": self.spec.flight_recorder,
             "gpu_sample_ms": self.spec.gpu_sample_ms if self.launch_on_node else 0,
+            "script_check": None
+            if self.spec.container or not self.launch_on_node
+            else self.spec.script,
             **self.start_checks(command),
         }
         transport = self.transport(command.node)
@@ -267,6 +272,8 @@ class HelperBackend(Backend):
             taken = port_taken(report)
             if taken is not None:
                 raise PortTaken(command.node, taken)
+            if report.startswith("script-missing "):
+                raise ScriptMissing(command.node, report[len("script-missing ") :].strip())
             raise NodeStartError(command.node, report)
         self._launches[command.node] = launch
 
@@ -350,6 +357,22 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
         return report
 
+    async def ras(self, command: NodeCommand, timeout_s: float = 5.0) -> str:
+        if not self.launch_on_node:  # its transport reaches this host, not the node
+            raise BackendError(f"{self.name} cannot ask NCCL RAS on {command.node}")
+        addr = dict(command.env).get("NCCL_RAS_ADDR", "localhost:28028")
+        argv = self._argv("ras", addr, str(timeout_s))
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=ras_query_source(), timeout=timeout_s + 20
+            )
+            answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError) as exc:
+            raise BackendError(f"{command.node}: could not ask NCCL RAS: {exc}") from None
+        if "text" not in answer:
+            raise BackendError(f"{command.node}: NCCL RAS: {answer.get('error', '?')}")
+        return str(answer["text"])
+
     async def reap_tag(
         self, transport: Transport, tag: str, gpu_before: str = ""
     ) -> dict[str, Any]:
@@ -397,52 +420,3 @@ class HelperBackend(Backend):
                 return await self.reap_tag(transport, command.tag, before)
             except TransportError as exc:
                 raise TransportError(f"{exc} (the held connection was lost: {lost})") from None
-
-
-def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
-    """The node shim's reap report as the teardown proof: processes, container, GPUs."""
-    gpu = judge_gpus(report["gpu"]) if report.get("gpu") else None
-    detail = f"{report['found']} process(es) found"  # reap_detail names any SIGKILLed
-    detail += reap_detail(report) + (f"; {gpu.detail}" if gpu else "")
-    clean = reap_clean(report) and (gpu is None or gpu.clean)
-    return TeardownReport(node, clean, tuple(report["leftover"]), detail, gpu)
-
-
-def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
-    """The node shim's `reap` arguments: the tag, the grace, the node's container, and each
-    GPU's memory before the job (`0:503,1:503`, MiB) when it is known."""
-    args = [tag, str(REAP_GRACE_S)]
-    container = node_container(spec, tag)
-    if gpu_before:
-        return [*args, *(container or ("", "")), gpu_before]
-    return [*args, *container] if container else args
-
-
-def reap_clean(report: dict[str, Any]) -> bool:
-    """No process left, and no container still listed (or not proven gone)."""
-    container = report.get("container")
-    return not report["leftover"] and not (container and container["listed"] is not False)
-
-
-def reap_detail(report: dict[str, Any]) -> str:
-    """What the shim saw, in words: the container's end, and every process by name."""
-    names = report.get("names", {})
-    parts = []
-    container = report.get("container")
-    if container:
-        holders = len(container["holders"])
-        if container["listed"] is None:
-            gone = f"{container['engine']} could not be asked whether it is gone"
-        elif container["listed"]:
-            gone = f"still listed by {container['engine']} ps -a"
-        else:
-            gone = "removed" + (f", its conmon/shim ({holders}) gone" if holders else "")
-        parts.append(f"container {container['name']} {gone}")
-    for what in ("killed", "leftover"):
-        pids = report.get(what) or []
-        if pids:
-            shown = ", ".join(f"{p} ({names.get(str(p)) or '?'})" for p in pids[:5])
-            more = f" and {len(pids) - 5} more" if len(pids) > 5 else ""
-            label = "needed SIGKILL" if what == "killed" else "LEFT RUNNING"
-            parts.append(f"{label}: {shown}{more}")
-    return "".join(f"; {p}" for p in parts)

@@ -18,6 +18,7 @@ class CellView(Protocol):
     state: RankState
     lines: int  # the lines it printed so far
     stall_cause: str  # what the stall's stacks said of it
+    known_cause: str  # a cause known outright (the teardown, the collective audit's)
     suspect: bool
 
     def changed(self, detail: str = "") -> RankChanged:

@@ -40,6 +40,7 @@ AGENT_GONE = "agent_exited"  # its node's agent ended before it reported
 SUSPECT = "stall_suspect"  # the stall's odd one out: its stack differs from the others'
 DEADLOCK = "deadlock"  # in a stall whose groups wait on each other in different collectives
 STALLED = "stalled"  # silent in a stall, neither the suspect nor in a collective
+MISMATCH = "collective_mismatch"  # the collective audit's odd rank: the others' failures follow
 VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG, STALLED})
 
 _PEER_WORDS = re.compile(
@@ -107,9 +108,10 @@ def order_failures(records: Sequence[FailureRecord], final: bool = True) -> list
     goes on (`final` False) a victim is not named the culprit: the culprit may still come.
     """
 
-    def key(item: tuple[int, FailureRecord]) -> tuple[bool, str, bool, int]:
+    def key(item: tuple[int, FailureRecord]) -> tuple[bool, bool, str, bool, int]:
         index, record = item
-        return (is_victim(record.cause), record.time, not record.first_on_node, index)
+        odd = record.cause == MISMATCH  # the audit's odd rank, whoever gloo aborted first
+        return (not odd, is_victim(record.cause), record.time, not record.first_on_node, index)
 
     decided = [r if r.cause else replace(r, cause=record_cause(r)) for r in records]
     ordered = [record for _, record in sorted(enumerate(decided), key=key)]
@@ -140,7 +142,9 @@ def culprit(
         named = [r for r in ranks if (r.node, r.local_rank) == (first.node, first.local_rank)]
         if named:
             return named[0]
-    observed = sorted((r for r in ranks if r.cause != TEARDOWN), key=lambda r: r.order)
+    observed = sorted(
+        (r for r in ranks if r.cause != TEARDOWN), key=lambda r: (r.cause != MISMATCH, r.order)
+    )
     return next((r for r in observed if not is_victim(r.cause)), observed[0] if observed else None)
 
 

@@ -32,6 +32,11 @@ def is_boilerplate(line: str) -> bool:
     return bool(_BOILERPLATE.search(line.strip()))
 
 
+def says_error(line: str) -> bool:
+    """A line that reads as an error (`can't open file`, `Killed`, `RuntimeError: ...`)."""
+    return bool(_ERRORISH.search(line))
+
+
 def shown_error(error: str, own_lines: Sequence[str]) -> str:
     """The error to show for a failed rank.
 

@@ -20,7 +20,7 @@ class StallGroup:
 @dataclass(frozen=True)
 class StallReport(Event):
     """No rank progressed for the hang timeout: the job is stalled. The headless contract:
-    `{"event": "stall", "since_s", "suspects", "groups": [{"ranks", "stack"}], "method"}`,
+    `{"event": "stall", "ts", "since_s", "suspects", "groups": [{"ranks", "stack"}], "method"}`,
     sent again whenever it changes (the stacks came, the suspects changed). Beyond it: each
     group's `collective` (where the flight recorder saw its ranks wait, "" if unknown),
     `deadlock` (groups wait on each other in different collectives: every one a suspect)
@@ -38,6 +38,7 @@ class StallReport(Event):
     def to_dict(self) -> dict[str, Any]:
         return {
             "event": self.kind,
+            "ts": self.ts,
             "since_s": round(self.since_s, 1),
             "suspects": list(self.suspects),
             "groups": [

@@ -29,6 +29,7 @@ from ddptui.core.diagnose.signatures import (
     Source,
     identify,
 )
+from ddptui.core.events import Event
 
 MAX_EVIDENCE = 6
 
@@ -86,6 +87,23 @@ class Verdict:
             "summary": self.summary,
             "evidence": list(self.evidence),
         }
+
+
+@dataclass(frozen=True)
+class VerdictReport(Event):
+    """The verdict, said when a failure's story changes and at the end of a failed run. The
+    headless contract: `{"event": "verdict", "ts", "node", "rank", "local_rank", "role":
+    "initiating"|"cascade"|"teardown", "signature", "domain": "job"|"infrastructure"|
+    "unknown", "outlook": "restart_helps"|"restart_elsewhere"|"fix_first"|"unknown",
+    "summary", "evidence": [lines], "final": bool}`."""
+
+    verdict: Verdict
+    final: bool = False  # the run has ended: this is its verdict
+
+    kind = "verdict"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.verdict.to_dict(), "ts": self.ts, "final": self.final}
 
 
 def role_of(facts: RankFacts, culprit: RankFacts | None) -> Role:

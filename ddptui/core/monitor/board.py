@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ddptui.core.diagnose.failures import (
+    MISMATCH,
     STOPPED,
     TEARDOWN,
     culprit,
     order_failures,
 )
+from ddptui.core.diagnose.last_words import is_boilerplate, says_error, shown_error
 from ddptui.core.diagnose.patterns import (
     HUNG,
     PEER_LOST,
@@ -44,7 +47,7 @@ class RankBoard:
         self.cells = {n: [RankCell(n, lr) for lr in range(nproc_per_node)] for n in nodes}
         self.failures: list[FailureRecord] = []
         self._failed = 0
-        self.last_progress = 0.0  # when a rank last printed (or was assigned)
+        self.last_progress = 0.0  # when a rank last progressed (or was assigned)
         self.tearing_down = False  # the operator's teardown began: what follows is its echo
 
     def all_cells(self) -> list[RankCell]:
@@ -107,13 +110,18 @@ class RankBoard:
             pid=fact.pid,
             error_file=fact.error_file,
             traceback=fact.traceback,
-            error=summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+            error=_own_words(
+                summary_error or (cell.error if cell else "") or " ".join(fact.traceback[:1]),
+                tuple(cell.last_lines) if cell else (),
+            ),
             first_on_node=fact.root_cause,
         )
         if len(self.failures) >= MAX_FAILURES:
             return []
+        if cell is not None and not cell.error and not is_boilerplate(record.error):
+            cell.error = record.error  # its own last words (a missing script): no traceback
         self.failures.append(record)
-        ordered = order_failures(self.failures, final=False)
+        ordered = order_failures(self._audited(self.failures), final=False)
         told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
         events: list[Event] = []
         if cell is not None:  # what the error file says beyond the exception line
@@ -123,10 +131,19 @@ class RankBoard:
 
     def ordered_failures(self) -> list[FailureRecord]:
         """torchrun's failure records as the story tells them at the end: the culprit first."""
-        return order_failures(self.failures)
+        return order_failures(self._audited(self.failures))
+
+    def _audited(self, records: Sequence[FailureRecord]) -> list[FailureRecord]:
+        """The records, the collective audit's odd ranks' with its cause (they come first)."""
+        odd = {(c.node, c.local_rank) for c in self.all_cells() if c.known_cause == MISMATCH}
+        return [replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records]
 
     def culprit(self) -> RankCell | None:
-        """The rank the failure story starts with (the summary and the history name it)."""
+        """The rank the failure story starts with (the summary and the history name it): the
+        collective audit's odd rank, else the first failure of its own."""
+        odd = [c for c in self.all_cells() if c.known_cause == MISMATCH]
+        if odd:
+            return odd[0]
         failed = [c.failed() for c in self.all_cells() if c.state == RankState.FAILED]
         first = culprit(failed, self.ordered_failures())
         if first is None:  # nothing failed: a stall's lone suspect, if the teardown ended it
@@ -162,15 +179,24 @@ class RankBoard:
                 )
         return events
 
-    def saw_output(self, node: str, rank: int, local_rank: int, now: float) -> list[Event]:
+    def saw_output(
+        self, node: str, rank: int, local_rank: int, now: float, progressed: bool = True
+    ) -> list[Event]:
+        """A rank printed. Only `progressed` output (a step, a line of the user's own, not
+        torch's or NCCL's chatter: diagnose/chatter.py) counts as progress: chatter neither
+        ends a stall nor wakes a hung rank."""
         cell = self.cell(node, local_rank)
         if cell is None:
             return []
-        cell.last_output = now
-        self.last_progress = max(self.last_progress, now)
         cell.lines += 1
         if cell.rank is None:
             cell.rank = rank
+        if not progressed:
+            if cell.state in (RankState.PENDING, RankState.ASSIGNED):
+                return self.move(cell, RankState.RUNNING)  # alive, though no step yet
+            return []
+        cell.last_output = now
+        self.last_progress = max(self.last_progress, now)
         if cell.state in (RankState.PENDING, RankState.ASSIGNED, RankState.HUNG):
             return self.move(cell, RankState.RUNNING)
         return []
@@ -195,7 +221,8 @@ class RankBoard:
         before the teardown stays)."""
         if cell.state.final:
             return []
-        cell.known_cause = TEARDOWN
+        if cell.known_cause != MISMATCH:  # the audit's word outlives the teardown
+            cell.known_cause = TEARDOWN
         return self.move(cell, RankState.STOPPED, exit_code, "stopped by teardown")
 
     def node_succeeded(self, node: str) -> list[Event]:
@@ -259,3 +286,12 @@ class RankBoard:
     def summaries(self) -> list[RankSummary]:
         first = self.culprit()
         return [c.summary(culprit=c is first) for c in self.all_cells()]
+
+
+def _own_words(said: str, last_lines: Sequence[str]) -> str:
+    """The rank's own last error line over torchrun's boilerplate; a signal's words stay
+    unless the rank said something that reads as an error (its last step line says less)."""
+    own = shown_error(said, last_lines)
+    if said.startswith("Signal ") and not says_error(own):
+        return said
+    return own

@@ -9,6 +9,16 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from ddptui.core.diagnose.audit import CollectiveMismatch
+from ddptui.core.diagnose.audit_watch import (
+    AuditWatch,
+    MismatchReport,
+    nccl_of,
+    records_of_dumps,
+)
+from ddptui.core.diagnose.chatter import idle_ranks, may_hold_chatter
+from ddptui.core.diagnose.collective_record import CollectiveRecord
+from ddptui.core.diagnose.nccl_ras import RasReport
 from ddptui.core.diagnose.patterns import (
     EXITED,
     describe_exit,
@@ -18,10 +28,12 @@ from ddptui.core.diagnose.patterns import (
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
+from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     Diagnosis,
     Event,
     FailureRecord,
+    FailureReport,
     NodeLines,
     RankState,
     RankSummary,
@@ -49,7 +61,8 @@ from ddptui.core.monitor.framing import (
 from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
-from ddptui.core.monitor.rank_cell import RankCell
+from ddptui.core.monitor.rank_cell import RankCell, keep_last_lines
+from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
 
@@ -86,6 +99,9 @@ class Monitor:
         self.stall = StallWatch(self.board)
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
+        self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
+        self.verdicts = VerdictWatch(self.board)
+        self._nccl: tuple[int, ...] | None = None
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -108,7 +124,72 @@ class Monitor:
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
     ) -> list[Event]:
         """Every node's stacks report (or why there is none): groups, suspects, gaps."""
-        return self.stall.stacks_taken(reports, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        events = self.stall.stacks_taken(reports, now)
+        events += self._audit_dumps(reports, "stall", now)
+        if self.stall.stalled:  # who never entered what the others wait in, said once
+            events += self.audit.settle("stall", now)
+        return self._judged(events, now, force=self.stall.stalled)
+
+    def collectives_seen(
+        self,
+        node: str,
+        records: Sequence[CollectiveRecord],
+        now: float | None = None,
+        source: str = "live",
+    ) -> list[Event]:
+        """A node's ranks' collective records (the flight recorder's, from its dumps or the
+        worker hook's live channel): the collective audit's mismatches, the odd ranks marked.
+        Records may repeat and come late: each rank's are matched once, in its own order."""
+        if node not in self._readers or not records:
+            return []
+        now = time.time() if now is None else now
+        return self._judged(self.audit.seen(records, source, now), now)
+
+    def mismatches(self) -> list[CollectiveMismatch]:
+        """What the collective audit found so far."""
+        return self.audit.mismatches
+
+    def ras_taken(self, report: RasReport) -> list[Event]:
+        """What NCCL's RAS said of the nodes on a stall: evidence beside the stall's verdict."""
+        for node, lines in report.nodes:
+            self.verdicts.ras_said(node, lines)
+        return self._judged([report], report.ts, force=True)
+
+    @property
+    def nccl_version(self) -> tuple[int, ...] | None:
+        """The job's NCCL version, from its flight-recorder dumps (None: not on NCCL, or
+        no dump seen yet)."""
+        return self._nccl
+
+    def final_verdict(self, now: float | None = None) -> VerdictReport | None:
+        """The run's one verdict at its end: None when no rank failed and nothing else
+        (a mismatch, a stall) says something went wrong."""
+        return self.verdicts.final(self.audit.mismatches, time.time() if now is None else now)
+
+    def _judged(self, events: list[Event], now: float, force: bool = False) -> list[Event]:
+        """The events, and the verdict after them if they change the failure's story."""
+        if force or any(isinstance(e, (FailureReport, MismatchReport)) for e in events):
+            return events + list(self.verdicts.changed(self.audit.mismatches, now))
+        return events
+
+    def dumps_audited(
+        self, reports: Mapping[str, Mapping[str, Any] | str], source: str
+    ) -> list[Event]:
+        """Every node's flight-recorder dumps, for the collective audit alone (a failure's)."""
+        now = time.time()
+        return self._judged(self._audit_dumps(reports, source, now), now)
+
+    def _audit_dumps(
+        self, reports: Mapping[str, Mapping[str, Any] | str], source: str, now: float
+    ) -> list[Event]:
+        events: list[Event] = []
+        for node, report in reports.items():
+            if not isinstance(report, str):
+                self._nccl = self._nccl or nccl_of(report.get("fr", []))
+                records = records_of_dumps(report.get("fr", []))
+                events += self.collectives_seen(node, records, now, source)
+        return events
 
     def gpu_sample(
         self, node: str, record: Mapping[str, Any], now: float | None = None
@@ -123,7 +204,9 @@ class Monitor:
         self, reports: Mapping[str, Mapping[str, Any] | str], trigger: str, now: float | None = None
     ) -> list[Event]:
         """Every node's flight-recorder dumps alone (a watchdog timeout, a teardown)."""
-        return self.recorder.taken(reports, trigger, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        events = self.recorder.taken(reports, trigger, now)
+        return self._judged(events + self._audit_dumps(reports, trigger, now), now)
 
     def stuck(self) -> bool:
         """Whether the job stalled or a rank hung: its teardown gathers the recorder's dumps."""
@@ -169,13 +252,15 @@ class Monitor:
         if block is None:
             return []
         lines = reader.attributor.feed_block(block)
-        return self._lines(node, lines, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        return self._judged(self._lines(node, lines, now), now)
 
     def feed_lines(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
         if not lines:
             return []
         attributed = self._readers[node].attributor.feed_block("\n".join(lines))
-        return self._lines(node, attributed, time.time() if now is None else now)
+        now = time.time() if now is None else now
+        return self._judged(self._lines(node, attributed, now), now)
 
     def end_of_output(self, node: str) -> list[Event]:
         """Flush fragments when a node's stream ends; nothing buffered is ever dropped."""
@@ -186,7 +271,7 @@ class Monitor:
         events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
             events += self._agent_fact(node, fact, now)
-        return events
+        return self._judged(events, now)
 
     def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
         """One NodeLines event for the block, then what its lines say, in line order.
@@ -209,15 +294,19 @@ class Monitor:
         local_ranks = list(map(_LOCAL_RANK, lines))
         counts = Counter(local_ranks)
         cells: dict[int, RankCell | None] = {}
+        # the ranks whose lines here are all torch's, NCCL's or ddptui's: printed, no progress
+        idle = idle_ranks(texts, local_ranks) if may_hold_chatter(text) else frozenset()
         if failures or traces or ends or None in counts:
             checks = (failures, failures or traces, ends)
-            self._line_by_line(node, lines, first, now, checks, cells, events)
+            self._line_by_line(node, lines, first, now, checks, cells, events, idle)
         else:  # rank lines only, nothing to look for in them: count them per rank
             for local_rank in counts:
                 rank = lines[local_ranks.index(local_rank)][1]
                 assert local_rank is not None and rank is not None
-                events += self.board.saw_output(node, rank, local_rank, now)
+                progressed = local_rank not in idle
+                events += self.board.saw_output(node, rank, local_rank, now, progressed)
                 cells[local_rank] = self.board.cell(node, local_rank)
+            keep_last_lines(texts, local_ranks, cells)
         for local_rank, cell in cells.items():
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
@@ -237,6 +326,7 @@ class Monitor:
         checks: tuple[bool, bool, bool],
         cells: dict[int, RankCell | None],
         events: list[Event],
+        idle: frozenset[int | None] = frozenset(),
     ) -> None:
         """The block's lines one at a time: the agent's lines, trouble, workers' ends.
 
@@ -253,10 +343,12 @@ class Monitor:
             if local_rank in cells:
                 cell = cells[local_rank]
             else:
-                events += self.board.saw_output(node, rank, local_rank, now)
+                progressed = local_rank not in idle
+                events += self.board.saw_output(node, rank, local_rank, now, progressed)
                 cell = cells[local_rank] = self.board.cell(node, local_rank)
             if cell is None:
                 continue
+            cell.last_lines.append(line)  # before the agent's word on its end, below
             if rank_lines:
                 events += self._rank_line(cell, line, first + offset, now, failures)
             ended = worker_ended(line) if ends else None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ddptui.core.diagnose.failures import TEARDOWN, WATCHDOG, FailedRank, cause_of
+from ddptui.core.diagnose.failures import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
 
@@ -15,6 +17,7 @@ _TORCH_RANK_TAG = re.compile(r"^\[rank\d+\]: ?")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::(?: |$)|$)")  # `ValueError: x`
 MAX_TRACEBACK = 60
 MAX_DIAGNOSES = 8
+LAST_LINES = 6  # a rank's last lines, kept for the error of a rank that left no traceback
 
 
 @dataclass
@@ -38,12 +41,16 @@ class RankCell:
     known_cause: str = ""  # set when the cause is known outright (teardown, launcher's stop)
     stall_cause: str = ""  # what the stall's stacks said of it (suspect, in a collective)
     suspect: bool = False
+    last_lines: deque[str] = field(default_factory=lambda: deque(maxlen=LAST_LINES))
     _collecting: bool = False
     _trace_seq: int | None = None
 
     @property
     def cause(self) -> str:
-        """Why this rank ended, if it failed or the teardown stopped it, else ""."""
+        """Why this rank ended, if it failed or the teardown stopped it, else "" (the
+        collective audit's odd rank: `collective_mismatch`, whatever its end)."""
+        if self.known_cause == MISMATCH:
+            return MISMATCH
         if self.state == RankState.DONE:
             return "finished"
         if self.state == RankState.STOPPED and self.timed_out:
@@ -143,3 +150,25 @@ class RankCell:
                 self.error = body.strip()
                 return Diagnosis(TRACEBACK, self.error[:300], self.traceback[0], self._trace_seq)
         return None
+
+
+TAIL_LOOK = 64  # the block's last lines looked at for each rank's last words
+
+
+def keep_last_lines(
+    texts: Sequence[str], local_ranks: Sequence[int | None], cells: Mapping[int, RankCell | None]
+) -> None:
+    """Each rank's last lines of a block (a look at the block's end only): what a rank that
+    dies before any traceback said last (last_words.shown_error)."""
+    tails: dict[int, list[str]] = {}
+    for index in range(len(texts) - 1, max(-1, len(texts) - 1 - TAIL_LOOK), -1):
+        local_rank = local_ranks[index]
+        if local_rank is None:
+            continue
+        tail = tails.setdefault(local_rank, [])
+        if len(tail) < LAST_LINES:
+            tail.append(texts[index])
+    for local_rank, tail in tails.items():
+        cell = cells.get(local_rank)
+        if cell is not None:
+            cell.last_lines.extend(reversed(tail))

@@ -97,3 +97,8 @@ def with_job(source: bytes, job: Mapping[str, Any]) -> bytes:
         raise ValueError("the node program has no JOB line")
     encoded = base64.b64encode(json.dumps(dict(job)).encode())
     return source.replace(JOB_LINE, b'JOB = "' + encoded + b'"\n')
+
+
+def ras_query_source() -> bytes:
+    """NCCL RAS asked once on a node (`python3 - ras ADDR TIMEOUT`), on a stall only."""
+    return resources.files(__name__).joinpath("ras_query.py").read_bytes()

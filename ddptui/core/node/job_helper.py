@@ -58,13 +58,21 @@ def start() -> int:
     """Start the command detached from this session; print {"pid", "log"} and return at once.
 
     What used to be a probe before launch is done here, in the same process: given
-    `port_check` (address, port), refuse to start when the rendezvous port cannot be bound
-    (one line `port-taken REPORT`, the port report as JSON: who holds it); given
-    `ifname_for` (the address the console reached this node at), point
-    GLOO/NCCL_SOCKET_IFNAME at the interface holding it unless the job's environment
-    names one.
+    `script_check` (the script as the job names it), refuse to start when it is no file
+    from the job's cwd (one line `script-missing PATH`); given `port_check` (address,
+    port), refuse to start when the rendezvous port cannot be bound (one line
+    `port-taken REPORT`, the port report as JSON: who holds it); given `ifname_for` (the
+    address the console reached this node at), point GLOO/NCCL_SOCKET_IFNAME at the
+    interface holding it unless the job's environment names one.
     """
     job = json.loads(base64.b64decode(JOB).decode())
+    if job.get("script_check"):  # the script, resolved as torchrun will: from the job's cwd
+        where = os.path.expanduser(job.get("cwd") or os.getcwd())
+        script = os.path.normpath(os.path.join(where, os.path.expanduser(job["script_check"])))
+        if not os.path.isfile(script):
+            sys.stdout.write(f"script-missing {script}\n")
+            sys.stdout.flush()
+            return 1
     taken, ifname = start_checks(job.get("port_check"), job.get("ifname_for"))
     if taken is not None:
         sys.stdout.write(f"port-taken {taken}\n")

@@ -80,6 +80,9 @@ def _install():
     about = {"pid": os.getpid(), "rank": who[0], "local_rank": who[1], "signal": int(signal)}
     with open(stem + ".ready", "w", opener=_private) as f:
         json.dump(about, f)
+    import atexit
+
+    atexit.register(_dump, base, who[0])  # a rank that fails leaves its records behind
     thread = threading.Thread(target=_dump_on_request, args=(base, who[0]), daemon=True)
     thread.name = "ddptui-flight-recorder"
     thread.start()
@@ -96,22 +99,31 @@ def _dump_on_request(base, rank):
         if now == seen:
             continue
         seen = now
-        torch = sys.modules.get("torch")
-        c10d = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
-        # NCCL's recorder and the one gloo fills are two; without C++ stacks a dump is instant
-        for name, stem in (("_dump_nccl_trace", "fr_nccl_rank_"), ("_dump_fr_trace", "fr_rank_")):
-            dump = getattr(c10d, name, None)
-            if dump is None:
-                continue
-            try:
-                data = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-            except Exception:  # noqa: BLE001 - no process group, no recorder: nothing to write
-                continue
+        _dump(base, rank)
+
+
+def _dump(base, rank):
+    """Write the rank's flight-recorder trace (on request, and when the rank exits: a rank
+    that fails takes its records with it, and the collective audit needs the odd rank's)."""
+    torch = sys.modules.get("torch")
+    c10d = getattr(getattr(torch, "_C", None), "_distributed_c10d", None)
+    # NCCL's recorder and the one gloo fills are two; without C++ stacks a dump is instant
+    for name, stem in (("_dump_nccl_trace", "fr_nccl_rank_"), ("_dump_fr_trace", "fr_rank_")):
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            data = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
+        except Exception:  # noqa: BLE001 - no process group, no recorder: nothing to write
+            continue
+        try:
             path = os.path.join(base, "fr", f"{stem}{rank}")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "wb", opener=_private) as f:
                 f.write(data)
             os.replace(path + ".tmp", path)
+        except OSError:
+            continue
 
 
 def _mtime(path):
@@ -233,6 +245,11 @@ def _flight_recorder(base):
                     "profiling_name",
                     "state",
                     "input_sizes",
+                    "output_sizes",
+                    "input_dtypes",
+                    "output_dtypes",
+                    "process_group",
+                    "record_id",
                     "time_created_ns",
                     "is_p2p",
                 )
@@ -240,7 +257,13 @@ def _flight_recorder(base):
             for e in dump.get("entries", [])[-FR_ENTRIES:]
         ]
         out.append(
-            {"file": name, "rank": int(rank) if rank.isdigit() else None, "entries": entries}
+            {
+                "file": name,
+                "rank": int(rank) if rank.isdigit() else None,
+                "entries": entries,
+                "pg_config": dump.get("pg_config") or {},
+                "comm_lib_version": str(dump.get("comm_lib_version") or ""),
+            }
         )
     return out
 

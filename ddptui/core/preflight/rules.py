@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ddptui.core.backends.base import SCRIPT_FIX
 from ddptui.core.preflight.gang import check_gang
 from ddptui.core.preflight.gpu_rules import check_gpu
 from ddptui.core.preflight.model import (
@@ -144,8 +145,7 @@ def check_script(obs: Observations) -> list[Finding]:
         elif found.get("exists"):
             out.append(Finding(node.name, "script", OK, str(found["path"])))
         else:
-            fix = "copy it to every node at the same path, use a shared filesystem, or --workdir"
-            out.append(Finding(node.name, "script", FAIL, f"{found['path']} not found", fix))
+            out.append(Finding(node.name, "script", FAIL, f"{found['path']} not found", SCRIPT_FIX))
     return out
 
 

@@ -34,7 +34,7 @@ from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_di
 from ddptui.core.runs.summary import RunSummary
 
 DB_NAME = "history.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the verdict column
 RUNNING, INTERRUPTED = "running", "interrupted"
 OUTCOMES = ("ok", "failed", "torn down", "detached", "error", RUNNING, INTERRUPTED)
 
@@ -56,7 +56,8 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL,
     console_pid INTEGER,
     console_start TEXT,
-    console_host TEXT
+    console_host TEXT,
+    verdict TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
 """
@@ -96,6 +97,7 @@ class RunRecord:
     run_dir: str
     console_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    verdict: dict[str, Any] = field(default_factory=dict)  # the failure's one verdict
 
     def where_text(self, short: bool = False) -> str:
         """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
@@ -241,8 +243,12 @@ class RunHistory:
         db = sqlite3.connect(self.path, timeout=15)
         try:
             db.row_factory = sqlite3.Row
-            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version < SCHEMA_VERSION:
                 db.executescript(_SCHEMA)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+                if "verdict" not in columns:  # a database of schema 1
+                    db.execute("ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT ''")
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             with db:
                 yield db
@@ -299,6 +305,7 @@ class RunHistory:
             ended=None if summary.detached else (ended or time.time()),
             detail=summary.detail,
             ranks=json.dumps(ranks),
+            verdict=json.dumps(summary.to_dict()["verdict"]) if summary.verdict else "",
             console_pid=None,
         )
 
@@ -363,6 +370,7 @@ def _record(row: sqlite3.Row) -> RunRecord:
         run_dir=row["run_dir"],
         console_pid=row["console_pid"],
         extra={"console_host": row["console_host"]},
+        verdict=json.loads(row["verdict"]) if row["verdict"] else {},
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
+from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain
 
 
@@ -24,6 +25,7 @@ class RunSummary(Event):
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
+    verdict: Verdict | None = None  # the failure's one verdict (diagnose/verdict.py)
 
     kind = "summary"
 
@@ -32,6 +34,8 @@ class RunSummary(Event):
         data["stall"] = self.stall.to_dict() if self.stall else None
         recorder = self.flight_recorder
         data["flight_recorder"] = recorder.to_dict() if recorder else None
+        verdict = self.verdict.to_dict() if self.verdict else None
+        data["verdict"] = {k: v for k, v in verdict.items() if k != "event"} if verdict else None
         data["ranks"] = [
             {
                 "rank": r.rank,

@@ -2,7 +2,9 @@
 
 Stacks (with the dumps) are taken on a stall and on request; the flight recorder's dumps alone
 on the run's first collective (watchdog) timeout and at the teardown of a job that was stuck,
-when the job runs with the recorder. Cheap at any size: each trigger asks each node once per
+when the job runs with the recorder; and, for the collective audit alone, at a rank's first
+failure and again at the teardown that follows (a rank that exits leaves its dump behind: the
+worker hook writes it at exit). Cheap at any size: each trigger asks each node once per
 run, one collection runs at a time (a trigger arriving meanwhile runs after it), at most
 PARALLEL nodes are asked at once, and the work is the nodes' (the console only reads reports).
 """
@@ -11,19 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ddptui.core.backends.base import Backend
+from ddptui.core.diagnose.nccl_ras import RasReport, may_ask
+from ddptui.core.diagnose.nccl_ras import report as ras_report
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
-from ddptui.core.events import Event, RankChanged
+from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.monitor.monitor import Monitor
 
 PARALLEL = 8  # nodes asked at once
+RAS_APART_S = 5.0  # NCCL RAS asked twice this far apart: counts that did not move are frozen
 TEARDOWN_WAIT_S = 10.0  # the most a teardown waits for the dumps before it stops the job
 WATCHDOG = "watchdog"
 TEARDOWN = "teardown"
+FAILURE = "failure"  # a rank failed: the dumps for the collective audit alone
+FAILURE_END = "failure-teardown"
 
 
 class NodeCollector:
@@ -57,7 +65,11 @@ class NodeCollector:
 
     def watch(self, event: Event) -> None:
         """Sees every event of the run: the first collective timeout gathers the dumps."""
-        if WATCHDOG in self.triggered or not isinstance(event, RankChanged):
+        if not isinstance(event, RankChanged):
+            return
+        if event.state == RankState.FAILED and FAILURE not in self.triggered:
+            self._recorder(FAILURE)
+        if WATCHDOG in self.triggered:
             return
         if any(d.kind == COLLECTIVE_TIMEOUT for d in event.diagnoses):
             self._recorder(WATCHDOG)
@@ -67,6 +79,8 @@ class NodeCollector:
         that was stuck (a stall, a hung rank, a watchdog timeout) while its ranks still live."""
         if self.monitor.stuck() or WATCHDOG in self.triggered:
             self._recorder(TEARDOWN)
+        elif FAILURE in self.triggered:
+            self._recorder(FAILURE_END)
         if self._task is not None and not self._task.done():
             with contextlib.suppress(asyncio.TimeoutError, Exception):
                 await asyncio.wait_for(asyncio.shield(self._task), TEARDOWN_WAIT_S)
@@ -81,7 +95,11 @@ class NodeCollector:
             if before is not None:
                 with contextlib.suppress(Exception):
                     await before
-            events = self.monitor.recorder_taken(await self._reports("fr"), trigger)
+            reports = await self._reports("fr")
+            if trigger in (FAILURE, FAILURE_END):
+                events = self.monitor.dumps_audited(reports, FAILURE)
+            else:
+                events = self.monitor.recorder_taken(reports, trigger)
             for event in events:
                 self.emit(event)
 
@@ -90,6 +108,32 @@ class NodeCollector:
     async def _stacks(self) -> None:
         for event in self.monitor.stacks_taken(await self._reports(None)):
             self.emit(event)
+        if self.monitor.stall.stalled and self.monitor.nccl_version is not None:
+            await self._ras()
+
+    async def _ras(self) -> None:
+        """NCCL RAS on a stall of a job on NCCL, asked twice RAS_APART_S apart (never while
+        the job is healthy; not on versions with known RAS faults: nccl_ras.may_ask)."""
+        ok, why = may_ask(self.monitor.nccl_version)
+        if not ok:
+            self.emit(RasReport(False, why))
+            return
+        first = await self._ras_answers()
+        await asyncio.sleep(RAS_APART_S)
+        second = await self._ras_answers()
+        for event in self.monitor.ras_taken(ras_report(first, second, RAS_APART_S, time.time())):
+            self.emit(event)
+
+    async def _ras_answers(self) -> dict[str, str | BaseException]:
+        commands = self.plan.commands
+        answers = await asyncio.gather(
+            *(self._bounded_text(self.backend.ras(c)) for c in commands), return_exceptions=True
+        )
+        return dict(zip((c.node for c in commands), answers, strict=True))
+
+    async def _bounded_text(self, ask: Awaitable[str]) -> str:
+        async with self._limit:
+            return await ask
 
     async def _reports(self, method: str | None) -> dict[str, Any]:
         commands = self.plan.commands

@@ -8,10 +8,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, TypeVar
 
-from ddptui.core.backends.base import Backend, BackendError
+from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
 from ddptui.core.backends.factory import make_backend
+from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.stall_events import StallReport
+from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     Event,
     FailureRecord,
@@ -31,7 +33,7 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.monitor import Monitor, MonitorSummary
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
@@ -96,6 +98,8 @@ class Session:
             self._last_error = event.message
         if self.collector is not None:
             self.collector.watch(event)
+            if isinstance(event, MismatchReport) and event.mismatch.culprits:
+                self.request_stacks()  # the ranks involved, while they live (not if busy)
         self._emit_to(event)
         self._phase_changed(self.phase.seen(event))
         if self.world is not None and isinstance(
@@ -174,6 +178,9 @@ class Session:
             *(self._start_node(c) for c in self.plan.commands), return_exceptions=True
         )
         errors = [e for e in started if isinstance(e, BaseException)]
+        missing = [e for e in errors if isinstance(e, ScriptMissing)]
+        if missing:
+            raise script_refusal(missing)
         if errors:
             raise errors[0] if isinstance(errors[0], BackendError) else BackendError(str(errors[0]))
 
@@ -418,6 +425,18 @@ class Session:
             log.close()
         self._logs.clear()
 
+    def _verdict(
+        self, ok: bool, stopped_by: str, told: MonitorSummary | None
+    ) -> VerdictReport | None:
+        """The run's one verdict: for a run that failed, or that the operator stopped after
+        it stalled or mismatched (a healthy run torn down has none)."""
+        if ok or self._detach or self.monitor is None or told is None:
+            return None
+        stuck = told.stall is not None or told.recorder is not None
+        if stopped_by == "operator" and not (stuck or self.monitor.mismatches()):
+            return None
+        return self.monitor.final_verdict()
+
     def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
         told = self.monitor.summary() if self.monitor else None
@@ -457,6 +476,9 @@ class Session:
                     f"rank {cell.rank} on {cell.node} failed first "
                     f"(exit {cell.exit_code}){': ' + said if said else ''}"
                 )
+        verdict = self._verdict(ok, stopped_by, told)
+        if verdict is not None:
+            self.emit(verdict)
         summary = RunSummary(
             ok,
             self.spec.world_size,
@@ -469,6 +491,7 @@ class Session:
             failures=told.failures if told else (),
             stall=told.stall if told else None,
             flight_recorder=told.recorder if told else None,
+            verdict=verdict.verdict if verdict else None,
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

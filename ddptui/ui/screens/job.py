@@ -23,6 +23,7 @@ from ddptui.ui.messages import (
     AllocationUpdate,
     FailureUpdate,
     GpuUpdate,
+    MismatchUpdate,
     NodeUpdate,
     NoticeUpdate,
     PhaseUpdate,
@@ -32,6 +33,7 @@ from ddptui.ui.messages import (
     StallUpdate,
     SummaryUpdate,
     TeardownUpdate,
+    VerdictUpdate,
 )
 from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.rank_notices import rank_notices
@@ -371,6 +373,12 @@ class JobScreen(LogScreen):
 
     def on_recorder_update(self, message: RecorderUpdate) -> None:
         self.root_cause.show_recorder(message.event)
+
+    def on_verdict_update(self, message: VerdictUpdate) -> None:
+        self.root_cause.show_verdict(message.event.verdict)
+
+    def on_mismatch_update(self, message: MismatchUpdate) -> None:
+        self.root_cause.show_mismatch(message.event.mismatch)
 
     def action_take_stacks(self) -> None:
         if not self.run.take_stacks():

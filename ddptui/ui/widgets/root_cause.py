@@ -10,9 +10,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from ddptui.core.diagnose.audit import CollectiveMismatch
 from ddptui.core.diagnose.failures import lost_a_peer
 from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
+from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 
 TRACEBACK_TAIL = 6
@@ -28,6 +30,7 @@ CAUSE_WORDS = {  # failures.cause_of's names, as the panel says them
     "deadlock": "in a deadlock",
     "agent_exited": "its agent ended",
     "duplicate_gpu": "two ranks on one GPU",
+    "collective_mismatch": "passed what the others did not (collective mismatch)",
 }
 MAX_NOTED = 12
 
@@ -58,6 +61,8 @@ class RootCausePanel(VerticalScroll):
         self.diagnoses: dict[tuple[str, int], tuple[int | None, tuple[Diagnosis, ...]]] = {}
         self.jump_key = "E"
         self.recorder: FlightRecorderReport | None = None
+        self.verdict: Verdict | None = None
+        self.mismatches: list[CollectiveMismatch] = []
         self._body = Static("")
 
     def compose(self) -> ComposeResult:
@@ -79,10 +84,22 @@ class RootCausePanel(VerticalScroll):
         self.recorder = report
         self._redraw()
 
+    def show_verdict(self, verdict: Verdict) -> None:
+        """The failure's one verdict, as the core judged it (drawn first)."""
+        self.verdict = verdict
+        self._redraw()
+
+    def show_mismatch(self, mismatch: CollectiveMismatch) -> None:
+        """A collective the ranks disagree on, as the audit found it."""
+        self.mismatches.append(mismatch)
+        self._redraw()
+
     def reset(self) -> None:
         self.failures.clear()
         self.diagnoses.clear()
         self.recorder = None
+        self.verdict = None
+        self.mismatches.clear()
         self._redraw()
 
     @property
@@ -137,6 +154,13 @@ class RootCausePanel(VerticalScroll):
         if self.recorder is not None:
             text.append("\n" if text.plain else "")
             text.append_text(_describe_recorder(self.recorder))
+        for mismatch in self.mismatches[:MAX_OTHERS]:
+            text.append("\n" if text.plain else "")
+            text.append("Mismatch ", style="bold red")
+            text.append(f"{mismatch.describe()}: {mismatch.detail}"[:200])
+        if self.verdict is not None:
+            text.append("\n" if text.plain else "")
+            text.append_text(describe_verdict(self.verdict))
         return text
 
     def _noted(self) -> list[tuple[str, int, int | None, Diagnosis]]:
@@ -150,6 +174,32 @@ class RootCausePanel(VerticalScroll):
             for diag in diags
             if diag.kind != EXITED and not (diag.kind == TRACEBACK and (node, lr) in recorded)
         ]
+
+
+def describe_verdict(verdict: Verdict) -> Text:
+    """`Verdict rank 1 on n0 · initiating · the job's code · fix it first`, its summary, and
+    the evidence lines."""
+    text = Text()
+    text.append("Verdict ", style="bold red")
+    if verdict.rank is not None or verdict.node:
+        place = who(verdict.rank, verdict.node, verdict.local_rank or 0)
+        text.append(place if verdict.rank is not None else verdict.node, style="bold")
+    text.append(f" · {verdict.role} · {verdict.signature}", style="yellow")
+    text.append(f" · {DOMAIN_WORDS.get(verdict.domain, str(verdict.domain))}")
+    text.append(f" · {OUTLOOK_WORDS.get(verdict.outlook, str(verdict.outlook))}", style="bold")
+    text.append(f"\n  {verdict.summary}")
+    for line in verdict.evidence:
+        text.append(f"\n  │ {line[:160]}", style="dim")
+    return text
+
+
+DOMAIN_WORDS = {"job": "the job's code", "infrastructure": "the infrastructure"}
+OUTLOOK_WORDS = {
+    "restart_helps": "a restart will likely help",
+    "restart_elsewhere": "restart without that node",
+    "fix_first": "fix it first: a restart fails the same way",
+    "unknown": "restart: unknown",
+}
 
 
 def _describe_root(record: FailureRecord) -> Text:

@@ -113,6 +113,7 @@ def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> 
     assert {c.state for c in m.board.all_cells()} == {RankState.HUNG}
     assert stall[0].to_dict() == {
         "event": "stall",
+        "ts": 107.0,
         "since_s": 7.0,
         "suspects": [],
         "groups": [],

@@ -171,3 +171,33 @@ def test_history_says_the_teardown_stopped_the_ranks_and_names_the_stalls_suspec
     record = RunHistory().get(run.run_id)
     assert record is not None and record.status == "torn down"
     assert record.ranks_text() == "0/2 done, 2 stopped (r1 the stall's suspect)"
+
+
+def test_the_verdict_is_kept_and_a_schema_1_database_gains_its_column(state: Path) -> None:
+    import sqlite3
+
+    from ddptui.core.diagnose.signatures import Domain, Outlook
+    from ddptui.core.diagnose.verdict import Role, Verdict
+
+    state.mkdir(parents=True, exist_ok=True)
+    old = sqlite3.connect(state / "history.sqlite3")  # as schema 1 left it: no verdict column
+    old.executescript(
+        "CREATE TABLE runs (id TEXT PRIMARY KEY, profile TEXT NOT NULL, backend TEXT NOT NULL,"
+        " hosts TEXT NOT NULL DEFAULT '[]', slurm_job TEXT, nodes INTEGER NOT NULL,"
+        " nproc_per_node INTEGER NOT NULL, script TEXT NOT NULL, started REAL NOT NULL,"
+        " ended REAL, status TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '',"
+        " ranks TEXT NOT NULL DEFAULT '[]', run_dir TEXT NOT NULL, console_pid INTEGER,"
+        " console_start TEXT, console_host TEXT); PRAGMA user_version = 1;"
+    )
+    old.close()
+    run = RunDir.create("20250101-000000-bbbbbb")
+    recorder = RunRecorder(run, make_spec(script="t.py", nodes=1, nproc_per_node=2))
+    recorder.begin()
+    verdict = Verdict(
+        "n0", 1, 1, Role.INITIATING, "collective_mismatch", Domain.JOB, Outlook.FIX_FIRST,
+        "rank 1: size mismatch", ("rank 1: size mismatch in all_reduce #6 of group 0",),
+    )  # fmt: skip
+    recorder.observe(summary(run.run_id, run.path, ok=False, verdict=verdict))
+    (record,) = RunHistory().runs()
+    assert record.verdict["rank"] == 1 and record.verdict["signature"] == "collective_mismatch"
+    assert record.to_dict()["verdict"]["outlook"] == "fix_first"

@@ -1,0 +1,61 @@
+"""Provides the teardown's proof from a node's reap report, and the reap's arguments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddptui.core.events import TeardownReport
+from ddptui.core.job.plan import node_container
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.gpu import judge_gpus
+
+REAP_GRACE_S = 3.0
+
+
+def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
+    """The node shim's reap report as the teardown proof: processes, container, GPUs."""
+    gpu = judge_gpus(report["gpu"]) if report.get("gpu") else None
+    detail = f"{report['found']} process(es) found"  # reap_detail names any SIGKILLed
+    detail += reap_detail(report) + (f"; {gpu.detail}" if gpu else "")
+    clean = reap_clean(report) and (gpu is None or gpu.clean)
+    return TeardownReport(node, clean, tuple(report["leftover"]), detail, gpu)
+
+
+def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
+    """The node shim's `reap` arguments: the tag, the grace, the node's container, and each
+    GPU's memory before the job (`0:503,1:503`, MiB) when it is known."""
+    args = [tag, str(REAP_GRACE_S)]
+    container = node_container(spec, tag)
+    if gpu_before:
+        return [*args, *(container or ("", "")), gpu_before]
+    return [*args, *container] if container else args
+
+
+def reap_clean(report: dict[str, Any]) -> bool:
+    """No process left, and no container still listed (or not proven gone)."""
+    container = report.get("container")
+    return not report["leftover"] and not (container and container["listed"] is not False)
+
+
+def reap_detail(report: dict[str, Any]) -> str:
+    """What the shim saw, in words: the container's end, and every process by name."""
+    names = report.get("names", {})
+    parts = []
+    container = report.get("container")
+    if container:
+        holders = len(container["holders"])
+        if container["listed"] is None:
+            gone = f"{container['engine']} could not be asked whether it is gone"
+        elif container["listed"]:
+            gone = f"still listed by {container['engine']} ps -a"
+        else:
+            gone = "removed" + (f", its conmon/shim ({holders}) gone" if holders else "")
+        parts.append(f"container {container['name']} {gone}")
+    for what in ("killed", "leftover"):
+        pids = report.get(what) or []
+        if pids:
+            shown = ", ".join(f"{p} ({names.get(str(p)) or '?'})" for p in pids[:5])
+            more = f" and {len(pids) - 5} more" if len(pids) > 5 else ""
+            label = "needed SIGKILL" if what == "killed" else "LEFT RUNNING"
+            parts.append(f"{label}: {shown}{more}")
+    return "".join(f"; {p}" for p in parts)

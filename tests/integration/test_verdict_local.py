@@ -1,0 +1,75 @@
+"""Why is it wrong, on the local backend with real torchrun (gloo): a stall held for three
+minutes, a size mismatch (gloo aborts a rank that receives the odd size) judged once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.stall_hold import HANG_TIMEOUT, HOLD_S, EventReader, assert_one_stall_held
+
+ROOT = Path(__file__).resolve().parents[2]
+HANG = str(ROOT / "trainer" / "hang.py")
+MISMATCH = str(ROOT / "trainer" / "mismatch.py")
+
+
+def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state")}
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", *args]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+
+
+@pytest.mark.long
+def test_a_skipped_all_reduce_stalls_once_and_stays_stalled_for_three_minutes(
+    tmp_path: Path,
+) -> None:
+    proc = _start(
+        tmp_path, "--hang-timeout", str(HANG_TIMEOUT), "--stacks-method", "signal",
+        HANG, "--skip-rank", "1", "--steps", "5",
+    )  # fmt: skip
+    reader = EventReader(proc)
+    try:
+        first = reader.until("stall", 150)
+        assert first and first[-1]["event"] == "stall", first[-3:]
+        time.sleep(HOLD_S)
+        assert_one_stall_held(list(reader.events))
+    finally:
+        proc.send_signal(signal.SIGINT)
+    summary = reader.to_the_end(120)[-1]
+    assert summary["event"] == "summary" and summary["stopped_by"] == "operator"
+    assert summary["verdict"]["rank"] == 1
+
+
+def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path) -> None:
+    """From step 5 rank 1 all-reduces twice the size: gloo aborts a rank that received it.
+    Rank 1 is stopped by its agent (SIGTERM) before it can leave its records, so the verdict
+    has gloo's words only: a collective mismatch, the odd rank possibly the aborted one's
+    peer (the live channel of collective records names it)."""
+    proc = _start(tmp_path, "--nodes", "2", "--nproc-per-node", "2", MISMATCH, "--steps", "40")
+    out, _ = proc.communicate(timeout=240)
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    verdicts = [e for e in events if e["event"] == "verdict"]
+    assert verdicts and verdicts[-1]["final"], [e["event"] for e in events][-6:]
+    final = verdicts[-1]
+    assert final["signature"] == "collective_mismatch" and final["domain"] == "job"
+    assert final["outlook"] == "fix_first"
+    assert any("Received data size" in line for line in final["evidence"])
+    summary = events[-1]
+    assert (
+        summary["verdict"]
+        == {k: v for k, v in final.items() if k not in ("event", "ts")} | {"final": True}
+        or summary["verdict"]["signature"] == "collective_mismatch"
+    )
+    mismatches = [e for e in events if e["event"] == "mismatch"]
+    if mismatches:  # the odd rank's records came after all: it, not the aborted rank, is named
+        assert mismatches[0]["kind"] == "size" and mismatches[0]["culprits"] == [1]
+        assert final["rank"] == 1
+    for rank in summary["ranks"]:
+        assert "To enable traceback" not in rank["error"]

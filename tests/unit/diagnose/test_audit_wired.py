@@ -1,0 +1,143 @@
+"""The collective audit, wired into the Monitor: mismatches as events, the odd rank blamed.
+
+Fed with the committed gloo dumps (tests/data/fr_audit/, made by real torchrun) in the shape
+the node collector ships them, and with the captured output of the same bug (gloo aborts
+rank 0, the rank that *received* the odd size): the verdict must name rank 1.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddptui.core.diagnose.audit_watch import MismatchReport, records_of_dumps
+from ddptui.core.diagnose.collective_record import records_from_dump
+from ddptui.core.diagnose.failures import MISMATCH
+from ddptui.core.diagnose.verdict import Role, VerdictReport
+from ddptui.core.events import FailureReport, RankChanged
+from ddptui.core.monitor.monitor import Monitor
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+GLOO_SIZE = (DATA / "verdicts" / "collective_mismatch--gloo_size.log").read_bytes()
+
+
+def _collected(case: str) -> dict[str, Any]:
+    """The node collector's report of a case's dumps: each rank's file, trimmed to plain data."""
+    dumps = []
+    for path in sorted((DATA / "fr_audit" / case).glob("rank_*")):
+        dump = pickle.loads(path.read_bytes())
+        rank = int(path.name.removeprefix("rank_"))
+        entries = [{k: v for k, v in e.items() if k != "frames"} for e in dump["entries"]]
+        dumps.append({"file": f"fr_rank_{rank}", "rank": rank, "entries": entries})
+    return {"method": "none", "ranks": [], "fr": json.loads(json.dumps(dumps))}
+
+
+def _gloo_output() -> bytes:
+    """The captured run with ddptui's line prefix, as the node's log has it."""
+    return GLOO_SIZE.replace(b"[default0]:", b"[ddptui:0:0]:").replace(
+        b"[default1]:", b"[ddptui:1:1]:"
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "kind", "culprits"),
+    [("size", "size", [1]), ("op", "op", [1]), ("dtype", "dtype", [1])],
+)
+def test_dumps_at_the_teardown_report_the_mismatch_and_mark_the_odd_rank(
+    case: str, kind: str, culprits: list[int]
+) -> None:
+    m = Monitor(["n0"], 2)
+    m.feed("n0", b"[ddptui:0:0]:step 0\n[ddptui:1:1]:step 0\n", now=10.0)
+    events = m.recorder_taken({"n0": _collected(case)}, "teardown", now=20.0)
+    found = [e for e in events if isinstance(e, MismatchReport)]
+    assert len(found) == 1
+    line = found[0].to_dict()
+    assert line["event"] == "mismatch" and line["kind"] == kind and line["ts"] == 20.0
+    assert line["culprits"] == culprits and line["source"] == "teardown"
+    assert set(line["ranks"]) == {"0", "1"} and line["collective"]
+    marked = [e for e in events if isinstance(e, RankChanged) and e.suspect]
+    assert [e.rank for e in marked] == culprits
+    cell = m.board.cell("n0", 1)
+    assert cell is not None and cell.cause == MISMATCH
+    verdicts = [e for e in events if isinstance(e, VerdictReport)]
+    assert verdicts and verdicts[-1].verdict.rank == 1
+    assert verdicts[-1].verdict.signature == "collective_mismatch"
+
+
+def test_the_live_entry_point_takes_records_as_they_come_and_repeats_add_nothing() -> None:
+    m = Monitor(["n0"], 2)
+    fr = _collected("size")["fr"]
+    records = {d["rank"]: records_from_dump(d, d["rank"]) for d in fr}
+    first = m.collectives_seen("n0", records[0][:3] + records[1][:3], now=1.0)
+    assert not [e for e in first if isinstance(e, MismatchReport)]
+    again = m.collectives_seen("n0", records[0] + records[1], now=2.0)
+    again += m.collectives_seen("n0", records[0] + records[1], now=3.0)
+    assert [e.mismatch.kind for e in again if isinstance(e, MismatchReport)] == ["size"]
+    assert m.collectives_seen("nowhere", records[0], now=4.0) == []
+
+
+def test_gloo_aborts_rank_0_but_the_verdict_names_rank_1_from_the_dumps() -> None:
+    m = Monitor(["n0"], 2)
+    events = m.feed("n0", _gloo_output(), now=30.0)
+    events += m.end_of_output("n0")
+    told = [e for e in events if isinstance(e, FailureReport)]
+    assert told and told[-1].ordered[0].rank == 0  # before the dumps: the victim first
+    events = m.dumps_audited({"n0": _collected("size")}, "failure")
+    assert [e.mismatch.culprits for e in events if isinstance(e, MismatchReport)] == [(1,)]
+    verdict = m.final_verdict(now=40.0)
+    assert verdict is not None and verdict.final
+    said = verdict.to_dict()
+    assert said["rank"] == 1 and said["node"] == "n0" and said["role"] == str(Role.INITIATING)
+    assert said["signature"] == "collective_mismatch" and said["domain"] == "job"
+    assert said["outlook"] == "fix_first" and "size mismatch" in said["evidence"][0]
+    summary = m.summary()
+    assert summary.culprit is not None and summary.culprit.rank == 1
+    assert summary.failures[0].rank == 1 and summary.failures[0].root_cause
+    causes = {r.rank: r.cause for r in summary.ranks}
+    assert causes[1] == MISMATCH and causes[0] != MISMATCH
+
+
+def test_without_the_dumps_the_verdict_says_what_gloo_said() -> None:
+    """Rank 1 was stopped by its agent (SIGTERM) and rank 0 aborted: no dump of either came.
+    The verdict keeps gloo's words and says the odd rank may be the peer."""
+    m = Monitor(["n0"], 2)
+    m.feed("n0", _gloo_output(), now=30.0)
+    m.end_of_output("n0")
+    verdict = m.final_verdict(now=40.0)
+    assert verdict is not None
+    said = verdict.to_dict()
+    assert said["signature"] == "collective_mismatch"
+    assert "Received data size" in said["evidence"][0]
+    assert "may be its peer" in said["summary"]
+
+
+def test_records_of_dumps_prefer_nccls_recorder() -> None:
+    entry = {"collective_seq_id": 1, "profiling_name": "nccl:all_reduce", "pg_id": 0}
+    dumps = [
+        {"file": "fr_rank_0", "rank": 0, "entries": [dict(entry, profiling_name="gloo:x")]},
+        {"file": "fr_nccl_rank_0", "rank": 0, "entries": [entry]},
+    ]
+    assert [r.op for r in records_of_dumps(dumps)] == ["nccl:all_reduce"]
+
+
+def test_a_rank_dead_before_any_traceback_shows_its_own_last_line() -> None:
+    """The script missing: torchrun's summary says only "To enable traceback see: ..."."""
+    log = (DATA / "verdicts" / "missing_file--script.log").read_bytes()
+    log = log.replace(b"[default0]:", b"[ddptui:0:0]:").replace(b"[default1]:", b"[ddptui:1:1]:")
+    m = Monitor(["n0"], 2)
+    m.feed("n0", log, now=5.0)
+    m.end_of_output("n0")
+    summary = m.summary()
+    assert summary.failures
+    for record in summary.failures:
+        assert "can't open file" in record.error and "To enable traceback" not in record.error
+    assert sum(r.root_cause for r in summary.failures) == 1
+    verdict = m.final_verdict(now=6.0)
+    assert verdict is not None
+    said = verdict.to_dict()
+    assert said["signature"] == "missing_file" and said["domain"] == "job"
+    assert "can't open file" in said["evidence"][0]
