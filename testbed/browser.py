@@ -78,9 +78,16 @@ def page_text(page: Any) -> str:
     return text
 
 
-def wait_for_text(page: Any, needle: str, timeout_s: float = 60.0) -> None:
-    """Until the page shows `needle` (polled in the page, every animation frame)."""
-    page.wait_for_function(_HAS_JS, arg=needle, timeout=timeout_s * 1000, polling="raf")
+def wait_for_text(page: Any, needle: str, timeout_s: float = 120.0) -> None:
+    """Until the page shows `needle` (polled in the page every 50 ms); AssertionError with
+    what the page shows when it does not in time."""
+    try:
+        page.wait_for_function(_HAS_JS, arg=needle, timeout=timeout_s * 1000, polling=50)
+    except Exception as exc:
+        if type(exc).__name__ != "TimeoutError":
+            raise
+        shows = page_text(page)
+        raise AssertionError(f"the page never showed {needle!r}; it shows:\n{shows}") from None
 
 
 def cell_background(page: Any, row_with: str, word: str) -> tuple[int, int, int] | None:
@@ -110,8 +117,9 @@ class Served:
 
     def viewer_pids(self) -> tuple[list[int], list[int]]:
         """PIDs of the consoles started, and of those that ended, so far."""
-        started = [int(m) for l in self.lines for m in re.findall(r"viewer started: pid (\d+)", l)]
-        ended = [int(m) for l in self.lines for m in re.findall(r"viewer ended: pid (\d+)", l)]
+        text = "\n".join(self.lines)
+        started = [int(m) for m in re.findall(r"viewer started: pid (\d+)", text)]
+        ended = [int(m) for m in re.findall(r"viewer ended: pid (\d+)", text)]
         return started, ended
 
     def wait_for(self, pattern: str, timeout_s: float = 60.0) -> str:
@@ -136,9 +144,7 @@ def alive(pid: int) -> bool:
 
 
 @contextmanager
-def serve(
-    state_dir: Path, *args: str, env: dict[str, str] | None = None
-) -> Iterator[Served]:
+def serve(state_dir: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """`ddptui serve ARGS` on a free port of 127.0.0.1 until the block ends (SIGTERM, then
     the server's own shutdown ends every console it started)."""
     environ = {**os.environ, **(env or {}), "DDPTUI_STATE_DIR": str(state_dir)}
