@@ -218,6 +218,8 @@ class ConsoleServer(Server):
             "(the run goes on).",
             flush=True,
         )
+        for note in serve_notes(self.options):
+            print(f"  note: {note}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -226,6 +228,28 @@ class ConsoleServer(Server):
             await stop.wait()
         finally:
             await runner.cleanup()
+
+
+def serve_notes(options: ServeOptions) -> list[str]:
+    """What the operator should know before sharing the URL."""
+    notes = []
+    if options.host not in ("127.0.0.1", "::1", "localhost"):
+        notes.append(
+            f"listening on {options.host}: reachable beyond this machine, over plain HTTP "
+            "(an SSH tunnel to 127.0.0.1 keeps the token off the network)"
+        )
+    run = options.run
+    try:
+        backend = run.read_spec().backend
+    except Exception:  # read before serving: a failure here was already reported
+        backend = "local"
+    if backend != "local" and not (run.path / "summary.json").exists():
+        notes.append(
+            f"a {backend} run is live in the browser while a console or headless session "
+            f"follows it; detached, it shows what was recorded until `ddptui attach "
+            f"{run.run_id}` (or --allow-control) follows it again"
+        )
+    return notes
 
 
 def _int(value: str, default: int) -> int:

@@ -129,6 +129,10 @@ def test_a_visit_without_the_token_is_refused(live: LiveRun) -> None:
 def test_b_grid_green_log_keys_read_only(live: LiveRun, chromium: Any, tmp_path: Path) -> None:
     page = open_console(chromium, live.served.url)
     [pid] = live.served.viewer_pids()[0]
+    token = live.served.url.split("token=", 1)[1].encode()
+    for proc in (pid, live.served.process.pid):  # the token is on no command line
+        assert token not in Path(f"/proc/{proc}/cmdline").read_bytes()
+    assert token not in Path(f"/proc/{pid}/environ").read_bytes()
     wait_for_text(page, "running 4")
     green = cell_background(page, "local0 r", "r")  # the grid's row, not the log's tab
     assert green is not None and green[1] > green[0] + 40 and green[1] > green[2] + 40, green
