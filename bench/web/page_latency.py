@@ -31,7 +31,7 @@ from ddptui.core.events import NodeChanged, NodeState, PhaseChanged, RunPhase
 from ddptui.core.job.plan import NodeTarget, build_plan
 from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
-from testbed.browser import alive, launch_browser, open_console, serve, wait_for_text
+from testbed.browser import TERMINAL_HOOK, alive, launch_browser, serve, wait_for_text
 
 HEARTBEAT_S = 0.25
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -117,6 +117,19 @@ def cpu_ticks(pid: int) -> int:
         return 0
 
 
+def chromium_pids() -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                exe = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0", 1)[0]
+            except OSError:
+                continue
+            if exe.startswith(b"/usr/lib/chromium/"):
+                found.append(int(name))
+    return found
+
+
 def rss_mib(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -138,6 +151,8 @@ class Round:
     serve_cpu: float
     serve_rss: float
     left: int  # consoles still running after their tabs closed
+    browser_cpu: float  # every Chromium process (on a real team's laptops, not here)
+    load: float  # the machine's 1-minute load average as the stepping began
 
 
 def measure(
@@ -146,15 +161,22 @@ def measure(
     run = make_run(state, nodes, nproc)
     ranks = nodes * nproc
     with serve(state, run.run.run_id) as served:
-        pages = [open_console(browser, served.url, size=(1200, 800)) for _ in range(viewers)]
+        pages = []
+        for _ in range(viewers):  # all tabs opened at once, as a team would
+            page = browser.new_page(viewport={"width": 1200, "height": 800})
+            page.add_init_script(TERMINAL_HOOK)
+            page.goto(served.url)
+            pages.append(page)
         for page in pages:
-            wait_for_text(page, f"pending {ranks}", timeout_s=120)
+            wait_for_text(page, f"pending {ranks}", timeout_s=300)
             page.evaluate(WATCH_JS)
         pids = served.viewer_pids()[0]
         beats = threading.Thread(target=run.heartbeats, daemon=True)
         beats.start()
         time.sleep(2.0)  # the tabs settle
-        before = {pid: cpu_ticks(pid) for pid in [*pids, served.process.pid]}
+        browser_pids = chromium_pids()
+        load = os.getloadavg()[0]
+        before = {pid: cpu_ticks(pid) for pid in [*pids, served.process.pid, *browser_pids]}
         t0 = time.monotonic()
         written: dict[int, float] = {}
         for rank in range(ranks):
@@ -187,7 +209,10 @@ def measure(
             worst.append(max(times))
     cpu = [100 * (after[p] - before[p]) / CLK_TCK / wall for p in pids]
     serve_cpu = 100 * (after[served.process.pid] - before[served.process.pid]) / CLK_TCK / wall
-    return Round(viewers, latencies, worst, missed, cpu, rss, serve_cpu, serve_rss, left)
+    browser_cpu = sum(100 * (after[p] - before[p]) / CLK_TCK / wall for p in browser_pids)
+    return Round(
+        viewers, latencies, worst, missed, cpu, rss, serve_cpu, serve_rss, left, browser_cpu, load
+    )
 
 
 def main() -> None:
@@ -215,10 +240,11 @@ def main() -> None:
         browser.close()
     ranks = args.nodes * args.nproc
     report.section(f"Latency: {ranks} rank changes ({args.nodes} nodes x {args.nproc})")
-    table = Table(["viewers", "samples", "p50", "p99", "max", "slowest page p50", "missed"])
+    table = Table(["viewers", "load", "samples", "p50", "p99", "max", "slowest page p50", "missed"])
     for r in rounds:
         table.add(
             r.viewers,
+            f"{r.load:.0f}",
             len(r.latencies),
             fmt_ms(median(r.latencies)),
             fmt_ms(percentile(r.latencies, 99)),
@@ -230,7 +256,8 @@ def main() -> None:
     report.section("Cost per viewer (while the ranks change and print heartbeats)")
     table = Table(
         ["viewers", "CPU per viewer (median, % of a core)", "CPU all viewers",
-         "RSS per viewer (median)", "server CPU", "server RSS", "consoles left after tabs closed"]
+         "RSS per viewer (median)", "server CPU", "server RSS", "Chromium CPU (all tabs)",
+         "consoles left after tabs closed"]
     )  # fmt: skip
     for r in rounds:
         table.add(
@@ -240,6 +267,7 @@ def main() -> None:
             f"{median(r.rss_per_viewer):.0f} MiB",
             f"{r.serve_cpu:.1f}%",
             f"{r.serve_rss:.0f} MiB",
+            f"{r.browser_cpu:.0f}%",
             r.left,
         )
     report.table(table)
