@@ -47,6 +47,7 @@ FOLLOWER_HIDES = frozenset(
         "job.teardown",
         "job.detach",
         "diag.stacks",
+        "logs.save",
         "app.edit",
         "app.preflight",
         "app.history",

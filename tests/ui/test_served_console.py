@@ -57,16 +57,18 @@ async def test_a_followed_run_shows_and_offers_nothing_that_changes_it(tmp_path:
 
         footer = [b.binding for b in app.screen.active_bindings.values() if b.binding.show]
         shown = {b.action for b in footer}
-        assert not shown & {"launch", "teardown", "detach", "take_stacks", "edit_job"}
+        assert not shown & {"launch", "teardown", "detach", "take_stacks", "save_log"}
         assert {"Next log", "Quit"} <= {b.description for b in footer}
         titles = " ".join(c.title for c in app.get_system_commands(app.screen))
         for gone in ("Launch", "Tear down", "Detach", "Edit", "Preflight", "history"):
             assert gone not in titles, gone
         assert "Next node log" in titles
 
-        await pilot.press("t", "d", "l")  # the keys the console has for them: nothing asked
+        await pilot.press("t", "d", "l", "S")  # the keys the console has for them: nothing
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
+        screen.action_save_log()  # asked anyway: nothing is written on the head node
+        assert not (run.path / "saved").exists()
         screen.action_teardown()  # asked anyway (a remapped key, the palette): refused
         screen.teardown()
         await pilot.pause()

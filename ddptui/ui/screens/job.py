@@ -88,7 +88,8 @@ class JobScreen(LogScreen):
             return self.detached or (self.summary is not None and self.summary.ok)
 
     # What a console that follows a run read-only (`ddptui serve`) neither offers nor does.
-    CONTROL_ACTIONS = frozenset({"launch", "teardown", "detach", "take_stacks"})
+    # Saving a log writes on the head node: a visitor's keys do not.
+    CONTROL_ACTIONS = frozenset({"launch", "teardown", "detach", "take_stacks", "save_log"})
 
     def __init__(self, spec: JobSpec, attach: RunDir | None = None, follow: bool = False) -> None:
         super().__init__()
@@ -245,6 +246,10 @@ class JobScreen(LogScreen):
 
     def save_dir(self) -> Path | None:
         return self.run.save_dir()
+
+    def action_save_log(self) -> None:
+        if not self._refused("save_log"):
+            super().action_save_log()
 
     def teardown(self) -> None:
         """Stop the job on every node; the session says the phase, the reports follow as
