@@ -33,6 +33,7 @@ from ddptui.core.runs.run_dir import RunDir, state_dir
 
 TOKEN_COOKIE = "ddptui_token"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+VIEWER_FPS = 20
 QUIT_GRACE_S = 3.0  # a console told to quit (its tab closed) has this long before a kill
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -99,6 +100,10 @@ class ViewerService(AppService):
 
     def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
         env = super()._build_environment(width, height)
+        # textual-serve asks for 60 frames a second; a run's console changes at 15 (its log
+        # flush), and every frame is drawn again by each tab's browser: at 10 tabs on a busy
+        # head node that was most of the latency (bench/results/web_page_latency*.md).
+        env["TEXTUAL_FPS"] = str(VIEWER_FPS)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])]
         )
