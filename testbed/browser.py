@@ -180,9 +180,10 @@ def serve(state_dir: Path, *args: str, env: dict[str, str] | None = None) -> Ite
         reader.join(timeout=5)
 
 
-def launch_browser(playwright: Any) -> Any:
+def launch_browser(playwright: Any, extra_args: list[str] | None = None) -> Any:
     """Chromium from Debian's package (Playwright's own download cannot work here)."""
-    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    args = [*CHROMIUM_ARGS, *(extra_args or [])]
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=args)
 
 
 def open_console(browser: Any, url: str, size: tuple[int, int] = (1400, 900)) -> Any:

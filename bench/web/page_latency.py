@@ -34,6 +34,11 @@ from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from testbed.browser import TERMINAL_HOOK, alive, launch_browser, serve, wait_for_text
 
 HEARTBEAT_S = 0.25
+UNTHROTTLED = [
+    "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-renderer-backgrounding",
+]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 WATCH_JS = """() => {
@@ -162,8 +167,9 @@ def measure(
     ranks = nodes * nproc
     with serve(state, run.run.run_id) as served:
         pages = []
-        for _ in range(viewers):  # all tabs opened at once, as a team would
-            page = browser.new_page(viewport={"width": 1200, "height": 800})
+        for _ in range(viewers):  # all opened at once, each its own browser (context)
+            context = browser.new_context(viewport={"width": 1200, "height": 800})
+            page = context.new_page()
             page.add_init_script(TERMINAL_HOOK)
             page.goto(served.url)
             pages.append(page)
@@ -195,7 +201,7 @@ def measure(
         rss = [rss_mib(pid) for pid in pids]
         serve_rss = rss_mib(served.process.pid)
         for page in pages:
-            page.close()
+            page.context.close()
         for pid in pids:
             with contextlib.suppress(AssertionError):
                 served.wait_for(rf"viewer ended: pid {pid}\b", timeout_s=30)
@@ -233,7 +239,8 @@ def main() -> None:
     report.para(__doc__.strip().split("\n\n", 1)[1].replace("\n", " "))
     rounds = []
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
-        browser = launch_browser(playwright)
+        # Every page is some user's page in sight: no tab is throttled as a hidden one.
+        browser = launch_browser(playwright, extra_args=UNTHROTTLED)
         for viewers in counts:
             print(f"-- {viewers} viewer(s) --", flush=True)
             rounds.append(measure(browser, Path(tmp), viewers, args.nodes, args.nproc, args.step_s))
