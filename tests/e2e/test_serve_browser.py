@@ -63,6 +63,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
             str(SCRIPT),
             "--when",
             str(trigger),
+            "--limit",  # it ends by its crash, however slow the machine makes the tests
+            "900",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
