@@ -87,6 +87,28 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("run_id")
     attach.add_argument("--headless", action="store_true")
     attach.add_argument("--lines", action="store_true")
+    served = sub.add_parser(
+        "serve",
+        help="a run's console in the browser (read-only; needs `pip install 'ddptui[web]'`)",
+        description="Serve the console of a running, detached or finished run to browsers: "
+        "every tab sees the same run live, with its own scroll and log choice. Prints the URL "
+        "with its access token; a request without the token gets 403.",
+    )
+    served.add_argument("run_id", nargs="?", help="the run (default: the newest)")
+    served.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1: reach it through an SSH tunnel)",
+    )
+    served.add_argument(
+        "--port", type=int, default=8765, help="port to listen on (default 8765; 0: any free)"
+    )
+    served.add_argument(
+        "--allow-control",
+        action="store_true",
+        help="hand the run to the token holder: teardown, detach and stacks offered (one tab "
+        "at a time holds control; the others follow read-only)",
+    )
     return parser
 
 
@@ -136,6 +158,8 @@ def _main(argv: list[str] | None) -> int:
 
                 return run_headless(spec, lines=args.lines, attach=run_dir)
             return _console(spec, None, attach=run_dir)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "stacks":
             from ddptui.cli.reports import print_stacks
 
@@ -178,7 +202,7 @@ def _main(argv: list[str] | None) -> int:
         return 2
 
 
-COMMANDS = ("run", "preflight", "history", "attach")
+COMMANDS = ("run", "preflight", "history", "attach", "serve")
 
 
 def _flags_before_command(argv: list[str]) -> tuple[str, list[str]] | None:
@@ -221,6 +245,22 @@ def _open_run(run_id: str) -> RunDir:
                 f"no run {run_id!r}, and no run used Slurm job {run_id}"
             ) from None
         return found
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from ddptui.cli.serve import ServeOptions, newest_run, serve
+    except ImportError as exc:
+        print(
+            f"ddptui: error: serving needs the web extra ({exc.name} is missing): "
+            "pip install 'ddptui[web]'",
+            file=sys.stderr,
+        )
+        return 2
+    run = _open_run(args.run_id) if args.run_id else newest_run()
+    run.read_spec()
+    run.read_plan()  # both readable, or one line now rather than a console that fails
+    return serve(ServeOptions(run, args.host, args.port, args.allow_control))
 
 
 def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> int:

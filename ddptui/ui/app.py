@@ -39,9 +39,28 @@ from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.logs.log_view import LogView
 from ddptui.ui.widgets.prompt import PromptInput
 
+# What a console following a run read-only (`ddptui serve`) does not offer: what would
+# change the run, start another, or leave the run shown.
+FOLLOWER_HIDES = frozenset(
+    {
+        "job.launch",
+        "job.teardown",
+        "job.detach",
+        "diag.stacks",
+        "logs.save",
+        "app.edit",
+        "app.preflight",
+        "app.history",
+    }
+)
+
 
 class DdpApp(App[int]):
-    """The console; its return value is the exit code (0: no run, or the last run was ok)."""
+    """The console; its return value is the exit code (0: no run, or the last run was ok).
+
+    With `follow`, it shows the run `attach` names read-only, from its run directory
+    (`RunFollower`): what would change the run or start another is neither offered nor done.
+    """
 
     TITLE = "ddptui"
     CSS_PATH = "app.tcss"
@@ -54,9 +73,15 @@ class DdpApp(App[int]):
     ]
 
     def __init__(
-        self, spec: JobSpec, keymap_path: str | Path | None = None, attach: RunDir | None = None
+        self,
+        spec: JobSpec,
+        keymap_path: str | Path | None = None,
+        attach: RunDir | None = None,
+        follow: bool = False,
     ) -> None:
         super().__init__()
+        self.follow = follow
+        self.greeting = ""  # said once the console shows
         self._gc_thresholds = gc.get_threshold()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # No sliding tab underlines or smooth scrolls: under a log flood each costs a
@@ -69,7 +94,7 @@ class DdpApp(App[int]):
         source = resolve_keymap_path(keymap_path) if keymap_path else None
         self.keymap_source = describe_source(source) if source else "built-in defaults"
         self.attach = attach
-        self.job_screen = JobScreen(spec, attach)
+        self.job_screen = JobScreen(spec, attach, follow=follow)
         self._run_ok = True
         self._quitting = False
 
@@ -97,6 +122,10 @@ class DdpApp(App[int]):
             self.set_keymap(self.keymap)
         # For as long as the app runs, with or without a job (core/session/process.py says why).
         gc.set_threshold(max(self._gc_thresholds[0], GC_YOUNG_THRESHOLD), *self._gc_thresholds[1:])
+        if self.greeting:
+            self.notify(self.greeting, timeout=8)
+        if self.follow:
+            return  # a follower writes nothing of the runs' records
         # Local runs that ended while no console followed them get their outcome now.
         self.run_worker(settle_quietly, thread=True, group="settle", exit_on_error=False)
 
@@ -117,12 +146,16 @@ class DdpApp(App[int]):
         rows = [
             HelpRow(self.key_for(i.id), i.description, i.id, i.scope)
             for i in binding_catalogue(self.binding_scopes()).values()
+            if not self._hidden(i.id)
         ]
         return rows + [
             HelpRow("ctrl+p", "Command palette", "(fixed)", "everywhere"),
             HelpRow("ctrl+q", "Quit (asks first while a job is running)", "(fixed)", "everywhere"),
             HelpRow("tab", "Focus the next widget", "(fixed)", "everywhere"),
         ]
+
+    def _hidden(self, binding_id: str) -> bool:
+        return self.follow and binding_id in FOLLOWER_HIDES
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -163,9 +196,13 @@ class DdpApp(App[int]):
             ("app.quit", "Quit", "Quit; asks first while a job is running", self.action_quit),
         ]
         for binding_id, title, help_text, callback in ours:
+            if self._hidden(binding_id):
+                continue
             yield SystemCommand(f"{title} ({self.key_for(binding_id)})", help_text, callback)
         listed = {binding_id for binding_id, *_ in ours}
         for info in binding_catalogue(self.binding_scopes()).values():
+            if self._hidden(info.id):
+                continue
             if info.scope == "console" and info.id not in listed and not sequence_prefix(info.id):
                 title = f"{info.description} ({self.key_for(info.id)})"
                 yield SystemCommand(title, f"binding {info.id}", partial(job.run_binding, info.id))
@@ -177,6 +214,8 @@ class DdpApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("edit_job", "preflight", "history"):
+            if self.follow:
+                return False
             if self.screen is not self.job_screen:
                 return False  # hidden on the other screens
             if action != "history" and self.job_screen.job_active:
@@ -190,14 +229,16 @@ class DdpApp(App[int]):
         return True
 
     def action_edit_job(self) -> None:
-        if self._job_is_free("editing the job"):
+        if not self.follow and self._job_is_free("editing the job"):
             self.push_screen(LaunchFormScreen(self.job_screen.spec), self.use_job)
 
     def action_preflight(self) -> None:
-        if self._job_is_free("checking the nodes"):
+        if not self.follow and self._job_is_free("checking the nodes"):
             self.push_screen(PreflightScreen(self.job_screen.spec))
 
     def action_history(self) -> None:
+        if self.follow:
+            return
         self.push_screen(HistoryScreen(), self.use_job)
 
     async def use_job(self, request: JobRequest | None) -> None:
@@ -220,6 +261,9 @@ class DdpApp(App[int]):
     async def action_quit(self) -> None:
         """Every way out (q, ctrl+q, the palette) comes here: a running job is never orphaned."""
         if self._quitting or isinstance(self.screen, QuitScreen):
+            return
+        if self.follow:
+            self.exit(0)  # the run is not this console's: it goes on as it was
             return
         if not self.job_screen.job_active:
             self.exit(0 if self._run_ok else 1)

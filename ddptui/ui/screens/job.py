@@ -16,6 +16,7 @@ from textual.worker import Worker, WorkerState
 from ddptui.core.diagnose.failures import jump_targets
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess, prepare_spare
@@ -88,11 +89,16 @@ class JobScreen(LogScreen):
         def ok(self) -> bool:
             return self.detached or (self.summary is not None and self.summary.ok)
 
-    def __init__(self, spec: JobSpec, attach: RunDir | None = None) -> None:
+    # What a console that follows a run read-only (`ddptui serve`) neither offers nor does.
+    # Saving a log writes on the head node: a visitor's keys do not.
+    CONTROL_ACTIONS = frozenset({"launch", "teardown", "detach", "take_stacks", "save_log"})
+
+    def __init__(self, spec: JobSpec, attach: RunDir | None = None, follow: bool = False) -> None:
         super().__init__()
         self.spec = spec
         self.attach = attach
-        self.run = RunController(spec, self.run_worker, self.post_message)
+        self.follow = follow
+        self.run = RunController(spec, self.run_worker, self.post_message, follow=follow)
         commands, note, nodes = self._initial_commands()
         self.job_panel = JobPanel(spec, commands, note, id="job")
         self.grid = RankGrid(nodes, spec.nproc_per_node, id="ranks")
@@ -146,7 +152,8 @@ class JobScreen(LogScreen):
         self.set_interval(DETAILS_INTERVAL_S, self.refresh_details)
         self.logs.active_view.focus()
         self.call_after_refresh(self._learn_keys)
-        prepare_spare()  # the next launch's session process, its imports done meanwhile
+        if not self.follow:
+            prepare_spare()  # the next launch's session process, its imports done meanwhile
         if self.attach is not None:
             self._start(self.run.new_session(self.attach))
 
@@ -158,7 +165,7 @@ class JobScreen(LogScreen):
         return self.run.active
 
     @property
-    def session(self) -> SessionProcess | None:
+    def session(self) -> SessionProcess | RunFollower | None:
         """The session's process of the run shown (None before the first launch)."""
         return self.run.session
 
@@ -171,6 +178,8 @@ class JobScreen(LogScreen):
         return self.run.relay
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.follow and action in self.CONTROL_ACTIONS:
+            return False  # not offered: hidden from the footer, the help and the palette
         if action == "launch":
             return None if self.job_active else True
         if action in ("teardown", "detach"):
@@ -179,8 +188,15 @@ class JobScreen(LogScreen):
 
     # -- actions ----------------------------------------------------------------------------
 
+    def _refused(self, action: str) -> bool:
+        """A read-only console refuses what would change the run, however it is asked."""
+        if self.follow and action in self.CONTROL_ACTIONS:
+            self.notify("read-only: this console follows the run and cannot change it", timeout=4)
+            return True
+        return False
+
     async def action_launch(self) -> None:
-        if self.job_active:
+        if self.job_active or self._refused("launch"):
             return
         try:
             session = self.run.new_session()
@@ -197,7 +213,7 @@ class JobScreen(LogScreen):
         self._start(session)
 
     def action_teardown(self) -> None:
-        if not self.job_active or self.session is None:
+        if self._refused("teardown") or not self.job_active or self.session is None:
             return
         question = f"Tear down run {self.session.run_id}? Every process on every node is stopped."
         self.app.push_screen(ConfirmScreen(question, "Tear down"), self._teardown_confirmed)
@@ -207,7 +223,7 @@ class JobScreen(LogScreen):
             self.teardown()
 
     def action_detach(self) -> None:
-        if not self.job_active or self.session is None:
+        if self._refused("detach") or not self.job_active or self.session is None:
             return
         question = (
             f"Detach from run {self.session.run_id}? It keeps running on the nodes; "
@@ -233,17 +249,21 @@ class JobScreen(LogScreen):
     def save_dir(self) -> Path | None:
         return self.run.save_dir()
 
+    def action_save_log(self) -> None:
+        if not self._refused("save_log"):
+            super().action_save_log()
+
     def teardown(self) -> None:
         """Stop the job on every node; the session says the phase, the reports follow as
         TeardownReport events."""
-        self.run.teardown()
+        self.run.teardown()  # refused by a follower's controller: it has no session to ask
 
     def detach(self) -> None:
         self.run.detach()
 
     # -- the session ------------------------------------------------------------------------
 
-    def _start(self, session: SessionProcess) -> None:
+    def _start(self, session: SessionProcess | RunFollower) -> None:
         self.outcome.reset(session.run_id, str(session.run.path))
         self.outcome.set_phase(RunPhase.ATTACHING if session.attaching else RunPhase.LAUNCHING)
         self.job_panel.fold(True)
@@ -256,7 +276,8 @@ class JobScreen(LogScreen):
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker is not self.run.worker or not event.worker.is_finished:
             return
-        prepare_spare()  # for a launch again
+        if not self.follow:
+            prepare_spare()  # for a launch again
         self._flush_logs()
         result = event.worker.result
         if event.state == WorkerState.SUCCESS and self.summary is None and result is not None:
@@ -381,6 +402,8 @@ class JobScreen(LogScreen):
         self.root_cause.show_mismatch(message.event.mismatch)
 
     def action_take_stacks(self) -> None:
+        if self._refused("take_stacks"):
+            return
         if not self.run.take_stacks():
             self.notify("no running job to take stacks of", timeout=3)
             return

@@ -12,6 +12,7 @@ from textual.worker import Worker
 
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess, call_on_loop
@@ -25,23 +26,27 @@ class RunController:
     the relay posts to it, and holds this object rather than sharing its state.
 
     `run_worker` is the screen's (Textual runs workers on a node of the DOM); `post` the
-    screen's `post_message`, called on the screen's loop.
+    screen's `post_message`, called on the screen's loop. With `follow`, a run is followed
+    from its directory alone (`RunFollower`: read-only, no session of its own), and every
+    request to the run is refused.
     """
 
     def __init__(
         self,
         spec: JobSpec,
-        run_worker: Callable[..., Worker[RunSummary]],
+        run_worker: Callable[..., Worker[RunSummary | None]],
         post: Callable[[Message], object],
+        follow: bool = False,
     ) -> None:
         self.spec = spec
+        self.follow = follow
         self._run_worker = run_worker
         self._post = post
         self.relay = SessionRelay(self._post_from_session)
-        self.session: SessionProcess | None = None
+        self.session: SessionProcess | RunFollower | None = None
         self.summary: RunSummary | None = None
         self.stop_request: StopRequest = None
-        self.worker: Worker[RunSummary] | None = None
+        self.worker: Worker[RunSummary | None] | None = None  # a follower's may end with none
         self._loop: asyncio.AbstractEventLoop | None = None
         self._plan_shown = False
 
@@ -54,12 +59,21 @@ class RunController:
         """A session is running (launching, following, or tearing down)."""
         return self.worker is not None and not self.worker.is_finished
 
-    def new_session(self, run: RunDir | None = None) -> SessionProcess:
+    def new_session(self, run: RunDir | None = None) -> SessionProcess | RunFollower:
         """A session for a new run (its directory made now: OSError if it cannot be), or for
-        `run` to attach to."""
+        `run` to attach to (followed from its directory when this controller follows)."""
+        if self.follow:
+            if run is None:
+                raise OSError("a console that follows a run launches none")
+            return RunFollower(self.spec, self.relay.emit, run)
         return SessionProcess(self.spec, self.relay.emit, self.relay.take_block, run=run)
 
-    def start(self, session: SessionProcess) -> None:
+    @property
+    def process(self) -> SessionProcess | None:
+        """The session's process, when this console runs one (a follower has none)."""
+        return self.session if isinstance(self.session, SessionProcess) else None
+
+    def start(self, session: SessionProcess | RunFollower) -> None:
         self.session = session
         self.summary = None
         self.stop_request = None
@@ -70,23 +84,23 @@ class RunController:
 
     def teardown(self) -> bool:
         """Ask the session to stop the job on every node; False when there is none running."""
-        if self.session is None or not self.active:
+        if self.process is None or not self.active:
             return False
-        self.session.request_teardown()
+        self.process.request_teardown()
         self.stop_request = self.stop_request or "teardown"
         return True
 
     def detach(self) -> bool:
-        if self.session is None or not self.active:
+        if self.process is None or not self.active:
             return False
         self.stop_request = "detach"
-        self.session.request_detach()
+        self.process.request_detach()
         return True
 
     def take_stacks(self) -> bool:
-        if self.session is None or not self.active:
+        if self.process is None or not self.active:
             return False
-        self.session.request_stacks()
+        self.process.request_stacks()
         return True
 
     def step_rate(self, node: str, local_rank: int) -> float | None:

@@ -1,0 +1,194 @@
+"""`ddptui serve` in a real browser: Chromium (Debian's package) driven by Playwright.
+
+A real local 2x2 job (torchrun, c10d, gloo) runs headless, as a head node's own console
+would run it; `ddptui serve` serves it; the pages are read through their xterm buffer
+(testbed/browser.py) and waited on, never slept on, with generous limits: this machine's
+two cores are shared. Every console the server starts is checked by its PID to be gone
+once its tab is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.browser import (
+    Served,
+    alive,
+    cell_background,
+    open_console,
+    page_text,
+    serve,
+    wait_for_text,
+)
+from tests.cases import ROOT
+from tests.procs import until_running
+
+pytestmark = pytest.mark.timeout(600)
+SCRIPT = Path(__file__).with_name("crash_on_file.py")
+
+
+@dataclass
+class LiveRun:
+    run: subprocess.Popen[str]
+    run_id: str
+    trigger: Path
+    served: Served
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
+    """A local 2x2 job run headless (its own session), and `ddptui serve` on it."""
+    tmp = tmp_path_factory.mktemp("serve")
+    state, trigger = tmp / "state", tmp / "crash-now"
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(state)}
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddptui.cli",
+            "run",
+            "--headless",
+            str(SCRIPT),
+            "--when",
+            str(trigger),
+            "--limit",  # it ends by its crash, however slow the machine makes the tests
+            "900",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        run_id = until_running(run)
+        with serve(state, run_id) as served:
+            yield LiveRun(run, run_id, trigger, served)
+    finally:
+        trigger.touch()  # a test that stopped early: the job ends by its crash
+        try:
+            run.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            run.kill()
+            run.wait()
+
+
+@pytest.fixture(scope="module")
+def chromium(browser_type: Any, browser_type_launch_args: dict[str, Any]) -> Iterator[Any]:
+    """A browser of this module's own (pytest-playwright's is shared): the last test closes
+    it, as a user closes theirs."""
+    launched = browser_type.launch(**browser_type_launch_args)
+    try:
+        yield launched
+    finally:
+        if launched.is_connected():
+            launched.close()
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {})) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _ended(served: Served, pid: int, timeout_s: float = 30.0) -> None:
+    served.wait_for(rf"viewer ended: pid {pid}\b", timeout_s=timeout_s)
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid), f"the console of a closed tab (pid {pid}) still runs"
+
+
+def test_a_visit_without_the_token_is_refused(live: LiveRun) -> None:
+    served = live.served
+    assert served.url.startswith("http://127.0.0.1:")  # loopback unless told otherwise
+    token = served.url.split("token=", 1)[1]
+    for path in ("/", "/ws", "/static/js/textual.js"):
+        assert _status(served.base + path) == 403, path
+        assert _status(f"{served.base}{path}?token=wrong-{token[:8]}") == 403, path
+    assert _status(served.url) == 200
+    assert _status(f"{served.base}/static/js/textual.js?token={token}") == 200
+    ws = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+          "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}  # fmt: skip
+    assert _status(served.base + "/ws", ws) == 403  # no console is started for it
+    assert served.viewer_pids() == ([], [])
+
+
+def test_b_grid_green_log_keys_read_only(live: LiveRun, chromium: Any, tmp_path: Path) -> None:
+    page = open_console(chromium, live.served.url)
+    [pid] = live.served.viewer_pids()[0]
+    token = live.served.url.split("token=", 1)[1].encode()
+    for proc in (pid, live.served.process.pid):  # the token is on no command line
+        assert token not in Path(f"/proc/{proc}/cmdline").read_bytes()
+    assert token not in Path(f"/proc/{pid}/environ").read_bytes()
+    wait_for_text(page, "running 4")
+    green = cell_background(page, "local0 r", "r")  # the grid's row, not the log's tab
+    assert green is not None and green[1] > green[0] + 40 and green[1] > green[2] + 40, green
+
+    # Read-only: what would change the run is not offered, and its key does nothing. (The
+    # footer shows its keys while the page has the focus: Textual's Footer skips updates
+    # while the app is blurred.)
+    page.locator(".xterm-screen").click()
+    wait_for_text(page, "Quit")
+    shown = page_text(page)
+    for offered in ("Tear down", "Launch", "Detach", "Stacks"):
+        assert offered not in shown, offered
+
+    # Keys typed in the page change the log shown; `t` before them asked nothing (a
+    # teardown's question would have taken the `]`).
+    wait_for_text(page, "local0 · running")
+    page.keyboard.press("t")
+    page.keyboard.press("]")
+    wait_for_text(page, "local1 · running")
+    wait_for_text(page, "heartbeat=")
+    assert "Tear down run" not in page_text(page)
+
+    shot = tmp_path / "served-console.png"
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    page.close()
+    _ended(live.served, pid)
+    assert live.run.poll() is None  # the run goes on without its viewer
+
+
+def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any) -> None:
+    pages = [open_console(chromium, live.served.url) for _ in range(2)]
+    for page in pages:
+        wait_for_text(page, "running 4")
+    live.trigger.touch()
+    for page in pages:  # the failure story's panel names the culprit, with its error
+        wait_for_text(page, "Root cause", timeout_s=120)
+        wait_for_text(page, "✗ rank 3", timeout_s=60)
+        wait_for_text(page, "crash_on_file: rank 3 fails as asked", timeout_s=60)
+    # The run's own session saw it through to its end, viewers or not.
+    assert live.run.wait(timeout=180) == 1
+    assert live.run.stdout is not None
+    events = [json.loads(line) for line in live.run.stdout if line.startswith("{")]
+    summary = events[-1]
+    assert summary["event"] == "summary"
+    [culprit] = [r for r in summary["ranks"] if r["culprit"]]
+    assert culprit["rank"] == 3
+    for page in pages:
+        wait_for_text(page, "failed", timeout_s=60)
+
+
+def test_d_closing_the_browser_leaves_no_console(live: LiveRun, chromium: Any) -> None:
+    started, _ = live.served.viewer_pids()
+    assert len(started) == 3
+    chromium.close()
+    for pid in started:
+        _ended(live.served, pid)
