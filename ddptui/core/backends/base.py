@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 from ddptui.core.backends.gpu_stream import GpuDemux
 from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
+from ddptui.core.diagnose.clock import ClockExchange
 from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan, node_container
 from ddptui.core.job.spec import JobSpec
@@ -25,6 +26,7 @@ from ddptui.core.node import (
     with_job,
     worker_hook_source,
 )
+from ddptui.core.node.collective_follow import COLLECTIVES_KEY
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -59,11 +61,18 @@ class Backend(ABC):
         self.gpu_before: dict[str, str] = {}
 
     def gpu_sample(self, node: str, record: dict[str, Any]) -> None:
-        """A node's GPU sample arrived: the first is the level memory must return to."""
-        if node not in self.gpu_before:
+        """A node's GPU sample arrived: the first is the level memory must return to. A line
+        of a rank's collectives file comes the same way (COLLECTIVES_KEY), for the session."""
+        if node not in self.gpu_before and COLLECTIVES_KEY not in record:
             self.gpu_before[node] = memory_before(record)
         if self.gpu_sink is not None:
             self.gpu_sink(node, record)
+
+    async def clock_exchanges(self, node: str, count: int = 3) -> list[ClockExchange]:
+        """`count` readings of the node's clock over the connection already held, each timed
+        on the console's (`clock.estimate_offset` makes the offset of them). None by default:
+        the node is this machine, or shares its clock."""
+        return []
 
     @abstractmethod
     async def allocate(self) -> list[NodeTarget]:

@@ -9,6 +9,9 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from ddptui.core.diagnose.audit import CollectiveAudit, CollectiveMismatch
+from ddptui.core.diagnose.clock import ClockOffset
+from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.patterns import (
     EXITED,
     describe_exit,
@@ -16,6 +19,7 @@ from ddptui.core.diagnose.patterns import (
     recognise,
 )
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
+from ddptui.core.diagnose.speed import SpeedWatch, StragglerReport
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.events import (
@@ -60,6 +64,18 @@ class _NodeReader:
 
 
 @dataclass(frozen=True)
+class MismatchSeen(Event):
+    """The collective audit found ranks that disagree on a collective (its headless line)."""
+
+    mismatch: CollectiveMismatch
+
+    kind = "mismatch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.mismatch.to_dict(), "ts": self.ts}
+
+
+@dataclass(frozen=True)
 class MonitorSummary:
     """What the monitor concluded: each rank's outcome, the failures (culprit first)."""
 
@@ -68,6 +84,7 @@ class MonitorSummary:
     culprit: RankSummary | None
     stall: StallReport | None = None
     recorder: FlightRecorderReport | None = None
+    straggler: StragglerReport | None = None
 
 
 class Monitor:
@@ -83,6 +100,9 @@ class Monitor:
         self.stall = StallWatch(self.board)
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
+        world = len(nodes) * nproc_per_node
+        self.speed = SpeedWatch(world or None)
+        self.audit = CollectiveAudit()
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -99,7 +119,33 @@ class Monitor:
         """
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
+        events += self.speed.check(now, self.gpu.latest)
         return events + self.board.check_stragglers(now)
+
+    def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
+        """One line of a rank's collectives file, as the node's stream carried it: to the
+        straggler watch, and its records to the collective audit."""
+        if node not in self._readers:
+            return []
+        return self.collectives_seen(node, self.speed.sample(node, line), now)
+
+    def collectives_seen(
+        self,
+        node: str,
+        records: Sequence[CollectiveRecord],
+        now: float | None = None,
+        source: str = "live",
+    ) -> list[Event]:
+        """A node's ranks' collective records: the audit's mismatches, as events. Records may
+        repeat and come late: each rank's are matched once, in its own order."""
+        if node not in self._readers or not records:
+            return []
+        ts = time.time() if now is None else now
+        return [MismatchSeen(m, ts=ts) for m in self.audit.feed(records)]
+
+    def clock_offset(self, node: str, offset: ClockOffset) -> None:
+        """A node's clock offset from the console's, for its collectives from now on."""
+        self.speed.set_offset(node, offset)
 
     def stacks_taken(
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
@@ -156,6 +202,7 @@ class Monitor:
             first.summary(culprit=True) if first else None,
             self.stall.last,
             self.recorder.last,
+            self.speed.last,
         )
 
     # -- node output ----------------------------------------------------------------------

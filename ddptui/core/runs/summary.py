@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain
 
@@ -24,6 +25,7 @@ class RunSummary(Event):
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
+    straggler: StragglerReport | None = None  # the last straggler event the run sent
 
     kind = "summary"
 
@@ -32,6 +34,7 @@ class RunSummary(Event):
         data["stall"] = self.stall.to_dict() if self.stall else None
         recorder = self.flight_recorder
         data["flight_recorder"] = recorder.to_dict() if recorder else None
+        data["straggler"] = self.straggler.to_dict() if self.straggler else None
         data["ranks"] = [
             {
                 "rank": r.rank,
