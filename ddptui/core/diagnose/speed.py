@@ -5,7 +5,8 @@ The node's stream carries each rank's collectives file line by line (core/node/
 collective_follow.py); `SpeedWatch.sample` lines them up (`collectives.CollectiveTimeline`,
 each node's clock offset subtracted), `check` scores them (`straggler.StragglerScorer`) no
 more often than `every_s`. The set of slow ranks changes only when a rank is slow (or no
-longer slow) in two rounds running, so one noisy round neither names nor clears anyone; the
+longer slow) in two rounds running, so one noisy round neither names nor clears anyone, and a
+named rank is clear only CLEAR_MARGIN above the threshold (one at the threshold would flap); the
 `StragglerReport` is sent when the set changes, and a `SpeedRound` every round for the
 console's speed view (headless leaves it out). The operator may pause the watch and move its
 threshold while the job runs.
@@ -34,6 +35,7 @@ from ddptui.core.events import Event, GpuStat
 
 ROUND_S = 2.0  # a scoring round this often, at most
 CONFIRM_ROUNDS = 2  # rounds running a rank must be slow (or clear) to enter (or leave) the set
+CLEAR_MARGIN = 0.05  # a slow rank is clear again only this far above the threshold
 THRESHOLD_STEP = 0.05
 THRESHOLD_RANGE = (0.5, 0.95)
 
@@ -170,8 +172,10 @@ class SpeedWatch:
         """The slow set, each change of a rank's verdict held for CONFIRM_ROUNDS rounds."""
         now_slow = set(result.ranks)
         kept = set(self._slow)
+        clear_at = self.threshold + CLEAR_MARGIN
         for score in result.scores:
-            changed = (score.rank in now_slow) != (score.rank in kept)
+            slow = score.rank in now_slow or (score.rank in kept and score.relative < clear_at)
+            changed = slow != (score.rank in kept)
             self._streak[score.rank] = self._streak.get(score.rank, 0) + 1 if changed else 0
             if self._streak[score.rank] >= CONFIRM_ROUNDS:
                 kept ^= {score.rank}

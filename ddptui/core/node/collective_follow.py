@@ -28,12 +28,20 @@ MAX_LINE = 4 << 20  # a line longer than this without its end is not one of the 
 class CollectiveFollower:
     """Sends the new whole lines of every `rank_*.jsonl` under `folder` through `write`."""
 
+    every_s = FOLLOW_EVERY_S
+
     def __init__(self, folder: str, write: Callable[[bytes], None]) -> None:
         self.folder = folder
         self.write = write
         self._files: dict[str, IO[bytes]] = {}
         self._held: dict[str, bytes] = {}
         self.sent = 0
+
+    @classmethod
+    def beside(cls, log_path: str, write: Callable[[bytes], None]) -> CollectiveFollower:
+        """The follower of the node whose log is `log_path`: its workers write their
+        collectives into the debug directory beside the log (see job_helper._debug_env)."""
+        return cls(os.path.join(os.path.splitext(log_path)[0] + ".debug", "collectives"), write)
 
     def poll(self) -> None:
         """Read what each file gained since the last poll (a missing folder: nothing yet)."""
@@ -88,9 +96,3 @@ class CollectiveFollower:
         for f in self._files.values():
             f.close()
         self._files.clear()
-
-
-def collectives_folder(log_path: str) -> str:
-    """Where the workers of the node whose log is `log_path` write their collectives (the
-    debug directory beside the log, see job_helper._debug_env)."""
-    return os.path.join(os.path.splitext(log_path)[0] + ".debug", "collectives")

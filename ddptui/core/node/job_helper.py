@@ -18,11 +18,7 @@ import select
 import sys
 import time
 
-from ddptui.core.node.collective_follow import (  # sent ahead of this program
-    FOLLOW_EVERY_S,
-    CollectiveFollower,
-    collectives_folder,
-)
+from ddptui.core.node.collective_follow import CollectiveFollower  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
@@ -247,7 +243,7 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
     sampler = GpuSampler(TAG_VAR, tag, int(gpu_ms), write) if tag and int(gpu_ms) > 0 else None
     if sampler is not None:
         sampler.start()
-    follower = CollectiveFollower(collectives_folder(paths["log"]), write) if tag else None
+    follower = CollectiveFollower.beside(paths["log"], write) if tag else None
     try:
         return _copy_log(paths, int(offset_arg), write, follower)
     finally:
@@ -269,7 +265,7 @@ def _copy_log(
     with open(paths["log"], "rb") as f:
         f.seek(offset)
         while True:
-            if follower is not None and time.monotonic() - followed >= FOLLOW_EVERY_S:
+            if follower is not None and time.monotonic() - followed >= follower.every_s:
                 followed = time.monotonic()
                 follower.poll()
             chunk = f.read(1 << 16)
