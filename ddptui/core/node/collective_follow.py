@@ -4,7 +4,8 @@ Runs on the nodes inside the job helper's `tail` (sent ahead of job_helper.py), 
 library only. The workers' sampler (collective_sampler.py) appends one line a second per rank
 to `<debug dir>/collectives/rank_<RANK>.jsonl` and moves a full file to `.1`; the follower
 keeps each file open, so a rotated file is read to its end through the same descriptor before
-the new one is opened from its start: no line is lost or read twice. Each whole line goes out
+the new one is opened from its start: no line is lost or read twice (a file first seen with
+its `.1` already beside it has the `.1` read first). Each whole line goes out
 on the helper's stdout between log chunks as `GPU_MARK {"collectives": LINE}`: the same mark
 as the GPU samples, so every backend's demultiplexer takes it out of the log unchanged.
 """
@@ -53,6 +54,7 @@ class CollectiveFollower:
             path = os.path.join(self.folder, name)
             f = self._files.get(name)
             if f is None:
+                self._rotated_before(name, path)
                 f = self._open(name, path)
                 if f is None:
                     continue
@@ -67,6 +69,16 @@ class CollectiveFollower:
                 new = self._open(name, path)
                 if new is not None:
                     self._read(name, new)
+
+    def _rotated_before(self, name: str, path: str) -> None:
+        """A file first seen with its `.1` beside it (the tail started late, or reattached):
+        the `.1` first, whole, so its lines come before the new file's."""
+        try:
+            with open(path + ".1", "rb") as old:
+                self._read(name, old)
+        except OSError:
+            return
+        self._held.pop(name, None)
 
     def _open(self, name: str, path: str) -> IO[bytes] | None:
         try:
