@@ -265,3 +265,67 @@ def gpu_evidence(gpu: GpuStat, others: Sequence[GpuStat]) -> str:
     versus("power", gpu.power_w, [o.power_w for o in others if o.power_w is not None], " W")
     versus("temperature", gpu.temp_c, [o.temp_c for o in others if o.temp_c is not None], " C")
     return ", ".join(parts) if len(parts) > 1 or gpu.throttle else f"GPU {gpu.index} as its peers"
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """One line of the speed view: alike ranks folded (`r0-3,6`), their compute and wait a
+    step (the group's medians), the lowest relative score among them, and whether they are
+    the watch's named stragglers."""
+
+    label: str
+    ranks: tuple[int, ...]
+    compute_s: float
+    wait_s: float
+    relative: float
+    slow: bool
+
+
+def speed_rows(round_: SpeedRound, cells: int = 20, most: int = 12) -> list[SpeedRow]:
+    """The speed view's lines: each rank's compute vs wait as a bar of `cells` cells; ranks
+    whose bars are the same and who are alike slow or not fold into one line, so 1,024
+    ranks read as a few. Slow ones first, then by rank; at most `most` lines (the last one
+    holds whatever is left, folded)."""
+    scores = sorted(round_.scores, key=lambda s: s.rank)
+    if not scores:
+        return []
+    longest = max(s.compute_s + s.wait_s for s in scores) or 1.0
+    slow = set(round_.slow)
+    groups: dict[tuple[int, int, bool], list[RankScore]] = {}
+    for s in scores:
+        key = (
+            round(s.compute_s / longest * cells),
+            round(s.wait_s / longest * cells),
+            s.rank in slow,
+        )
+        groups.setdefault(key, []).append(s)
+    rows = [_row(members, key[2]) for key, members in groups.items()]
+    rows.sort(key=lambda r: (not r.slow, r.ranks[0]))
+    if len(rows) > most:
+        rest = [s for s in scores if s.rank in {r for row in rows[most - 1 :] for r in row.ranks}]
+        rows = [*rows[: most - 1], _row(rest, False)]
+    return rows
+
+
+def _row(members: Sequence[RankScore], slow: bool) -> SpeedRow:
+    ranks = tuple(sorted(s.rank for s in members))
+    compute = sorted(s.compute_s for s in members)[len(members) // 2]
+    wait = sorted(s.wait_s for s in members)[len(members) // 2]
+    relative = min(s.relative for s in members)
+    return SpeedRow(rank_ranges(ranks), ranks, compute, wait, relative, slow)
+
+
+def rank_ranges(ranks: Sequence[int]) -> str:
+    """`r0-3,6,9-10`: sorted ranks with runs folded."""
+    parts: list[str] = []
+    start = prev = None
+    for rank in sorted(ranks):
+        if prev is not None and rank == prev + 1:
+            prev = rank
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = rank
+    if start is not None:
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+    return "r" + ",".join(parts)

@@ -89,6 +89,13 @@ class RunController:
         self.session.request_stacks()
         return True
 
+    def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> bool:
+        """Pause or resume the straggler watch, or move its threshold (False: no running job)."""
+        if self.session is None or not self.active:
+            return False
+        self.session.set_speed(paused, threshold)
+        return True
+
     def step_rate(self, node: str, local_rank: int) -> float | None:
         return self.session.step_rate(node, local_rank) if self.session is not None else None
 
