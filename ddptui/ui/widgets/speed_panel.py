@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from ddptui.core.diagnose.speed import SpeedRound, StragglerReport, speed_rows
 
-BAR_CELLS = 20
+BAR_CELLS = 12  # the row fits the side panel at 80 columns: label, bar, numbers
 
 
 def speed_bar(compute_s: float, wait_s: float, longest: float, cells: int = BAR_CELLS) -> Text:
@@ -74,14 +74,14 @@ class SpeedPanel(Vertical):
             f"threshold {round_.threshold:.2f} ({up}/{down}) · {round_.steps} steps · "
             f"slow: {slow} · {pause} pauses"
         )
-        rows = speed_rows(round_)
+        rows = speed_rows(round_, BAR_CELLS)
         longest = max((r.compute_s + r.wait_s for r in rows), default=1.0)
         width = max((len(r.label) for r in rows), default=2)
         text = Text()
         for row in rows:
             text.append(f"{row.label:<{width}} ", style="bold red" if row.slow else "")
             text.append_text(speed_bar(row.compute_s, row.wait_s, longest))
-            text.append(f" {row.compute_s:.2f}s+{row.wait_s:.2f}s {row.relative:.2f}\n")
+            text.append(f" {row.compute_s:.2f}+{row.wait_s:.2f}s {row.relative:.2f}\n")
         self.rows.update(text)
         self.line.update(round_.line)
 

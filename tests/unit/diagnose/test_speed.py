@@ -169,3 +169,21 @@ def test_a_rank_with_another_size_is_a_mismatch_event() -> None:
     events = monitor.collectives("node0", {**base, "rank": 1, "rows": [odd]})
     assert [e.to_dict()["event"] for e in events] == ["mismatch"]
     assert events[0].to_dict()["kind"] == "size"
+
+
+def test_1024_ranks_fold_into_a_few_lines_of_the_speed_view() -> None:
+    from ddptui.core.diagnose.speed import rank_ranges, speed_rows
+    from ddptui.core.diagnose.straggler import RankScore
+
+    def score(rank: int) -> RankScore:
+        slow = rank in (5, 700)
+        compute = 0.5 if slow else 0.3 + (rank % 3) * 0.001
+        return RankScore(
+            rank, f"n{rank // 8}", 0.3 / compute, 1.0, compute, 0.0 if slow else 0.2, 0.2, slow
+        )
+
+    round_ = SpeedRound(tuple(score(r) for r in range(1024)), (5, 700), (), (), 0.8)
+    rows = speed_rows(round_)
+    assert [r.label for r in rows] == ["r5,700", "r0-4,6-699,701-1023"]
+    assert rows[0].slow and rows[0].compute_s == 0.5 and not rows[1].slow
+    assert rank_ranges([3, 1, 2, 9]) == "r1-3,9"
