@@ -26,7 +26,7 @@ from ddptui.core.node import (
     with_job,
     worker_hook_source,
 )
-from ddptui.core.node.collective_follow import COLLECTIVES_KEY
+from ddptui.core.node.collective_follow import COLLECTIVES_KEY, CollectiveFollower
 from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
@@ -67,6 +67,20 @@ class Backend(ABC):
             self.gpu_before[node] = memory_before(record)
         if self.gpu_sink is not None:
             self.gpu_sink(node, record)
+
+    async def follow_collectives(self, node: str, log_path: str) -> None:
+        """The node's ranks' collectives files read on this machine, until cancelled (a
+        backend whose node logs are on a filesystem it shares, as Slurm's): each new line to
+        `gpu_sample`, as the node helper's `tail` sends them on the other backends."""
+        demux = GpuDemux(lambda _: None, lambda record: self.gpu_sample(node, record))
+        follower = CollectiveFollower.beside(log_path, demux.feed)
+        try:
+            while True:
+                follower.poll()
+                await asyncio.sleep(follower.every_s)
+        finally:
+            follower.poll()  # the ranks' last lines
+            follower.close()
 
     async def clock_exchanges(self, node: str, count: int = 3) -> list[ClockExchange]:
         """`count` readings of the node's clock over the connection already held, each timed
