@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from testbed import SlurmCluster
 from testbed.netns import Testbed
 from tests.integration.slurmrun import run
@@ -19,6 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank
 WITHIN_S = 60.0
 
 
+@pytest.mark.timeout(600)
 def test_ssh_a_rank_30_percent_slower_is_named_with_its_host(
     clean_testbed: Testbed, tmp_path: Path
 ) -> None:
@@ -48,6 +51,7 @@ def test_ssh_a_rank_30_percent_slower_is_named_with_its_host(
     assert summary["straggler"]["ranks"] == [3]
 
 
+@pytest.mark.timeout(600)
 def test_slurm_a_rank_30_percent_slower_is_named_with_its_node(
     slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.procs import pids_with_tag
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
@@ -54,6 +56,7 @@ def _stragglers(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if e["event"] == "straggler"]
 
 
+@pytest.mark.timeout(600)
 def test_a_rank_30_percent_slower_for_a_while_is_named_then_cleared(tmp_path: Path) -> None:
     """Rank 1 computes about 30% longer a step (0.14 s of sleep and the model's ~0.03 s
     against 0.1 s and the same) for its first 500 steps (over a minute), then as the others."""
@@ -88,6 +91,7 @@ def test_a_slow_node_is_named_as_a_node(tmp_path: Path) -> None:
     assert last["evidence"][0].startswith(f"node {node}: all 2 ranks slow")
 
 
+@pytest.mark.timeout(900)
 def test_a_balanced_job_of_three_minutes_names_nobody(tmp_path: Path) -> None:
     events = _run(tmp_path, "--steps", "1500", timeout=600)
     running = [e["ts"] for e in events if e["event"] == "rank" and e["state"] == "running"]
