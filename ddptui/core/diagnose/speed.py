@@ -37,6 +37,7 @@ ROUND_S = 2.0  # a scoring round this often, at most
 CONFIRM_ROUNDS = 2  # rounds running a rank must be slow (or clear) to enter (or leave) the set
 CLEAR_MARGIN = 0.05  # a slow rank is clear again only this far above the threshold
 THRESHOLD_STEP = 0.05
+IDLE_GAP = 20  # utilisation points below its peers' at which a slow rank's GPU idles
 THRESHOLD_RANGE = (0.5, 0.95)
 
 
@@ -264,7 +265,23 @@ def gpu_evidence(gpu: GpuStat, others: Sequence[GpuStat]) -> str:
     versus("utilisation", gpu.util, [o.util for o in others if o.util is not None], "%")
     versus("power", gpu.power_w, [o.power_w for o in others if o.power_w is not None], " W")
     versus("temperature", gpu.temp_c, [o.temp_c for o in others if o.temp_c is not None], " C")
-    return ", ".join(parts) if len(parts) > 1 or gpu.throttle else f"GPU {gpu.index} as its peers"
+    said = ", ".join(parts) if len(parts) > 1 or gpu.throttle else f"GPU {gpu.index} as its peers"
+    return said + _where(gpu, others)
+
+
+def _where(gpu: GpuStat, others: Sequence[GpuStat]) -> str:
+    """Where the slow rank's time goes, as far as its GPU tells: a GPU busy less than its
+    peers' (which wait in the collective, kernels spinning) means the rank's time goes off the
+    GPU, to data loading or CPU work; a GPU as busy but held down runs its kernels slower."""
+    utils = sorted(o.util for o in others if o.util is not None)
+    if gpu.util is None or not utils:
+        return ""
+    typical = utils[len(utils) // 2]
+    if gpu.util <= typical - IDLE_GAP:
+        return ": its time goes off the GPU (data loading or CPU work)"
+    if gpu.throttle:
+        return ": its kernels run slower"
+    return ""
 
 
 @dataclass(frozen=True)

@@ -101,7 +101,14 @@ def test_the_slow_ranks_gpu_says_why_against_its_peers() -> None:
     slow = GpuStat(5, 97, 1, 2, 300.0, 71, (5,), sm_mhz=1410, throttle=("power cap",))
     peers = [GpuStat(i, 98, 1, 2, 305.0, 70, (i,), sm_mhz=1980) for i in range(4)]
     said = gpu_evidence(slow, peers)
-    assert said == "GPU 5 power cap, SM clock 1,410 MHz vs 1,980 on the others"
+    assert said == (
+        "GPU 5 power cap, SM clock 1,410 MHz vs 1,980 on the others: its kernels run slower"
+    )
+    idle = GpuStat(5, 40, 1, 2, 150.0, 50, (5,), sm_mhz=1980)
+    assert gpu_evidence(idle, peers).endswith(
+        "utilisation 40% vs 98 on the others, power 150 W vs 305 on the others, temperature "
+        "50 C vs 70 on the others: its time goes off the GPU (data loading or CPU work)"
+    )
     assert gpu_evidence(peers[0], peers[1:]) == "GPU 0 as its peers"
 
 
@@ -124,7 +131,8 @@ def test_the_evidence_of_a_named_rank_carries_its_gpu() -> None:
     assert report.evidence[0].startswith("node node1: all 1 ranks slow")
     assert report.evidence[-1].endswith(
         "; GPU 1 thermal, SM clock 1,100 MHz vs 1,980 on the others, utilisation 40% vs 99 on "
-        "the others, power 150 W vs 300 on the others, temperature 88 C vs 60 on the others"
+        "the others, power 150 W vs 300 on the others, temperature 88 C vs 60 on the others: "
+        "its time goes off the GPU (data loading or CPU work)"
     )
     line = next(e for e in events if isinstance(e, SpeedRound)).line
     assert "sm_clock 1100MHz (r1)..1980MHz (r0)" in line and "power 150W (r1)..300W (r0)" in line
