@@ -40,7 +40,8 @@ def main() -> None:
     torch.cuda.set_device(device)
     if not args.off:
         straggler.Detector.initialize(
-            scores_to_compute="all", gather_on_rank0=True, profiling_interval=1
+            scores_to_compute=["relative_perf_scores", "individual_perf_scores"],
+            gather_on_rank0=True,
         )
     torch.manual_seed(0)
     model = torch.nn.Sequential(
