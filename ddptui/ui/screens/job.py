@@ -77,7 +77,7 @@ class JobScreen(LogScreen):
         Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
         Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
-        Binding("V", "toggle_speed", "Speed", id="speed.view"),
+        Binding("V", "toggle_speed", "Speed", show=False, id="speed.view"),
         Binding("P", "pause_speed", "Pause detection", show=False, id="speed.pause"),
         Binding("plus", "threshold(1)", "Threshold up", show=False, id="speed.threshold_up"),
         Binding("minus", "threshold(-1)", "Threshold down", show=False, id="speed.threshold_down"),
