@@ -10,7 +10,7 @@ from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.backends.factory import make_backend
-from ddptui.core.diagnose.clock import estimate_offset
+from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.diagnose.stall_events import StallReport
@@ -221,7 +221,7 @@ class Session:
                     continue
                 offset = estimate_offset(exchanges)
                 if offset is not None and self.monitor is not None:
-                    self.monitor.clock_offset(command.node, offset)
+                    self.monitor.clock_offset(command.node, offset if offset.told else ZERO)
             await asyncio.sleep(CLOCK_EVERY_S)
 
     async def _start_node(self, command: NodeCommand) -> None:

@@ -195,3 +195,14 @@ def test_1024_ranks_fold_into_a_few_lines_of_the_speed_view() -> None:
     assert [r.label for r in rows] == ["r5,700", "r0-4,6-699,701-1023"]
     assert rows[0].slow and rows[0].compute_s == 0.5 and not rows[1].slow
     assert rank_ranges([3, 1, 2, 9]) == "r1-3,9"
+
+
+def test_an_offset_within_its_error_bound_is_not_told_from_zero() -> None:
+    from ddptui.core.diagnose.clock import ClockExchange, estimate_offset
+
+    # the node read its clock 40 ms into an 50 ms round trip (an SSH command's start): the
+    # midpoint says +15 ms, within the 25 ms bound: not told apart from the same clock
+    same = estimate_offset([ClockExchange(0, 40_000_000, 50_000_000)])
+    assert same is not None and same.offset_ns == 15_000_000 and not same.told
+    skewed = estimate_offset([ClockExchange(0, 2_040_000_000, 50_000_000)])
+    assert skewed is not None and skewed.told and skewed.offset_ns == 2_015_000_000
