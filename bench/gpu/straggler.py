@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from statistics import median
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ddptui.core.diagnose.collectives import CollectiveTimeline, read_samples  # noqa: E402

@@ -8,6 +8,7 @@ import sys
 from typing import TextIO
 
 from ddptui.cli.gc_policy import end_startup
+from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.events import Event, NodeLines
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
@@ -29,6 +30,8 @@ def run_headless(
     """
 
     def emit(event: Event) -> None:
+        if isinstance(event, SpeedRound):
+            return  # the speed view's, every round: the straggler events say what changed
         if not isinstance(event, NodeLines):
             out.write(event.to_json() + "\n")
         elif lines:  # one JSON line per output line, as `line` events

@@ -156,6 +156,7 @@ def cli_fields(
     found = rules.problems(
         {
             "backend": args.backend or "slurm",  # the backend is checked once it is known
+            "hosts": tuple(hosts) or ("-",),  # so are the hosts (a profile may give them)
             "container_image": args.container_image,
             "container_engine": args.container_engine,
             "container_mounts": args.container_mount,

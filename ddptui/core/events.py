@@ -261,6 +261,8 @@ class GpuStat:
     temp_c: int | None
     ranks: tuple[int, ...] = ()
     uuid: str = ""
+    sm_mhz: int | None = None
+    throttle: tuple[str, ...] = ()  # why its clock is held down now: "power cap", "thermal"...
 
     @property
     def mem_ratio(self) -> float | None:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from textual.message import Message
 
 from ddptui.core.diagnose.audit_watch import MismatchReport
+from ddptui.core.diagnose.speed import SpeedRound, StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
@@ -138,7 +139,24 @@ class MismatchUpdate(SessionMessage):
     event: MismatchReport
 
 
+class SpeedUpdate(SessionMessage):
+    """A scoring round of the straggler watch: the speed view's rows and min/max line."""
+
+    event: SpeedRound
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, SpeedUpdate)  # only the newest round matters
+
+
+class StragglerUpdate(SessionMessage):
+    """The straggler watch's named ranks changed."""
+
+    event: StragglerReport
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
+    SpeedRound: SpeedUpdate,
+    StragglerReport: StragglerUpdate,
     VerdictReport: VerdictUpdate,
     MismatchReport: MismatchUpdate,
     FlightRecorderReport: RecorderUpdate,

@@ -272,3 +272,30 @@ async def test_a_spare_session_process_runs_the_job_in_the_consoles_environment_
     assert session.run.path.parent == tmp_path / "state" / "runs"
     assert (session.run.path / "session.log").is_file()
     assert oct((session.run.path / "session.log").stat().st_mode & 0o777) == "0o600"
+
+
+async def test_the_speed_requests_reach_the_sessions_straggler_watch(tmp_path: Path) -> None:
+    """`speed.threshold_up` and `speed.pause` travel as PauseSpeed / SetThreshold frames; the
+    session moves its watch's threshold (kept in range, said in a notice) and pauses it."""
+    console = Console()
+    notices: list[str] = []
+    told = threading.Event()
+
+    def emit(event: Event) -> None:
+        console.emit(event)
+        if event.kind == "notice":
+            notices.append(event.message)  # type: ignore[attr-defined]
+            if "straggler threshold" in notices[-1]:
+                told.set()
+
+    spec = flood_spec(tmp_path, 2, 1_000_000, rate=200)
+    session = SessionProcess(spec, emit, console.lines)
+    runner = asyncio.ensure_future(session.serve())
+    assert await asyncio.to_thread(console.first.wait, 120)
+    session.set_speed(threshold=0.99)
+    session.set_speed(paused=True)
+    assert await asyncio.to_thread(told.wait, 30)
+    session.request_teardown()
+    summary = await runner
+    assert "straggler threshold 0.95" in notices
+    assert summary.stopped_by == "operator" and summary.straggler is None

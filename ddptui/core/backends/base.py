@@ -30,6 +30,7 @@ from ddptui.core.backends.reap_report import (  # noqa: F401 - the backends' nam
     teardown_report,
 )
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
+from ddptui.core.diagnose.clock import ClockExchange
 from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
@@ -42,6 +43,7 @@ from ddptui.core.node import (
     with_job,
     worker_hook_source,
 )
+from ddptui.core.node.collective_follow import COLLECTIVES_KEY, CollectiveFollower
 from ddptui.core.node.reaper import TAG_VAR
 from ddptui.core.runs.run_dir import RunDir
 
@@ -67,11 +69,32 @@ class Backend(ABC):
         self.gpu_before: dict[str, str] = {}
 
     def gpu_sample(self, node: str, record: dict[str, Any]) -> None:
-        """A node's GPU sample arrived: the first is the level memory must return to."""
-        if node not in self.gpu_before:
+        """A node's GPU sample arrived: the first is the level memory must return to. A line
+        of a rank's collectives file comes the same way (COLLECTIVES_KEY), for the session."""
+        if node not in self.gpu_before and COLLECTIVES_KEY not in record:
             self.gpu_before[node] = memory_before(record)
         if self.gpu_sink is not None:
             self.gpu_sink(node, record)
+
+    async def follow_collectives(self, node: str, log_path: str) -> None:
+        """The node's ranks' collectives files read on this machine, until cancelled (a
+        backend whose node logs are on a filesystem it shares, as Slurm's): each new line to
+        `gpu_sample`, as the node helper's `tail` sends them on the other backends."""
+        demux = GpuDemux(lambda _: None, lambda record: self.gpu_sample(node, record))
+        follower = CollectiveFollower.beside(log_path, demux.feed)
+        try:
+            while True:
+                follower.poll()
+                await asyncio.sleep(follower.every_s)
+        finally:
+            follower.poll()  # the ranks' last lines
+            follower.close()
+
+    async def clock_exchanges(self, node: str, count: int = 3) -> list[ClockExchange]:
+        """`count` readings of the node's clock over the connection already held, each timed
+        on the console's (`clock.estimate_offset` makes the offset of them). None by default:
+        the node is this machine, or shares its clock."""
+        return []
 
     @abstractmethod
     async def allocate(self) -> list[NodeTarget]:

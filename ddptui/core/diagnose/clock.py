@@ -32,6 +32,15 @@ class ClockOffset:
     def to_console_ns(self, node_ns: int) -> int:
         return node_ns - self.offset_ns
 
+    @property
+    def told(self) -> bool:
+        """Whether the offset is told apart from zero: larger than its own error bound. A
+        reading over SSH starts a command on the node, so the node reads its clock late in the
+        round trip and the midpoint is off by up to half of it: an offset within that bound
+        may be nothing but the bias, and subtracting it from one node's ranks would make
+        them all look late (or early) together."""
+        return abs(self.offset_ns) > self.error_ns
+
 
 ZERO = ClockOffset(0, 0, 0)
 

@@ -120,3 +120,33 @@ def records_from_dump(
             )
         )
     return out
+
+
+def records_from_rows(rank: int, rows: Sequence[Sequence[Any]]) -> list[CollectiveRecord]:
+    """The collective records of one line of a rank's collectives file (the sampler's rows:
+    `[pg, seq, op, input_sizes, created_ns, started_ns, completed_ns, duration_ms,
+    input_dtypes, output_sizes]`, see core/node/collective_sampler.py), for the audit.
+    The sampler writes a record once it is final, so each is `completed`; the group is its
+    id, as the sampler has no name for it. Rows too short or without a number are left out."""
+    out = []
+    for row in rows:
+        if len(row) < 4 or not isinstance(row[0], int) or not isinstance(row[1], int):
+            continue
+        dtypes = row[8] if len(row) > 8 else None
+        outputs = row[9] if len(row) > 9 else None
+        try:
+            out.append(
+                CollectiveRecord(
+                    rank=rank,
+                    pg=str(row[0]),
+                    seq=row[1],
+                    op=str(row[2] or "?"),
+                    input_sizes=_sizes(row[3]),
+                    output_sizes=_sizes(outputs),
+                    input_dtypes=tuple(str(d) for d in dtypes or ()),
+                    state="completed",  # output dtypes: not in the sampler's rows
+                )
+            )
+        except (TypeError, ValueError):
+            continue
+    return out

@@ -64,6 +64,15 @@ def parse_sample(line: str | bytes) -> CollectiveSample | None:
     """One line of the hook's file, or None if it is not one (half-written, foreign)."""
     try:
         data: Any = json.loads(line)
+    except ValueError:
+        return None
+    return sample_from_data(data)
+
+
+def sample_from_data(data: Any) -> CollectiveSample | None:
+    """One line of the hook's file already decoded (as the node's stream carries it), or None
+    if it is not one."""
+    try:
         rows = []
         for row in data["rows"]:
             pg, seq, op, sizes, created, _started, _completed, duration_ms = row[:8]
@@ -83,7 +92,7 @@ def parse_sample(line: str | bytes) -> CollectiveSample | None:
             lost=int(data["lost"]),
             collectives=tuple(rows),
         )
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -15,7 +15,20 @@ from typing import Any
 
 from ddptui.core.events import GpuHolder, GpuProof, GpuStat
 
-DEFAULT_FIELDS = "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
+DEFAULT_FIELDS = (
+    "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu,"
+    "clocks.sm,clocks_throttle_reasons.active"
+)
+# NVML's clock event reasons (nvmlClocksThrottleReasons*), as nvidia-smi's hex bitmask shows
+# them: the ones that slow a GPU that has work (idle and sync boost are left out)
+THROTTLE_REASONS = (
+    (0x4, "power cap"),
+    (0x8, "HW slowdown"),
+    (0x20, "thermal"),
+    (0x40, "HW thermal"),
+    (0x80, "power brake"),
+    (0x2, "applications clocks"),
+)
 MEM_MARGIN_MIB = 256  # memory above its level before the job that still counts as returned
 _FIELD = {
     "index": "index",
@@ -25,6 +38,8 @@ _FIELD = {
     "memory.total": "mem_total_mib",
     "power.draw": "power_w",
     "temperature.gpu": "temp_c",
+    "clocks.sm": "sm_mhz",
+    "clocks_throttle_reasons.active": "throttle",
 }
 
 
@@ -48,17 +63,18 @@ def _number(text: str) -> float | None:
 
 def parse_rows(rows: Iterable[str], fields: str = DEFAULT_FIELDS) -> list[GpuStat]:
     """GPUs from the CSV rows of a `--query-gpu` (any of its field orders; a field not asked
-    for is None). Rows that are not a GPU's (an error message, a short line) are left out."""
+    for is None). Rows that are not a GPU's (an error message, a short line) are left out; a
+    row of the first seven fields only (an older node's, a capture) reads with the rest None."""
     names = [f.strip() for f in fields.split(",")]
     gpus = []
     for row in rows:
         parts = [p.strip() for p in row.split(",")]
-        if len(parts) != len(names):
+        if len(parts) != len(names) and not (7 <= len(parts) < len(names)):
             continue
         values: dict[str, Any] = {}
-        for name, text in zip(names, parts, strict=True):
+        for name, text in zip(names, parts, strict=False):
             key = _FIELD.get(name)
-            if key == "uuid":
+            if key in ("uuid", "throttle"):
                 values[key] = text
             elif key is not None:
                 values[key] = _number(text)
@@ -74,9 +90,20 @@ def parse_rows(rows: Iterable[str], fields: str = DEFAULT_FIELDS) -> list[GpuSta
                 values.get("power_w"),
                 _whole(values.get("temp_c")),
                 uuid=values.get("uuid", ""),
+                sm_mhz=_whole(values.get("sm_mhz")),
+                throttle=throttle_reasons(values.get("throttle", "")),
             )
         )
     return gpus
+
+
+def throttle_reasons(mask: str) -> tuple[str, ...]:
+    """nvidia-smi's `clocks_throttle_reasons.active` (`0x0000000000000004`) in words."""
+    try:
+        bits = int(mask, 16)
+    except ValueError:
+        return ()
+    return tuple(name for bit, name in THROTTLE_REASONS if bits & bit)
 
 
 def _whole(value: float | None) -> int | None:
@@ -155,6 +182,8 @@ def _with_ranks(gpu: GpuStat, ranks: Sequence[int]) -> GpuStat:
         gpu.temp_c,
         tuple(ranks),
         gpu.uuid,
+        gpu.sm_mhz,
+        gpu.throttle,
     )
 
 

@@ -17,6 +17,7 @@ from ddptui.core.diagnose.audit_watch import (
     records_of_dumps,
 )
 from ddptui.core.diagnose.chatter import idle_ranks, may_hold_chatter
+from ddptui.core.diagnose.clock import ClockOffset
 from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.nccl_ras import RasReport
 from ddptui.core.diagnose.patterns import (
@@ -26,6 +27,7 @@ from ddptui.core.diagnose.patterns import (
     recognise,
 )
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
+from ddptui.core.diagnose.speed import SpeedWatch, StragglerReport
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
@@ -84,6 +86,7 @@ class MonitorSummary:
     culprit: RankSummary | None
     stall: StallReport | None = None
     recorder: FlightRecorderReport | None = None
+    straggler: StragglerReport | None = None
 
 
 class Monitor:
@@ -102,6 +105,7 @@ class Monitor:
         self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
         self.verdicts = VerdictWatch(self.board)
         self._nccl: tuple[int, ...] | None = None
+        self.speed = SpeedWatch(len(nodes) * nproc_per_node or None)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -118,7 +122,19 @@ class Monitor:
         """
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
+        events += self.speed.check(now, self.gpu.latest)
         return events + self.board.check_stragglers(now)
+
+    def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
+        """One line of a rank's collectives file, as the node's stream carried it: to the
+        straggler watch, and its records to the collective audit."""
+        if node not in self._readers:
+            return []
+        return self.collectives_seen(node, self.speed.sample(node, line), now)
+
+    def clock_offset(self, node: str, offset: ClockOffset) -> None:
+        """A node's clock offset from the console's, for its collectives from now on."""
+        self.speed.set_offset(node, offset)
 
     def stacks_taken(
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
@@ -242,6 +258,7 @@ class Monitor:
             first.summary(culprit=True) if first else None,
             self.stall.last,
             self.recorder.last,
+            self.speed.last,
         )
 
     # -- node output ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ flight recorder without stack traces, and appends one JSON line to
 start to end, which needs no clock across nodes); gloo leaves them null. An NCCL record is
 written once it has completed, so its times are final. A dump costs about 10 us per record
 in the buffer (20-60 ms for a full one of 2,000 on a busy core), so the sampler stretches its
-period until its own time stays under COST_BUDGET of the wall time.
+period until its own CPU time stays under COST_BUDGET of the wall time.
 """
 
 import os
@@ -131,7 +131,9 @@ class CollectiveSampler:
 
     def sample(self, period):
         """Read every dump once; append one line if there is anything new. Returns the
-        seconds of wall time the read took."""
+        seconds of CPU the read took: what it took from the rank. Its wall time is longer
+        where it waits for the GIL while the rank runs Python, which costs the rank nothing
+        (stretching the period by it made a loaded machine's samples 20 s apart)."""
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         rows, lost = [], 0
         for name, dump in _dumps():
@@ -145,9 +147,10 @@ class CollectiveSampler:
         cost_ns = time.perf_counter_ns() - wall0
         if rows or lost:
             self.write(rows, lost, period, cost_ns, time.thread_time_ns() - cpu0)
-        self.cpu_ns += time.thread_time_ns() - cpu0
+        cpu_ns = time.thread_time_ns() - cpu0
+        self.cpu_ns += cpu_ns
         self.samples += 1
-        return cost_ns / 1e9
+        return cpu_ns / 1e9
 
     def write(self, rows, lost, period, cost_ns, cpu_ns):
         import json

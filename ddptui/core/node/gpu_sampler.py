@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 GPU_MARK = b"\x1e\x1fddptui:gpu "
-GPU_QUERY = "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
+GPU_QUERY = (
+    "index,uuid,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu,"
+    "clocks.sm,clocks_throttle_reasons.active"
+)
 APPS_QUERY = "pid,gpu_uuid,used_memory"
 SOURCE_VAR = "DDPTUI_GPU_SOURCE"  # "smi": skip NVML (the tests' stand-in nvidia-smi)
 WORKERS_EVERY_S = 2.0  # the job's workers are looked up again this often, not every sample
@@ -96,6 +99,15 @@ def _nvml_temp(nvml: Any, h: Any) -> str:
     return str(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
 
 
+def _nvml_sm_clock(nvml: Any, h: Any) -> str:
+    return str(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM))
+
+
+def _nvml_throttle(nvml: Any, h: Any) -> str:
+    """The clock's active slow-down reasons, as nvidia-smi prints them (a hex bitmask)."""
+    return f"0x{nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h):016x}"
+
+
 def _nvml_rows(nvml: Any) -> tuple[list[str], list[list[Any]]]:
     """Every GPU as nvidia-smi's CSV row of GPU_QUERY, and who holds which."""
     import contextlib
@@ -107,7 +119,8 @@ def _nvml_rows(nvml: Any) -> tuple[list[str], list[list[Any]]]:
         uuid = nvml.nvmlDeviceGetUUID(h)
         uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
         values: list[str] = [str(i), uuid]
-        for read in (_nvml_util, _nvml_used, _nvml_total, _nvml_power, _nvml_temp):
+        reads = (_nvml_util, _nvml_used, _nvml_total, _nvml_power, _nvml_temp)
+        for read in (*reads, _nvml_sm_clock, _nvml_throttle):
             try:
                 values.append(read(nvml, h))
             except Exception:

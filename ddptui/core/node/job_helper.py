@@ -18,6 +18,7 @@ import select
 import sys
 import time
 
+from ddptui.core.node.collective_follow import CollectiveFollower  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
@@ -236,7 +237,8 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
 
     The exit code goes to stderr as the last line ({"exit": code}) so stdout stays the raw log.
     With the job's `tag` and a sampling period (`gpu_ms` > 0), the GPU sampler runs alongside
-    and its samples go out on stdout too, each a whole line between log chunks (GPU_MARK).
+    and its samples go out on stdout too, each a whole line between log chunks (GPU_MARK);
+    with the tag, the ranks' collectives files go out the same way (collective_follow.py).
     """
     paths = _paths(os.path.expanduser(log_path))
     out = sys.stdout.buffer
@@ -250,22 +252,31 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
     sampler = GpuSampler(TAG_VAR, tag, int(gpu_ms), write) if tag and int(gpu_ms) > 0 else None
     if sampler is not None:
         sampler.start()
+    follower = CollectiveFollower.beside(paths["log"], write) if tag else None
     try:
-        return _copy_log(paths, int(offset_arg), write)
+        return _copy_log(paths, int(offset_arg), write, follower)
     finally:
         if sampler is not None:
             sampler.stop()
+        if follower is not None:
+            follower.close()
 
 
-def _copy_log(paths: dict[str, str], offset: int, write: Any) -> int:
+def _copy_log(
+    paths: dict[str, str], offset: int, write: Any, follower: CollectiveFollower | None = None
+) -> int:
     while not os.path.exists(paths["log"]):
         if os.path.exists(paths["exit"]):
             break
         time.sleep(POLL_S)
     idle, quiet, seen = 0.0, 0, False
+    followed = time.monotonic()
     with open(paths["log"], "rb") as f:
         f.seek(offset)
         while True:
+            if follower is not None and time.monotonic() - followed >= follower.every_s:
+                followed = time.monotonic()
+                follower.poll()
             chunk = f.read(1 << 16)
             if chunk:
                 write(chunk)
@@ -287,6 +298,8 @@ def _copy_log(paths: dict[str, str], offset: int, write: Any) -> int:
                 # A heartbeat on stderr lets the console tell a quiet job from a dead link.
                 sys.stderr.write("\n")
                 sys.stderr.flush()
+    if follower is not None:
+        follower.poll()  # the ranks' last lines, written as they ended
     with open(paths["exit"]) as f:
         code = int(f.read().strip() or "1")
     sys.stderr.write(json.dumps({"exit": code}) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain
@@ -26,6 +27,7 @@ class RunSummary(Event):
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
     verdict: Verdict | None = None  # the failure's one verdict (diagnose/verdict.py)
+    straggler: StragglerReport | None = None  # the last straggler event the run sent
 
     kind = "summary"
 
@@ -36,6 +38,7 @@ class RunSummary(Event):
         data["flight_recorder"] = recorder.to_dict() if recorder else None
         verdict = self.verdict.to_dict() if self.verdict else None
         data["verdict"] = {k: v for k, v in verdict.items() if k != "event"} if verdict else None
+        data["straggler"] = self.straggler.to_dict() if self.straggler else None
         data["ranks"] = [
             {
                 "rank": r.rank,

@@ -44,9 +44,11 @@ from ddptui.core.session.wire import (
     Item,
     LineBlock,
     Out,
+    PauseSpeed,
     PlanKnown,
     RateTold,
     Request,
+    SetThreshold,
     Start,
     TakeStacks,
     Teardown,
@@ -219,6 +221,10 @@ async def _serve(
                 monitor = session.monitor
                 rate = monitor.step_rate(node, local_rank) if monitor else None
                 outbox.send(RateTold(node, local_rank, rate))
+            case PauseSpeed(paused):
+                session.set_speed(paused=paused)
+            case SetThreshold(threshold):
+                session.set_speed(threshold=threshold)
             case Cancel():
                 state["cancelled"] = True
                 job.cancel()

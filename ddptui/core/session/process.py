@@ -37,9 +37,11 @@ from ddptui.core.session.wire import (
     FrameReader,
     LineBlock,
     Out,
+    PauseSpeed,
     PlanKnown,
     RateTold,
     Request,
+    SetThreshold,
     Start,
     TakeStacks,
     Teardown,
@@ -187,6 +189,13 @@ class SessionProcess:
 
     def request_stacks(self) -> None:
         self._send(TakeStacks())
+
+    def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> None:
+        """Pause or resume the straggler watch, or move its threshold (as Session.set_speed)."""
+        if paused is not None:
+            self._send(PauseSpeed(paused))
+        if threshold is not None:
+            self._send(SetThreshold(threshold))
 
     def step_rate(self, node: str, local_rank: int) -> float | None:
         """The rank's step rate as the session last told it (asks again for the next call)."""

@@ -11,7 +11,9 @@ from typing import IO, Any, TypeVar
 from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
+from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
@@ -34,6 +36,7 @@ from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.monitor.monitor import Monitor, MonitorSummary
+from ddptui.core.node.collective_follow import COLLECTIVES_KEY
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
@@ -46,6 +49,7 @@ FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before sto
 WIND_DOWN_S = 20.0  # the most a node whose own rank failed gets to print torchrun's summary
 RECONNECT_TRIES = 5
 DRAIN_S = 5.0
+CLOCK_EVERY_S = 180.0  # each node's clock offset measured again this often
 
 
 class Session:
@@ -91,7 +95,7 @@ class Session:
         return self.run.run_id
 
     def emit(self, event: Event) -> None:
-        if not isinstance(event, NodeLines):
+        if not isinstance(event, NodeLines | SpeedRound):  # the speed view's, every round
             self.run.record(event)
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
@@ -214,8 +218,38 @@ class Session:
 
     def _gpu_sample(self, node: str, record: dict[str, Any]) -> None:
         assert self.monitor is not None
-        for event in self.monitor.gpu_sample(node, record):
+        if COLLECTIVES_KEY in record:
+            events = self.monitor.collectives(node, record[COLLECTIVES_KEY])
+        else:
+            events = self.monitor.gpu_sample(node, record)
+        for event in events:
             self.emit(event)
+
+    def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> None:
+        """The operator pauses or resumes the straggler watch, or moves its threshold."""
+        if self.monitor is None:
+            return
+        speed = self.monitor.speed
+        if paused is not None:
+            speed.set_paused(paused)
+        if threshold is not None:
+            value = speed.set_threshold(threshold)
+            self.emit(Notice("info", f"straggler threshold {value:.2f}"))
+
+    async def _clocks(self) -> None:
+        """Each node's clock offset from this machine's, by a few readings over the backend's
+        own connection, now and every CLOCK_EVERY_S (none where the backend shares the clock)."""
+        assert self.plan is not None
+        while True:
+            for command in self.plan.commands:
+                try:
+                    exchanges = await self.backend.clock_exchanges(command.node)
+                except Exception:  # a reading is never worth the run: the offset stays
+                    continue
+                offset = estimate_offset(exchanges)
+                if offset is not None and self.monitor is not None:
+                    self.monitor.clock_offset(command.node, offset if offset.told else ZERO)
+            await asyncio.sleep(CLOCK_EVERY_S)
 
     async def _start_node(self, command: NodeCommand) -> None:
         try:
@@ -242,6 +276,7 @@ class Session:
         assert self.plan is not None
         self._followers = [asyncio.ensure_future(self._follow(c)) for c in self.plan.commands]
         ticker = asyncio.ensure_future(self._tick())
+        clocks = asyncio.ensure_future(self._clocks())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         everything: asyncio.Future[Any] = asyncio.gather(*self._followers)
         # Teardown drains or cancels the followers; their outcome is read there, not here.
@@ -250,6 +285,7 @@ class Session:
         ticker.cancel()
         if self._world_probe is not None:
             self._world_probe.cancel()
+        clocks.cancel()
         if self._grace is not None:
             self._grace.cancel()
         stop.cancel()
@@ -492,6 +528,7 @@ class Session:
             stall=told.stall if told else None,
             flight_recorder=told.recorder if told else None,
             verdict=verdict.verdict if verdict else None,
+            straggler=told.straggler if told else None,
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

@@ -2,8 +2,9 @@
 
 Each frame is one of the frozen dataclasses below, dispatched by type at either end: the
 console sends a `Start` and then requests (`Teardown`, `Detach`, `TakeStacks`, `AskRate`,
-`Cancel`); the session process sends `Out` frames, each with a block of the nodes' lines and,
-in order, the events and its own items (`PlanKnown`, `RateTold`, `Done`, `Failed`).
+`PauseSpeed`, `SetThreshold`, `Cancel`); the session process sends `Out` frames, each with a
+block of the nodes' lines and, in order, the events and its own items (`PlanKnown`,
+`RateTold`, `Done`, `Failed`).
 A frame is a 4-byte big-endian length, then that many bytes of a pickle. Both ends are this
 package at the same version (the console starts the session process from its own tree), and
 the pipes are the two processes' own (inherited descriptors, never a path another user
@@ -84,11 +85,25 @@ class AskRate:
 
 
 @dataclass(frozen=True)
+class PauseSpeed:
+    """Pause (or resume) the straggler watch's scoring rounds."""
+
+    paused: bool
+
+
+@dataclass(frozen=True)
+class SetThreshold:
+    """The straggler watch's threshold from now on (0..1; kept within its range)."""
+
+    threshold: float
+
+
+@dataclass(frozen=True)
 class Cancel:
     """The console gave up on the run: cancel the session (its teardown still runs)."""
 
 
-Request = Teardown | Detach | TakeStacks | AskRate | Cancel
+Request = Teardown | Detach | TakeStacks | AskRate | PauseSpeed | SetThreshold | Cancel
 
 
 # -- the session to its console -------------------------------------------------------------

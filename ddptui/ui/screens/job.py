@@ -14,6 +14,8 @@ from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from ddptui.core.diagnose.failures import jump_targets
+from ddptui.core.diagnose.speed import THRESHOLD_STEP
+from ddptui.core.diagnose.straggler import THRESHOLD
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.follow import RunFollower
@@ -30,8 +32,10 @@ from ddptui.ui.messages import (
     PhaseUpdate,
     RankUpdates,
     RecorderUpdate,
+    SpeedUpdate,
     StacksUpdate,
     StallUpdate,
+    StragglerUpdate,
     SummaryUpdate,
     TeardownUpdate,
     VerdictUpdate,
@@ -53,6 +57,7 @@ from ddptui.ui.widgets.rank_details import RankDetails
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome
+from ddptui.ui.widgets.speed_panel import SpeedPanel
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
 FLUSH_INTERVAL_S = 1 / 15
@@ -75,6 +80,10 @@ class JobScreen(LogScreen):
         Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
         Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
+        Binding("V", "toggle_speed", "Speed", show=False, id="speed.view"),
+        Binding("P", "pause_speed", "Pause detection", show=False, id="speed.pause"),
+        Binding("plus", "threshold(1)", "Threshold up", show=False, id="speed.threshold_up"),
+        Binding("minus", "threshold(-1)", "Threshold down", show=False, id="speed.threshold_down"),
     ]
 
     class RunEnded(Message):
@@ -107,6 +116,9 @@ class JobScreen(LogScreen):
         self.stacks = StackGroupsPanel(id="stacks")
         self.details = RankDetails(id="rank-details")
         self.gpus = GpuPanel(id="gpus")
+        self.speed = SpeedPanel(id="speed")
+        self.speed_paused = False
+        self.speed_threshold = THRESHOLD
         self._gpu_flags: set[tuple[str, int | None, str]] = set()
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
@@ -133,6 +145,7 @@ class JobScreen(LogScreen):
                 yield self.grid
                 yield self.details
                 yield self.gpus
+                yield self.speed
                 yield self.stacks
                 yield self.root_cause
                 yield self.outcome
@@ -245,6 +258,11 @@ class JobScreen(LogScreen):
             self.root_cause.jump_key = key_for("diag.jump_error")
             self.job_panel.commands_key = key_for("job.commands")
             self.stacks.keys = (key_for("diag.stacks"), key_for("diag.rank_stack"))
+            self.speed.keys = (
+                key_for("speed.pause"),
+                key_for("speed.threshold_up"),
+                key_for("speed.threshold_down"),
+            )
 
     def save_dir(self) -> Path | None:
         return self.run.save_dir()
@@ -336,6 +354,43 @@ class JobScreen(LogScreen):
         """The GPU panel: every GPU's utilisation and memory over the run."""
         if self.gpus.toggle():
             self.gpus.scroll_visible()
+
+    # -- why it is slow: the speed view, the grid's marks, pause and threshold -----------
+
+    def on_speed_update(self, message: SpeedUpdate) -> None:
+        round_ = message.event
+        self.speed_paused, self.speed_threshold = round_.paused, round_.threshold
+        self.speed.show_round(round_)
+
+    def on_straggler_update(self, message: StragglerUpdate) -> None:
+        report = message.event
+        self.grid.show_stragglers(report)
+        self.speed.show_report(report)
+        if report.evidence:
+            self.outcome.add_notice(Notice("warning", report.evidence[0]))
+        elif report.ranks == ():
+            self.outcome.add_notice(Notice("info", "the stragglers recovered"))
+
+    def action_toggle_speed(self) -> None:
+        """The speed view: each rank's compute vs wait a step, and the min/max line."""
+        if self.speed.toggle():
+            self.speed.scroll_visible()
+
+    def action_pause_speed(self) -> None:
+        paused = not self.speed_paused
+        if not self.run.set_speed(paused=paused):
+            self.notify("no running job to detect stragglers in", timeout=3)
+            return
+        self.speed_paused = paused
+        self.notify(f"straggler detection {'paused' if paused else 'resumed'}", timeout=3)
+
+    def action_threshold(self, direction: int) -> None:
+        value = round(self.speed_threshold + direction * THRESHOLD_STEP, 2)
+        if not self.run.set_speed(threshold=value):
+            self.notify("no running job to detect stragglers in", timeout=3)
+            return
+        self.speed_threshold = value
+        self.notify(f"straggler threshold {value:.2f}", timeout=3)
 
     def on_failure_update(self, message: FailureUpdate) -> None:
         self.root_cause.show_failures(message.event.ordered)

@@ -103,6 +103,13 @@ class RunController:
         self.process.request_stacks()
         return True
 
+    def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> bool:
+        """Pause or resume the straggler watch, or move its threshold (False: no running job)."""
+        if self.process is None or not self.active:
+            return False
+        self.process.set_speed(paused, threshold)
+        return True
+
     def step_rate(self, node: str, local_rank: int) -> float | None:
         return self.session.step_rate(node, local_rank) if self.session is not None else None
 

@@ -43,6 +43,8 @@ class RankGridCell:
         self.diagnoses: tuple[Diagnosis, ...] = ()
         self.restarts = 0
         self.straggler = False
+        self.slow: float | None = None  # its relative score while the speed watch names it
+        self.slow_detail = ""
         self.suspect = False
         self.selected = False
         self.gpu: GpuStat | None = None  # its GPU's latest sample, when telemetry comes
@@ -58,12 +60,19 @@ class RankGridCell:
         """The cell in one character, for the compact grid."""
         if self.suspect:
             return SUSPECT_GLYPH
-        return STRAGGLER_GLYPH if self.straggler else GLYPH[self.state]
+        return STRAGGLER_GLYPH if self.slow_running else GLYPH[self.state]
+
+    @property
+    def slow_running(self) -> bool:
+        """A running rank that is slow: by its step rate, or named by the speed watch (the
+        others wait for it in their collectives)."""
+        named = self.slow is not None and self.state == RankState.RUNNING
+        return self.straggler or named
 
     @property
     def look(self) -> str:
         """The name of the cell's colours: its state, or `straggler` for a slow running rank."""
-        return "straggler" if self.straggler else self.state.value
+        return "straggler" if self.slow_running else self.state.value
 
     def show(self, event: RankChanged) -> None:
         if event.rank is not None:
@@ -82,11 +91,18 @@ class RankGridCell:
         glyph = GLYPH[self.state]
         if self.state == RankState.FAILED and self.exit_code is not None:
             return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}"
+        if self.slow is not None and self.state == RankState.RUNNING:
+            return f"{self.label} {STRAGGLER_GLYPH}{self.slow:.2f}"
         if self.straggler:
             return f"{self.label} {glyph}slow"
         if self.suspect:
             return f"{self.label} {SUSPECT_GLYPH}suspect"
         return f"{self.label} {glyph}"
+
+    def show_slow(self, score: float | None, detail: str = "") -> None:
+        """The speed watch's word on this rank: its score while named slow, else None."""
+        self.slow = score
+        self.slow_detail = detail if score is not None else ""
 
     def show_gpu(self, gpu: GpuStat | None, flag: GpuFlag | None) -> None:
         self.gpu = gpu
@@ -133,6 +149,8 @@ class RankGridCell:
             lines.append(f"restarted {self.restarts} time(s)")
         if self.suspect:
             lines.append("the stall's suspect: its stacks differ from the others'")
+        if self.slow_detail:
+            lines.append(f"» {self.slow_detail}")
         if self.detail:
             lines.append(self.detail)
         lines += [f"• {d.summary}" for d in self.diagnoses]

@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.events import GpuReport, NodeState, RankChanged, RankState
 from ddptui.ui.widgets.grid_cells import NodeRow, RankGridCell
 from ddptui.ui.widgets.grid_layout import (
@@ -164,6 +165,23 @@ class RankGrid(Widget):
                 flag = flags.get((gpu.index, cell.rank)) or flags.get((gpu.index, None))
             cell.show_gpu(gpu, flag)
         if any(cell is self._hovered for cell in row.cells) and self._hovered is not None:
+            self.tooltip = self._hovered.tooltip
+        self._changed()
+
+    def show_stragglers(self, report: StragglerReport) -> None:
+        """The speed watch's named ranks marked (with their score), every other rank cleared."""
+        scores = {s.rank: s.relative for s in report.scores}
+        said = {
+            rank: next((e for e in report.evidence if e.startswith(f"rank {rank} (")), "")
+            for rank in report.ranks
+        }
+        for row in self._rows.values():
+            for cell in row.cells:
+                if cell.rank is not None and cell.rank in said:
+                    cell.show_slow(scores.get(cell.rank), said[cell.rank])
+                else:
+                    cell.show_slow(None)
+        if self._hovered is not None:
             self.tooltip = self._hovered.tooltip
         self._changed()
 

@@ -181,3 +181,11 @@ def test_teardown_proof_clean_held_and_memory_not_returned() -> None:
         "GPU NOT FREE: GPU 1 held by 4242 (python3 -u train.py, 8900 MiB); "
         "GPU 1 memory not returned: 9000 MiB, 4 before"
     )
+
+
+def test_rows_of_the_first_seven_fields_read_with_no_clock_or_reasons() -> None:
+    """A node running an older helper, or a capture, sends the first seven fields only."""
+    gpus = parse_rows(["0, GPU-a, 97, 70000, 81559, 300.5, 61"])
+    assert [(g.index, g.util, g.sm_mhz, g.throttle) for g in gpus] == [(0, 97, None, ())]
+    gpus = parse_rows(["0, GPU-a, 97, 70000, 81559, 300.5, 61, 1755, 0x0000000000000048"])
+    assert gpus[0].sm_mhz == 1755 and gpus[0].throttle == ("HW slowdown", "HW thermal")

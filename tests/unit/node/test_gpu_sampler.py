@@ -141,3 +141,27 @@ def test_the_helpers_gpu_verb_samples_alone_until_the_jobs_workers_are_gone(
     assert helper.wait(timeout=30) == 0
     assert rest.startswith(GPU_MARK)
     assert not _loops(fake_smi)
+
+
+def test_the_sm_clock_and_why_it_is_held_down_come_with_each_sample(
+    fake_smi: Path,
+) -> None:
+    """clocks.sm and clocks_throttle_reasons.active (nvidia-smi's hex bitmask) travel in
+    the sample and read as the GPU's SM clock and its slow-down reasons."""
+    from ddptui.core.monitor.gpu import read_sample
+
+    shutil.copy(CAPTURE.parent / "throttle" / "loop.csv", fake_smi / "loop.csv")
+    out: list[bytes] = []
+    sampler = GpuSampler("DDPTUI_TAG", "no-such-job", 100, out.append)
+    sampler.start()
+    deadline = time.monotonic() + 30
+    while not out and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    record = json.loads(out[0].removeprefix(GPU_MARK))
+    assert "clocks.sm" in record["fields"] and "clocks_throttle_reasons.active" in record["fields"]
+    gpus = read_sample(record)
+    assert [(g.index, g.sm_mhz, g.throttle) for g in gpus] == [
+        (0, 1980, ()),
+        (1, 1410, ("power cap", "thermal")),
+    ]

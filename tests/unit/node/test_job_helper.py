@@ -200,3 +200,47 @@ def test_launch_refuses_to_start_when_the_rendezvous_port_is_taken(tmp_path: Pat
     assert log == "" and not (tmp_path / "node.log").exists()  # nothing started
     report, log = _launch(tmp_path, port_check=["127.0.0.1", taken])
     assert json.loads(report)["pid"] > 0 and log.strip() == "None None"
+
+
+def test_a_tail_forwards_the_ranks_collectives_lines_across_a_rotation(tmp_path: Path) -> None:
+    """Each whole line of a rank's collectives file goes out once, marked, between log chunks;
+    a file moved to .1 is read to its end before the new one is read from its start."""
+    from ddptui.core.backends.gpu_stream import GpuDemux
+
+    log = tmp_path / "node.log"
+    folder = tmp_path / "node.debug" / "collectives"
+    folder.mkdir(parents=True)
+    rank = folder / "rank_3.jsonl"
+    rank.write_bytes(b'{"rank": 3, "n": 1}\n{"rank": 3, "n": 2}\n{"rank": 3, "n"')  # half a line
+    log.write_bytes(b"first\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-S", "-", "tail", str(log), "0", "the-tag", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(job_helper_source())
+    proc.stdin.close()
+    assert proc.stdout.readline() == b"first\n"
+    time.sleep(2.0)  # the follower has looked once (every second)
+    with rank.open("ab") as f:
+        f.write(b': 3}\n{"rank": 3, "n": 4}\n')  # the half line ends, then the file rotates
+    rank.rename(folder / "rank_3.jsonl.1")
+    rank.write_bytes(b'{"rank": 3, "n": 5}\n')
+    (folder / "rank_0.jsonl").write_bytes(b'{"rank": 0, "n": 1}\n')
+    time.sleep(1.6)
+    with log.open("ab") as f:
+        f.write(b"second\n")
+    (tmp_path / "node.log.exit").write_text("0\n")
+    out = proc.stdout.read()
+    assert proc.wait(timeout=30) == 0
+    logged: list[bytes] = []
+    records: list[dict] = []
+    demux = GpuDemux(logged.append, records.append)
+    demux.feed(out)
+    demux.flush()
+    assert b"".join(logged) == b"second\n"
+    lines = [r["collectives"] for r in records]
+    assert [line["n"] for line in lines if line["rank"] == 3] == [1, 2, 3, 4, 5]
+    assert [line["n"] for line in lines if line["rank"] == 0] == [1]

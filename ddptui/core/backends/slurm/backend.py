@@ -279,6 +279,16 @@ class SlurmBackend(SlurmSteps):
             await self._gpu_leave()
 
     async def _follow(self, command: NodeCommand, offset: int, on_chunk: ChunkSink) -> int | None:
+        log = self.node_log_path(command)
+        collectives = asyncio.ensure_future(self.follow_collectives(command.node, log))
+        try:
+            return await self._follow_log(command, offset, on_chunk)
+        finally:
+            collectives.cancel()
+
+    async def _follow_log(
+        self, command: NodeCommand, offset: int, on_chunk: ChunkSink
+    ) -> int | None:
         if self.direct:
             code = await follow_direct(
                 self.run.path / STEP_LOG,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from ddptui.core.backends.ssh.early_connect import (
     take_preopened,
 )
 from ddptui.core.backends.transport import Transport, TransportError
+from ddptui.core.diagnose.clock import ClockExchange
 from ddptui.core.events import AllocationChanged, NodeChanged, NodeState, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
@@ -59,6 +61,22 @@ class SshBackend(HelperBackend):
 
     def transport(self, node: str) -> Transport:
         return self._transports[node]
+
+    async def clock_exchanges(self, node: str, count: int = 3) -> list[ClockExchange]:
+        """The host's clock read by `date` (a few ms to start, unlike python) on the open
+        connection, `count` times; a failed reading is left out."""
+        out = []
+        for _ in range(count):
+            sent = time.time_ns()
+            try:
+                result = await self.transport(node).run(["date", "+%s%N"], timeout=10)
+            except TransportError:
+                continue
+            received = time.time_ns()
+            text = result.stdout.strip()
+            if result.exit_code == 0 and text.isdigit():
+                out.append(ClockExchange(sent, int(text), received))
+        return out
 
     def node_log_path(self, command: NodeCommand) -> str:
         return posixpath.join(

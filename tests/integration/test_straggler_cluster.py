@@ -1,0 +1,80 @@
+"""Stragglers named live over SSH and on Slurm, with real torchrun (gloo) on the testbed.
+
+The same plain DDP loop as the local tests (tests/data/straggler/slow_rank_ddp.py): the
+node helper's tail forwards each rank's collectives over the SSH channel it already holds,
+the session measures each host's clock offset over the same connection and names the rank
+the others wait for, with its host, in its headless `straggler` events.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed import SlurmCluster
+from testbed.netns import Testbed
+from tests.integration.slurmrun import run
+from tests.integration.sshrun import run_headless
+
+SCRIPT = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
+WITHIN_S = 60.0
+
+
+@pytest.mark.timeout(600)
+def test_ssh_a_rank_30_percent_slower_is_named_with_its_host(
+    clean_testbed: Testbed, tmp_path: Path
+) -> None:
+    result = run_headless(
+        clean_testbed,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        str(SCRIPT),
+        "--steps",
+        "600",
+        "--slow-rank",
+        "3",
+        "--slow",
+        "1.4",
+        timeout=420,
+    )
+    summary = result.summary
+    assert summary["ok"], (summary["detail"], result.stderr[-2000:])
+    said = result.of("straggler")
+    assert said, "no straggler named"
+    running = min(e["ts"] for e in result.of("rank") if e["state"] == "running")
+    assert said[0]["ranks"] == [3] and said[0]["ts"] - running < WITHIN_S
+    host = next(e["node"] for e in result.of("rank") if e["rank"] == 3)
+    assert host in ("node1", "node2")
+    assert said[0]["evidence"][0].startswith(f"rank 3 ({host}) at 0.")
+    assert summary["straggler"]["ranks"] == [3]
+
+
+@pytest.mark.timeout(600)
+def test_slurm_a_rank_30_percent_slower_is_named_with_its_node(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """On Slurm the node logs are on the shared filesystem: the console reads each node's
+    collectives files beside its log."""
+    result = run(
+        slurm_cluster,
+        tmp_path,
+        str(SCRIPT),
+        "--steps",
+        "600",
+        "--slow-rank",
+        "3",
+        "--slow",
+        "1.4",
+        timeout=480,
+    )
+    summary = result.summary
+    assert summary["ok"], (summary["detail"], result.stderr[-2000:])
+    said = result.of("straggler")
+    assert said, "no straggler named"
+    running = min(e["ts"] for e in result.of("rank") if e["state"] == "running")
+    assert said[0]["ranks"] == [3] and said[0]["ts"] - running < WITHIN_S
+    node = next(e["node"] for e in result.of("rank") if e["rank"] == 3)
+    assert said[0]["evidence"][0].startswith(f"rank 3 ({node}) at 0.")
+    assert summary["straggler"]["ranks"] == [3]
