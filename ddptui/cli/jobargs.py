@@ -85,6 +85,14 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="a rank's progress lines (first number = step), for straggler detection; "
         "default matches 'Epoch N', 'step=N', 'Steps: N', 'iter N'",
     )
+    job.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a metric of the job's own beyond the common formats: a regex whose one group "
+        "is the number (repeatable; a profile's metric_patterns table does the same)",
+    )
     ssh = parser.add_argument_group("ssh")
     ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
     ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
@@ -111,6 +119,17 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], ())}
+
+
+def _metric_pairs(pairs: list[str]) -> dict[str, str] | None:
+    """`--metric NAME=REGEX` flags as the spec's metric_patterns (None: none given)."""
+    patterns: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, regex = pair.partition("=")
+        if not sep or not name.strip():
+            raise SpecError(f"malformed --metric {pair!r}: expected NAME=REGEX")
+        patterns[name.strip()] = regex
+    return patterns or None
 
 
 def _cli_hosts(args: argparse.Namespace) -> tuple[list[str], int | None]:
@@ -148,6 +167,7 @@ def cli_fields(
             "stacks_method": args.stacks_method,
             "gpu_sample_ms": args.gpu_sample_ms,
             "progress_pattern": args.progress_pattern,
+            "metric_patterns": _metric_pairs(args.metric),
         }
     )
     if script:

@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
         help="ask the nodes of runs left detached on SSH or Slurm how they ended (runs on "
         "this machine are always brought up to date)",
     )
+    history.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="two runs' metrics side by side (last and best loss, mean throughput, ...)",
+    )
     stacks = sub.add_parser("stacks", help="every rank's stacks of a running or detached run")
     stacks.add_argument("run_id")
     stacks.add_argument("--json", action="store_true", help="the stacks event as one JSON line")
@@ -142,6 +148,10 @@ def _main(argv: list[str] | None) -> int:
             from ddptui.cli.reports import print_history
             from ddptui.cli.text_table import terminal_width
 
+            if args.compare:
+                from ddptui.cli.reports import print_compare
+
+                return print_compare(args.compare[0], args.compare[1], args.json)
             width = terminal_width(sys.stdout, args.wide)
             return print_history(args.limit or None, args.json, width=width, refresh=args.refresh)
         if args.command == "preflight":

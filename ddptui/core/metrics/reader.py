@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
 from ddptui.core.metrics.formats import LineMetrics, parse_line
 from ddptui.core.metrics.names import canonical_name
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
+
+__all__ = ["MetricReader", "PatternError", "compile_patterns"]
 
 # The pre-filter: a line with no digit and no spelled NaN or Inf has no metric. Most lines
 # that hold none leave at its cost: one scan in C, a few `in`.
@@ -19,26 +22,16 @@ def _spells_nan_or_inf(text: str) -> bool:
     return "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
 
 
-class PatternError(ValueError):
-    """A profile's metric pattern that cannot be used; the message says which and why."""
-
-
 def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern[str]]:
-    """A profile's own metrics (name -> regular expression with one group, the number).
+    """A profile's own metrics (name -> regular expression with one group, the number), by
+    canonical name; the rule is the job's (`job.metric_patterns`), so a profile that
+    validates is one the reader can use.
 
     Raises:
         PatternError: a pattern does not compile or has not exactly one group.
     """
-    compiled: dict[str, re.Pattern[str]] = {}
-    for name, pattern in patterns.items():
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise PatternError(f"metric {name!r}: not a regular expression: {exc}") from None
-        if regex.groups != 1:
-            raise PatternError(f"metric {name!r}: needs one group (the number), has {regex.groups}")
-        compiled[canonical_name(name)] = regex
-    return compiled
+    compiled = compile_metric_patterns(patterns)
+    return {canonical_name(name): regex for name, regex in compiled.items()}
 
 
 class MetricReader:
@@ -68,6 +61,10 @@ class MetricReader:
     def step_of(self, rank: int) -> int:
         """The last step a rank's lines printed (0 before any)."""
         return self._steps.get(rank, 0)
+
+    def quiet(self, rank: int, ts: float) -> bool:
+        """Whether a rank's lines at `ts` are left unread (its last sample was too recent)."""
+        return self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts)
 
     def read(
         self, rank: int, text: str, ts: float = 0.0, last_step: int | None = None

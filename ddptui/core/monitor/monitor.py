@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any
 
 from ddptui.core.diagnose.patterns import (
     EXITED,
+    LOSS_SPIKE,
+    NAN_OR_INF,
     describe_exit,
     may_report_failure,
     recognise,
@@ -22,11 +24,16 @@ from ddptui.core.events import (
     Diagnosis,
     Event,
     FailureRecord,
+    MetricSampled,
     NodeLines,
     RankState,
     RankSummary,
 )
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
+from ddptui.core.metrics.reader import MetricReader
+from ddptui.core.metrics.sample import MetricSample
+from ddptui.core.metrics.store import MetricStore
+from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck, WrongNumberKind
 from ddptui.core.monitor.agent_log import (
     AgentFact,
     AgentLogParser,
@@ -49,6 +56,11 @@ from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
 
 _LOCAL_RANK = itemgetter(2)
+# A rank's lines are read for metrics at most once per this many seconds (the reader's
+# min_interval): ~14 us a metric line against ~3.5 us a line for the rest of `feed`, so a
+# rank printing a metric on every line of a flood costs one read per interval.
+METRIC_INTERVAL_S = 0.05
+_WRONG_KIND = {WrongNumberKind.NAN_OR_INF: NAN_OR_INF, WrongNumberKind.LOSS_SPIKE: LOSS_SPIKE}
 
 
 class _NodeReader:
@@ -68,6 +80,18 @@ class MonitorSummary:
     culprit: RankSummary | None
     stall: StallReport | None = None
     recorder: FlightRecorderReport | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # MetricStore.summary()
+
+
+def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) -> Diagnosis:
+    """A wrong number as the rank's diagnosis: what the grid, the details and the failure
+    story (cause `nan_or_inf`) carry."""
+    if wrong.kind is WrongNumberKind.NAN_OR_INF:
+        said = f"{wrong.metric} is {wrong.value} at step {wrong.step}"
+    else:
+        said = f"{wrong.metric} jumped to {wrong.value:.4g} at step {wrong.step}"
+        said += f" (recent median {wrong.baseline:.4g})" if wrong.baseline is not None else ""
+    return Diagnosis(_WRONG_KIND[wrong.kind], said, line, seq, now)
 
 
 class Monitor:
@@ -78,6 +102,9 @@ class Monitor:
         nodes: Sequence[str],
         nproc_per_node: int,
         progress_pattern: str | None = DEFAULT_PROGRESS_PATTERN,
+        metric_patterns: Mapping[str, str] | None = None,
+        metrics: bool = True,
+        metric_interval: float = METRIC_INTERVAL_S,
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
@@ -85,6 +112,9 @@ class Monitor:
         self.gpu = GpuWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
+        self.metrics = MetricStore()
+        self.wrong_numbers = WrongNumberCheck()
+        self._metric_reader = MetricReader(metric_patterns, metric_interval) if metrics else None
 
     # -- what the session asks ------------------------------------------------------------
 
@@ -156,6 +186,7 @@ class Monitor:
             first.summary(culprit=True) if first else None,
             self.stall.last,
             self.recorder.last,
+            self.metrics.summary(),
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -223,7 +254,53 @@ class Monitor:
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
+        if self._metric_reader is not None:
+            self._read_metrics(node, lines, first, now, events)
         return events
+
+    def _read_metrics(
+        self, node: str, lines: list[Attributed], first: int, now: float, events: list[Event]
+    ) -> None:
+        """The ranks' metrics in a block: a MetricSampled per sample (at most one a rank per
+        the reader's interval), kept in the store; a wrong number marks its rank."""
+        reader = self._metric_reader
+        assert reader is not None
+        quiet = reader.quiet
+        read = reader.read
+        skip: dict[int, bool] = {}
+        for offset, (text, rank, local_rank) in enumerate(lines):
+            if rank is None:
+                continue
+            rank_quiet = skip.get(rank)
+            if rank_quiet is None:
+                rank_quiet = skip[rank] = quiet(rank, now)
+            if rank_quiet:
+                continue
+            sample = read(rank, text, now)
+            if sample is None:
+                continue
+            skip[rank] = reader.min_interval > 0.0
+            events.append(MetricSampled(sample.rank, sample.step, sample.values, ts=now))
+            self._sampled(node, local_rank, sample, text, first + offset, events)
+
+    def _sampled(
+        self,
+        node: str,
+        local_rank: int | None,
+        sample: MetricSample,
+        text: str,
+        seq: int,
+        events: list[Event],
+    ) -> None:
+        self.metrics.add(sample)
+        wrong = self.wrong_numbers.check(sample)
+        if not wrong or local_rank is None:
+            return
+        cell = self.board.cell(node, local_rank)
+        if cell is None:
+            return
+        for found in wrong:
+            events += self.board.diagnose(cell, wrong_number_diagnosis(found, text, seq, sample.ts))
 
     def _line_by_line(
         self,

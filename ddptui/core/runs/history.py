@@ -27,6 +27,7 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
+    plain_number,
 )
 from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
@@ -34,7 +35,7 @@ from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_di
 from ddptui.core.runs.summary import RunSummary
 
 DB_NAME = "history.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the `metrics` column (a database of version 1 gains it on opening)
 RUNNING, INTERRUPTED = "running", "interrupted"
 OUTCOMES = ("ok", "failed", "torn down", "detached", "error", RUNNING, INTERRUPTED)
 
@@ -56,10 +57,25 @@ CREATE TABLE IF NOT EXISTS runs (
     run_dir TEXT NOT NULL,
     console_pid INTEGER,
     console_start TEXT,
-    console_host TEXT
+    console_host TEXT,
+    metrics TEXT NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
 """
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """The schema brought to SCHEMA_VERSION in one transaction: a new database is created
+    whole; an older one keeps every row and gains the columns it lacks (their defaults)."""
+    with db:
+        db.execute("BEGIN IMMEDIATE")  # two consoles opening an old database: one migrates
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+        if "metrics" not in columns:
+            db.execute("ALTER TABLE runs ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def history_path() -> Path:
@@ -96,6 +112,9 @@ class RunRecord:
     run_dir: str
     console_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
+    # `samples/s.mean`, ...; NaN where the run ended on one.
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def where_text(self, short: bool = False) -> str:
         """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
@@ -134,6 +153,7 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        data["metrics"] = {k: plain_number(v) for k, v in self.metrics.items()}
         data["hosts"] = list(self.hosts)
         data["ranks"] = [r.__dict__ for r in self.ranks]
         return data
@@ -242,8 +262,7 @@ class RunHistory:
         try:
             db.row_factory = sqlite3.Row
             if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                db.executescript(_SCHEMA)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                _migrate(db)
             with db:
                 yield db
         finally:
@@ -300,6 +319,7 @@ class RunHistory:
             detail=summary.detail,
             ranks=json.dumps(ranks),
             console_pid=None,
+            metrics=json.dumps({k: plain_number(v) for k, v in summary.metrics.items()}),
         )
 
     def runs(self, limit: int | None = None) -> list[RunRecord]:
@@ -363,7 +383,17 @@ def _record(row: sqlite3.Row) -> RunRecord:
         run_dir=row["run_dir"],
         console_pid=row["console_pid"],
         extra={"console_host": row["console_host"]},
+        metrics=_numbers(row["metrics"]),
     )
+
+
+def _numbers(text: str | None) -> dict[str, float]:
+    """The metrics column read back ("nan" and the infinities spelled as the file spells them)."""
+    try:
+        raw = json.loads(text or "{}")
+        return {str(k): float(v) for k, v in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 class RunRecorder:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
-from ddptui.core.events import Event, FailureRecord, RankSummary, plain
+from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,9 @@ class RunSummary(Event):
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
+    # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
+    # `samples/s.mean`, ...; a last value may be NaN (the run ended on a wrong number).
+    metrics: dict[str, float] = field(default_factory=dict)
 
     kind = "summary"
 
@@ -32,6 +35,7 @@ class RunSummary(Event):
         data["stall"] = self.stall.to_dict() if self.stall else None
         recorder = self.flight_recorder
         data["flight_recorder"] = recorder.to_dict() if recorder else None
+        data["metrics"] = {name: plain_number(v) for name, v in self.metrics.items()}
         data["ranks"] = [
             {
                 "rank": r.rank,

@@ -14,6 +14,7 @@ from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.events import (
     Event,
+    MetricSampled,
     NodeChanged,
     NodeLines,
     NodeState,
@@ -80,7 +81,9 @@ class Session:
         return self.run.run_id
 
     def emit(self, event: Event) -> None:
-        if not isinstance(event, NodeLines):
+        if isinstance(event, MetricSampled):
+            self.run.record_metric(event)
+        elif not isinstance(event, NodeLines):
             self.run.record(event)
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
@@ -172,7 +175,12 @@ class Session:
         self.emit(PlanReady(self.run_id, plan.rdzv_endpoint, lines))
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
-        self.monitor = Monitor(plan.node_names, plan.nproc_per_node, self.spec.progress_pattern)
+        self.monitor = Monitor(
+            plan.node_names,
+            plan.nproc_per_node,
+            self.spec.progress_pattern,
+            metric_patterns=self.spec.metric_patterns,
+        )
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
@@ -403,6 +411,7 @@ class Session:
             failures=told.failures if told else (),
             stall=told.stall if told else None,
             flight_recorder=told.recorder if told else None,
+            metrics=told.metrics if told else {},
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)
