@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_job_flags(parser)
     parser.add_argument("--keymap", help="keymap file (TOML) to apply")
+    parser.add_argument(
+        "--compare",
+        dest="compare_run",
+        metavar="RUN_ID",
+        help="lay this past run's curves over the metrics view's plot (M)",
+    )
     parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
@@ -179,9 +185,9 @@ def _main(argv: list[str] | None) -> int:
                 from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, detach=args.detach)
-            return _console(spec, args.keymap)
+            return _console(spec, args.keymap, compare=args.compare_run)
         spec = spec_from_args(args, None, [])
-        return _console(spec, args.keymap)
+        return _console(spec, args.keymap, compare=args.compare_run)
     except (SpecError, BackendError, FileNotFoundError) as exc:
         print(f"ddptui: error: {exc}", file=sys.stderr)
         return 2
@@ -232,10 +238,12 @@ def _open_run(run_id: str) -> RunDir:
         return found
 
 
-def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> int:
+def _console(
+    spec: object, keymap: str | None, attach: RunDir | None = None, compare: str | None = None
+) -> int:
     from ddptui.ui.app import DdpApp
 
-    app = DdpApp(spec, keymap_path=keymap, attach=attach)  # type: ignore[arg-type]
+    app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare)  # type: ignore[arg-type]
     end_startup()
     return app.run() or 0
 

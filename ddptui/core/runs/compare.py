@@ -9,7 +9,7 @@ from pathlib import Path
 from ddptui.core.metrics.metrics_file import FILE_NAME, read_samples
 from ddptui.core.metrics.names import Goal, goal
 from ddptui.core.metrics.store import MetricStore
-from ddptui.core.runs.history import RunRecord
+from ddptui.core.runs.history import RunHistory, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +64,21 @@ def compare(a: dict[str, float], b: dict[str, float]) -> list[ComparedFigure]:
             change = y / x - 1.0
         rows.append(ComparedFigure(figure, x, y, change, _better(figure, x, y)))
     return rows
+
+
+def past_metric_runs(
+    history: RunHistory, profile: str, exclude: str = "", first: str | None = None
+) -> list[tuple[str, Path]]:
+    """The runs a metrics view can lay over the live one: those of `profile` with a metrics
+    file, newest first, `first` (a run named by `--compare`, of any profile) ahead of them."""
+    found: list[tuple[str, Path]] = []
+    records = history.runs()
+    for record in records:
+        path = Path(record.run_dir)
+        if record.id == exclude or not (path / FILE_NAME).exists():
+            continue
+        if record.id == first:
+            found.insert(0, (record.id, path))
+        elif record.profile == profile:
+            found.append((record.id, path))
+    return found

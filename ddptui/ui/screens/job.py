@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,6 +17,8 @@ from textual.worker import Worker, WorkerState
 from ddptui.core.diagnose.failures import jump_targets
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.compare import past_metric_runs
+from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess, prepare_spare
@@ -38,6 +41,7 @@ from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_screen import LogScreen
+from ddptui.ui.screens.metrics import MetricsScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.screens.run_controller import RunController
 from ddptui.ui.widgets.footer import SteadyFooter
@@ -72,6 +76,7 @@ class JobScreen(LogScreen):
         Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
         Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
+        Binding("M", "metrics", "Metrics", id="metrics.view"),
     ]
 
     class RunEnded(Message):
@@ -86,10 +91,13 @@ class JobScreen(LogScreen):
         def ok(self) -> bool:
             return self.detached or (self.summary is not None and self.summary.ok)
 
-    def __init__(self, spec: JobSpec, attach: RunDir | None = None) -> None:
+    def __init__(
+        self, spec: JobSpec, attach: RunDir | None = None, compare: str | None = None
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.attach = attach
+        self.compare = compare  # a past run to lay over the metrics view's plot
         self.run = RunController(spec, self.run_worker, self.post_message)
         commands, note, nodes = self._initial_commands()
         self.job_panel = JobPanel(spec, commands, note, id="job")
@@ -216,6 +224,15 @@ class JobScreen(LogScreen):
     def _detach_confirmed(self, yes: bool | None) -> None:
         if yes:
             self.detach()
+
+    def action_metrics(self) -> None:
+        """The metrics view: the run's metrics plotted, a past run of this profile beside."""
+        run_id = self.session.run_id if self.session is not None else ""
+        try:
+            past = past_metric_runs(RunHistory(), self.spec.profile, run_id, self.compare)
+        except (sqlite3.Error, OSError):
+            past = []  # the history is a convenience: the live plot needs none of it
+        self.app.push_screen(MetricsScreen(self.relay.metrics, run_id, past, self.compare))
 
     def action_toggle_commands(self) -> None:
         self.job_panel.fold(not self.job_panel.folded)

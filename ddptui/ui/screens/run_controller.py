@@ -61,6 +61,7 @@ class RunController:
 
     def start(self, session: SessionProcess) -> None:
         self.session = session
+        self.relay.metrics.reset()
         self.summary = None
         self.stop_request = None
         self._plan_shown = False
