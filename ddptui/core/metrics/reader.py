@@ -11,7 +11,7 @@ from ddptui.core.metrics.names import canonical_name
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
 
-__all__ = ["MetricReader", "PatternError", "compile_patterns"]
+__all__ = ["MetricReader", "PatternError", "compile_patterns", "may_hold_metric"]
 
 # The pre-filter: a line with no digit and no spelled NaN or Inf has no metric. Most lines
 # that hold none leave at its cost: one scan in C, a few `in`.
@@ -20,6 +20,11 @@ _DIGIT = re.compile(r"[0-9]").search
 
 def _spells_nan_or_inf(text: str) -> bool:
     return "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+
+
+def may_hold_metric(text: str) -> bool:
+    """The reader's pre-filter: a line with no digit and no spelled NaN or Inf holds none."""
+    return _DIGIT(text) is not None or _spells_nan_or_inf(text)
 
 
 def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern[str]]:
@@ -67,7 +72,12 @@ class MetricReader:
         return self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts)
 
     def read(
-        self, rank: int, text: str, ts: float = 0.0, last_step: int | None = None
+        self,
+        rank: int,
+        text: str,
+        ts: float = 0.0,
+        last_step: int | None = None,
+        force: bool = False,
     ) -> MetricSample | None:
         """The sample in one line of a rank's output, or None if it reports no metric.
 
@@ -76,10 +86,11 @@ class MetricReader:
             text: the line, without the launcher's rank prefix.
             ts: when it was read.
             last_step: the rank's step as the caller knows it, for a line that prints none.
+            force: read it even inside the rank's interval (its last line, kept for later).
         """
         if _DIGIT(text) is None and not _spells_nan_or_inf(text):
             return None
-        if self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
+        if not force and self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
             return None
         found = self.read_text(text)
         if found is None:

@@ -30,10 +30,7 @@ from ddptui.core.events import (
     RankSummary,
 )
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
-from ddptui.core.metrics.reader import MetricReader
-from ddptui.core.metrics.sample import MetricSample
-from ddptui.core.metrics.store import MetricStore
-from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck, WrongNumberKind
+from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberKind
 from ddptui.core.monitor.agent_log import (
     AgentFact,
     AgentLogParser,
@@ -51,15 +48,12 @@ from ddptui.core.monitor.framing import (
     worker_ended,
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
+from ddptui.core.monitor.metric_watch import METRIC_INTERVAL_S, MetricWatch, Sampled
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell
 
 _LOCAL_RANK = itemgetter(2)
-# A rank's lines are read for metrics at most once per this many seconds (the reader's
-# min_interval): ~14 us a metric line against ~3.5 us a line for the rest of `feed`, so a
-# rank printing a metric on every line of a flood costs one read per interval.
-METRIC_INTERVAL_S = 0.05
 _WRONG_KIND = {WrongNumberKind.NAN_OR_INF: NAN_OR_INF, WrongNumberKind.LOSS_SPIKE: LOSS_SPIKE}
 
 
@@ -112,9 +106,7 @@ class Monitor:
         self.gpu = GpuWatch(self.board)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
-        self.metrics = MetricStore()
-        self.wrong_numbers = WrongNumberCheck()
-        self._metric_reader = MetricReader(metric_patterns, metric_interval) if metrics else None
+        self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
 
     # -- what the session asks ------------------------------------------------------------
 
@@ -129,6 +121,8 @@ class Monitor:
         """
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
+        if self.metric_watch is not None:
+            events += self._metric_events(self.metric_watch.due(now))
         return events + self.board.check_stragglers(now)
 
     def stacks_taken(
@@ -186,7 +180,7 @@ class Monitor:
             first.summary(culprit=True) if first else None,
             self.stall.last,
             self.recorder.last,
-            self.metrics.summary(),
+            self.metric_watch.store.summary() if self.metric_watch else {},
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -214,6 +208,8 @@ class Monitor:
         events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
             events += self._agent_fact(node, fact, now)
+        if self.metric_watch is not None:
+            events += self._metric_events(self.metric_watch.due(now, node))
         return events
 
     def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
@@ -254,53 +250,27 @@ class Monitor:
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
-        if self._metric_reader is not None:
-            self._read_metrics(node, lines, first, now, events)
+        if self.metric_watch is not None:
+            events += self._metric_events(self.metric_watch.block(node, lines, first, now))
         return events
 
-    def _read_metrics(
-        self, node: str, lines: list[Attributed], first: int, now: float, events: list[Event]
-    ) -> None:
-        """The ranks' metrics in a block: a MetricSampled per sample (at most one a rank per
-        the reader's interval), kept in the store; a wrong number marks its rank."""
-        reader = self._metric_reader
-        assert reader is not None
-        quiet = reader.quiet
-        read = reader.read
-        skip: dict[int, bool] = {}
-        for offset, (text, rank, local_rank) in enumerate(lines):
-            if rank is None:
-                continue
-            rank_quiet = skip.get(rank)
-            if rank_quiet is None:
-                rank_quiet = skip[rank] = quiet(rank, now)
-            if rank_quiet:
-                continue
-            sample = read(rank, text, now)
-            if sample is None:
-                continue
-            skip[rank] = reader.min_interval > 0.0
-            events.append(MetricSampled(sample.rank, sample.step, sample.values, ts=now))
-            self._sampled(node, local_rank, sample, text, first + offset, events)
-
-    def _sampled(
-        self,
-        node: str,
-        local_rank: int | None,
-        sample: MetricSample,
-        text: str,
-        seq: int,
-        events: list[Event],
-    ) -> None:
-        self.metrics.add(sample)
-        wrong = self.wrong_numbers.check(sample)
-        if not wrong or local_rank is None:
-            return
-        cell = self.board.cell(node, local_rank)
-        if cell is None:
-            return
-        for found in wrong:
-            events += self.board.diagnose(cell, wrong_number_diagnosis(found, text, seq, sample.ts))
+    def _metric_events(self, found: list[Sampled]) -> list[Event]:
+        """A MetricSampled per sample; a wrong number marks its rank (the grid, its details,
+        the failure story's cause `nan_or_inf`)."""
+        events: list[Event] = []
+        for item in found:
+            sample = item.sample
+            events.append(MetricSampled(sample.rank, sample.step, sample.values, ts=sample.ts))
+            cell = (
+                self.board.cell(item.node, item.local_rank)
+                if item.wrong and item.local_rank is not None
+                else None
+            )
+            for wrong in item.wrong if cell is not None else ():
+                assert cell is not None
+                said = wrong_number_diagnosis(wrong, item.line, item.seq, sample.ts)
+                events += self.board.diagnose(cell, said)
+        return events
 
     def _line_by_line(
         self,

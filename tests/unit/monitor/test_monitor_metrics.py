@@ -35,14 +35,30 @@ def test_each_ranks_metric_lines_become_samples_and_the_summarys_figures() -> No
     assert summary["test_acc.best"] == 0.42
 
 
-def test_a_rank_flooding_metric_lines_is_read_once_per_interval() -> None:
+def test_a_rank_flooding_metric_lines_is_read_once_per_interval_and_its_last_kept() -> None:
     monitor = Monitor(["n0"], 2)  # the session's 50 ms
     block = _lines(*[(0, f"step={i} loss={1.0 / (i + 1):.4f}") for i in range(5000)])
     events = monitor.feed("n0", block, now=10.0)
     events += monitor.feed("n0", _lines((0, "step=6000 loss=0.1")), now=10.01)
+    # the interval is over: the line kept from the last block is read, this one kept
     events += monitor.feed("n0", _lines((0, "step=7000 loss=0.1")), now=10.06)
+    events += monitor.tick(10.2, 0)  # a tick reads what was kept once the interval is over
     samples = [e for e in events if isinstance(e, MetricSampled)]
-    assert [s.step for s in samples] == [0, 7000]
+    assert [s.step for s in samples] == [0, 6000, 7000]
+
+
+def test_the_last_line_before_the_output_ends_is_read() -> None:
+    """elastic_ddp.py prints its throughput right after its last step's loss."""
+    monitor = Monitor(["n0"], 1)
+    lines = _lines(
+        (0, "rank 0 step=60 loss=1.028988"),
+        (0, "rank 0 throughput: 312.5 samples/s (60 steps in 3.1 s)"),
+        (0, "bye"),
+    )
+    events = monitor.feed("n0", lines, now=1.0) + monitor.end_of_output("n0")
+    samples = [e for e in events if isinstance(e, MetricSampled)]
+    assert [dict(s.values) for s in samples] == [{"loss": 1.028988}, {"samples/s": 312.5}]
+    assert samples[1].step == 60
 
 
 def test_a_nan_loss_marks_its_rank_and_is_its_cause_if_it_fails() -> None:
