@@ -55,13 +55,13 @@ def metric_rows(views: list[MetricView], selected: str | None) -> Text:
         chosen = view.name == selected
         text.append("▸ " if chosen else "  ", style="bold")
         name = view.name + (" Σ" if view.throughput else "")
-        text.append(f"{index + 1} {name}".ljust(17)[:17], style="bold" if chosen else "")
+        text.append(f"{index + 1} {name}".ljust(15)[:15], style="bold" if chosen else "")
         latest = figure(view.latest)
         style = "bold red" if latest in ("nan", "inf", "-inf") else ("bold" if chosen else "")
         text.append(latest.rjust(10), style=style)
         text.append(f" {_ARROW[view.trend]}\n", style=trend_style(view))
         who = rank_set(view.ranks) if view.ranks else ""
-        text.append(f"    best {figure(view.best)}".ljust(21) + f" {who}\n", style="dim")
+        text.append(f"    best {figure(view.best)}".ljust(19) + f" {who}\n", style="dim")
     return text
 
 
@@ -83,7 +83,7 @@ class MetricsScreen(Screen[None]):
     MetricsScreen #metrics-body { height: 1fr; }
     MetricsScreen MetricPlot { border: round $primary-background; }
     MetricsScreen #metrics-figures {
-        width: 32; border: round $primary-background; padding: 0 0;
+        width: 32; height: 1fr; border: round $primary-background; padding: 0 0;
     }
     """
 
