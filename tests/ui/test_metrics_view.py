@@ -25,6 +25,7 @@ from .screen_host import ScreenHost
 METRICS = DATA / "metrics"
 CIFAR = METRICS / "cifar10_vgg_1x2"
 ELASTIC = METRICS / "elastic_ddp_2x1"
+ELASTIC_EARLIER = METRICS / "elastic_ddp_2x1_earlier"  # the same job, run before
 SIZES = [(80, 24), (160, 48)]
 
 
@@ -68,12 +69,13 @@ def test_cifar10_vgg_throughput_at_every_size(snap_compare: Any, size: tuple[int
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_elastic_ddp_with_a_past_run_laid_over(snap_compare: Any, size: tuple[int, int]) -> None:
-    """elastic_ddp.py's loss by step, the cifar run's loss laid over it (`--compare`)."""
+    """elastic_ddp.py's loss by step, an earlier run's laid over it (`--compare`)."""
 
     async def loaded(pilot: Pilot[Any]) -> None:
         await settle(pilot)
 
-    app = screen_app(ELASTIC, [("20251231-000000-cafe00", CIFAR)], "20251231-000000-cafe00")
+    earlier = "20251231-000000-cafe00"
+    app = screen_app(ELASTIC, [(earlier, ELASTIC_EARLIER)], earlier)
     assert snap_compare(app, run_before=loaded, terminal_size=size)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
 from ddptui.core.metrics.formats import LineMetrics, parse_line
-from ddptui.core.metrics.names import canonical_name
+from ddptui.core.metrics.names import canonical_name, is_known
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
 
@@ -66,6 +66,16 @@ class MetricReader:
     def step_of(self, rank: int) -> int:
         """The last step a rank's lines printed (0 before any)."""
         return self._steps.get(rank, 0)
+
+    def may_report(self, text: str) -> bool:
+        """Whether a line looks like one with a metric, without parsing it: a number (or a
+        NaN) and a word of training (`names.is_known`), or a match of the job's own patterns.
+        Cheaper than `read` by far; the line kept to read later is the last that passes."""
+        if not may_hold_metric(text):
+            return False
+        if is_known(text.lower()):
+            return True
+        return any(regex.search(text) for regex in self.patterns.values())
 
     def quiet(self, rank: int, ts: float) -> bool:
         """Whether a rank's lines at `ts` are left unread (its last sample was too recent)."""

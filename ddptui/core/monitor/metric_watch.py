@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ddptui.core.metrics.reader import MetricReader, may_hold_metric
+from ddptui.core.metrics.reader import MetricReader
 from ddptui.core.metrics.sample import MetricSample
 from ddptui.core.metrics.store import MetricStore
 from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck
@@ -57,7 +57,7 @@ class MetricWatch:
     def block(self, node: str, lines: list[Attributed], first: int, now: float) -> list[Sampled]:
         """The samples in a block of one node's attributed lines (numbered from `first`)."""
         found: list[Sampled] = []
-        reader, pending, may_hold = self.reader, self._pending, may_hold_metric
+        reader, pending, may_report = self.reader, self._pending, self.reader.may_report
         quiet: dict[int, bool] = {}
         last_quiet: dict[int, int] = {}
         for offset, (text, rank, local_rank) in enumerate(lines):
@@ -70,7 +70,7 @@ class MetricWatch:
                     rank_quiet = self._read(rank, pending.pop(rank), now, found)
                 quiet[rank] = rank_quiet
             if rank_quiet:
-                if may_hold(text):  # one scan in C: the last line worth keeping
+                if may_report(text):  # the last line worth keeping, without parsing it
                     last_quiet[rank] = offset
                 continue
             seq = first + offset

@@ -53,7 +53,7 @@ def test_the_last_line_before_the_output_ends_is_read() -> None:
     lines = _lines(
         (0, "rank 0 step=60 loss=1.028988"),
         (0, "rank 0 throughput: 312.5 samples/s (60 steps in 3.1 s)"),
-        (0, "bye"),
+        (0, "rank 0 finished"),  # a number, no metric: not the line kept
     )
     events = monitor.feed("n0", lines, now=1.0) + monitor.end_of_output("n0")
     samples = [e for e in events if isinstance(e, MetricSampled)]
