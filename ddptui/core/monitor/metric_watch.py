@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ddptui.core.metrics.reader import MetricReader
 from ddptui.core.metrics.sample import MetricSample
 from ddptui.core.metrics.store import MetricStore
-from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck
+from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck, WrongNumberKind
 from ddptui.core.monitor.framing import Attributed
 
 # A rank's lines are read for metrics at most once per this many seconds (the reader's
 # min_interval): ~14 us a metric line against ~3.5 us a line for the rest of `feed`, so a
 # rank printing a metric on every line of a flood costs one read per interval.
 METRIC_INTERVAL_S = 0.05
+_NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +42,9 @@ class _Pending:
 class MetricWatch:
     """Reads the ranks' lines for metrics, keeps them (`store`) and checks the losses.
 
-    While a rank is inside its interval its lines are not parsed, but the last one that may
-    hold a metric is kept and read once the interval is over (at its next line, at the
+    While a rank is inside its interval its lines are not parsed (but a rank's first NaN or
+    Inf is read at once), and the last one that may hold a metric is kept and read once the
+    interval is over (at its next line, at the
     monitor's tick, or when its node's output ends): the last line of a burst, a final
     throughput line after the last step, is never the one left out.
     """
@@ -53,11 +56,13 @@ class MetricWatch:
         self.store = MetricStore()
         self.check = WrongNumberCheck()
         self._pending: dict[int, _Pending] = {}
+        self._broken: set[int] = set()  # ranks whose NaN or Inf was reported already
 
     def block(self, node: str, lines: list[Attributed], first: int, now: float) -> list[Sampled]:
         """The samples in a block of one node's attributed lines (numbered from `first`)."""
         found: list[Sampled] = []
         reader, pending, may_report = self.reader, self._pending, self.reader.may_report
+        broken = self._broken
         quiet: dict[int, bool] = {}
         last_quiet: dict[int, int] = {}
         for offset, (text, rank, local_rank) in enumerate(lines):
@@ -71,6 +76,11 @@ class MetricWatch:
                 quiet[rank] = rank_quiet
             if rank_quiet:
                 if may_report(text):  # the last line worth keeping, without parsing it
+                    if rank not in broken and _NAN_OR_INF(text) is not None:
+                        # a rank's first NaN or Inf is never sampled away: it is the news
+                        self._read(rank, _Pending(node, local_rank, text, first + offset),
+                                   now, found, force=True)  # fmt: skip
+                        continue
                     last_quiet[rank] = offset
                 continue
             seq = first + offset
@@ -101,5 +111,7 @@ class MetricWatch:
             return False
         self.store.add(sample)
         wrong = tuple(self.check.check(sample))
+        if any(w.kind is WrongNumberKind.NAN_OR_INF for w in wrong):
+            self._broken.add(rank)
         found.append(Sampled(line.node, line.local_rank, sample, line.text, line.seq, wrong))
         return self.reader.min_interval > 0.0

@@ -96,3 +96,20 @@ def test_metrics_off_reads_none() -> None:
     monitor = Monitor(["n0"], 1, metrics=False)
     events = monitor.feed("n0", _lines((0, "step=1 loss=1.0")), now=1.0)
     assert not [e for e in events if isinstance(e, MetricSampled)]
+
+
+def test_a_ranks_first_nan_is_read_inside_its_interval() -> None:
+    """The rate cap never hides the news: rank 0's NaN two lines after a sample, then a
+    line of its guard that names the loss, all in one block."""
+    monitor = Monitor(["n0"], 1)
+    lines = _lines(
+        (0, "rank 0 step=4 loss=3.5e+30"),
+        (0, "rank 0 step=5 loss=nan"),
+        (0, "rank 0 step=6 loss=nan"),
+        (0, "FloatingPointError: the loss is nan after 12 steps"),
+    )
+    events = monitor.feed("n0", lines, now=1.0) + monitor.end_of_output("n0")
+    kinds = [d.kind for e in events if isinstance(e, RankChanged) for d in e.diagnoses]
+    assert kinds == [NAN_OR_INF]
+    steps = [e.step for e in events if isinstance(e, MetricSampled)]
+    assert steps[:2] == [4, 5]  # step 6's NaN is sampled away: said once already
