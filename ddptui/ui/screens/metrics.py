@@ -146,7 +146,7 @@ class MetricsScreen(Screen[None]):
         if view is not None:
             text.append(" · ")
             text.append(view.name, style="bold")
-            text.append(" summed over ranks" if view.throughput else "")
+            text.append(" Σ ranks" if view.throughput else "")
             text.append(f" · latest {figure(view.latest)} · best {figure(view.best)}")
         if self.past is not None:
             text.append(f" · over run {self.past.run_id}", style="yellow")

@@ -100,7 +100,9 @@ def draw_plot(curves: Sequence[Curve], width: int, height: int, title: str = "")
         previous: tuple[int, int] | None = None
         for step, value in curve.points:
             here = at(step, value)
-            if previous is None:
+            if x_hi == x_lo:  # one step so far: its values as levels across the plot
+                canvas.line(0, here[1], dots_w, here[1], style)
+            elif previous is None:
                 canvas.dot(*here, style)
             else:
                 canvas.line(*previous, *here, style)
