@@ -93,6 +93,13 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="a metric of the job's own beyond the common formats: a regex whose one group "
         "is the number (repeatable; a profile's metric_patterns table does the same)",
     )
+    job.add_argument(
+        "--no-metrics",
+        dest="read_metrics",
+        action="store_false",
+        default=None,
+        help="do not read metrics from the ranks' lines (no metrics view, no metrics.jsonl)",
+    )
     ssh = parser.add_argument_group("ssh")
     ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
     ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
@@ -168,6 +175,7 @@ def cli_fields(
             "gpu_sample_ms": args.gpu_sample_ms,
             "progress_pattern": args.progress_pattern,
             "metric_patterns": _metric_pairs(args.metric),
+            "read_metrics": args.read_metrics,
         }
     )
     if script:

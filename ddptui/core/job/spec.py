@@ -97,6 +97,7 @@ class JobSpec(_Model):
     # The job's own metrics beyond the common formats: name -> regex whose one group is the
     # number (`{"ppl" = 'perplexity (\\S+)'}`); they win over the formats for their names.
     metric_patterns: dict[str, str] = Field(default_factory=dict)
+    read_metrics: bool = True  # the ranks' lines read for metrics (off: `--no-metrics`)
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
 

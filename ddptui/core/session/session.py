@@ -180,6 +180,7 @@ class Session:
             plan.nproc_per_node,
             self.spec.progress_pattern,
             metric_patterns=self.spec.metric_patterns,
+            metrics=self.spec.read_metrics,
         )
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
