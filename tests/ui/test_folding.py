@@ -147,3 +147,15 @@ def test_a_2x8_grid_too_narrow_for_labelled_cells_still_names_every_rank() -> No
         "        01234567",
         "node001 ········",
     ]
+
+
+def test_a_running_rank_with_a_nan_loss_is_marked_in_the_grid() -> None:
+    from ddptui.core.events import Diagnosis
+
+    (row,) = rows(1, 2)
+    nan = Diagnosis("nan_or_inf", "loss is nan at step 6", "step=6 loss=nan", 55)
+    row.cells[1].show(RankChanged(1, row.node, 1, RankState.RUNNING, diagnoses=(nan,)))
+    assert row.cells[1].render() == "r1 ▶nan"
+    assert row.cells[1].glyph == "≠" and row.cells[0].glyph == "▶"
+    row.cells[1].show(RankChanged(1, row.node, 1, RankState.FAILED, 1, diagnoses=(nan,)))
+    assert row.cells[1].render() == "r1 ✗1"  # once it fails, its exit says more
