@@ -6,6 +6,7 @@ import math
 
 from ddptui.core.diagnose.failures import cause_of
 from ddptui.core.diagnose.patterns import LOSS_SPIKE, NAN_OR_INF
+from ddptui.core.diagnose.signatures import identify
 from ddptui.core.events import MetricSampled, RankChanged
 from ddptui.core.monitor.monitor import Monitor
 
@@ -75,6 +76,8 @@ def test_a_nan_loss_marks_its_rank_and_is_its_cause_if_it_fails() -> None:
     assert not [e for e in again if isinstance(e, RankChanged) and len(e.diagnoses) > 1]
     assert math.isnan(monitor.summary().metrics["loss.last"])
     assert cause_of(1, "ValueError: boom", [NAN_OR_INF]) == "nan_or_inf"
+    found = identify(["Traceback ...", "ValueError: boom"], {NAN_OR_INF})  # the verdict's
+    assert found is not None and found[0].name == "nan_inf"
 
 
 def test_a_loss_spike_marks_its_rank() -> None:
