@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
+import time
 from typing import Any
 
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_ms, verdict
+from bench.common.trees import ROOT
 from bench.flood.core_tier import NODES
 from bench.flood.log_flood import CORE_LINES_PER_NODE, METRICS, _child, _lines_per_node
 from bench.flood.rates import RATES, format_rate
@@ -26,6 +30,33 @@ from bench.flood.rates import RATES, format_rate
 MODES = ("off", "on")
 TARGET_RATE, TARGET_KEY_P99 = 300_000, 0.100
 CORE_TIER = "Monitor.feed"
+
+
+def core_lines_per_cpu_s(lines_per_node: int) -> float:
+    """Monitor.feed alone over 16 nodes' flood lines, in lines per CPU-second (this process;
+    FLOOD_METRICS says whether it reads metrics)."""
+    from bench.flood.core_tier import _core_tier
+    from testbed.standins.flood_node import flood_lines
+
+    nodes = [f"local{i}" for i in range(NODES)]
+    data = {n: flood_lines(f"[ddptui:{i}:0]:", 0, lines_per_node) for i, n in enumerate(nodes)}
+    longest = max(map(len, data.values()))
+    chunks = [(n, data[n][o : o + (1 << 16)]) for o in range(0, longest, 1 << 16) for n in nodes]
+    t0 = time.process_time()
+    _core_tier(CORE_TIER, nodes, chunks)
+    return lines_per_node * NODES / (time.process_time() - t0)
+
+
+def _core(mode: str, lines_per_node: int) -> float:
+    """The core tier in a fresh process, metrics `mode`."""
+    env = {**os.environ, METRICS: "1" if mode == "on" else "0", "PYTHONPATH": str(ROOT)}
+    code = (
+        "from bench.flood.metrics_flood import core_lines_per_cpu_s as f; "
+        f"print(f({lines_per_node}))"
+    )
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        cwd=ROOT, env=env, timeout=1800, check=True)  # fmt: skip
+    return float(cp.stdout.strip().splitlines()[-1])
 
 
 def _run(mode: str, *args: str) -> dict[str, Any]:
@@ -56,8 +87,7 @@ def main() -> None:
     loads: list[float] = []
     for rep in range(reps):
         for mode in MODES:
-            result = _run(mode, "core", str(core_lines))
-            cores[mode].append(result[CORE_TIER]["lines_per_s"])
+            cores[mode].append(_core(mode, core_lines))
             print(f"[{rep + 1}/{reps}] core, metrics {mode}: "
                   f"{format_rate(cores[mode][-1])} per CPU-second", flush=True)  # fmt: skip
         for name in args.rates:
