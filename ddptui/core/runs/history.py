@@ -31,51 +31,13 @@ from ddptui.core.events import (
 )
 from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.history_schema import SCHEMA_VERSION, migrate
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 from ddptui.core.runs.summary import RunSummary
 
 DB_NAME = "history.sqlite3"
-SCHEMA_VERSION = 2  # 2: the `metrics` column (a database of version 1 gains it on opening)
 RUNNING, INTERRUPTED = "running", "interrupted"
 OUTCOMES = ("ok", "failed", "torn down", "detached", "error", RUNNING, INTERRUPTED)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    profile TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    hosts TEXT NOT NULL DEFAULT '[]',
-    slurm_job TEXT,
-    nodes INTEGER NOT NULL,
-    nproc_per_node INTEGER NOT NULL,
-    script TEXT NOT NULL,
-    started REAL NOT NULL,
-    ended REAL,
-    status TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT '',
-    ranks TEXT NOT NULL DEFAULT '[]',
-    run_dir TEXT NOT NULL,
-    console_pid INTEGER,
-    console_start TEXT,
-    console_host TEXT,
-    metrics TEXT NOT NULL DEFAULT '{}'
-);
-CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
-"""
-
-
-def _migrate(db: sqlite3.Connection) -> None:
-    """The schema brought to SCHEMA_VERSION in one transaction: a new database is created
-    whole; an older one keeps every row and gains the columns it lacks (their defaults)."""
-    with db:
-        db.execute("BEGIN IMMEDIATE")  # two consoles opening an old database: one migrates
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                db.execute(statement)
-        columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-        if "metrics" not in columns:
-            db.execute("ALTER TABLE runs ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'")
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def history_path() -> Path:
@@ -262,7 +224,7 @@ class RunHistory:
         try:
             db.row_factory = sqlite3.Row
             if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-                _migrate(db)
+                migrate(db)
             with db:
                 yield db
         finally:

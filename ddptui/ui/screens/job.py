@@ -98,6 +98,7 @@ class JobScreen(LogScreen):
         self.spec = spec
         self.attach = attach
         self.compare = compare  # a past run to lay over the metrics view's plot
+        self._metrics_seen = False
         self.run = RunController(spec, self.run_worker, self.post_message)
         commands, note, nodes = self._initial_commands()
         self.job_panel = JobPanel(spec, commands, note, id="job")
@@ -181,6 +182,8 @@ class JobScreen(LogScreen):
             return None if self.job_active else True
         if action in ("teardown", "detach"):
             return True if self.job_active else None
+        if action == "metrics":  # in the footer once the run has printed a metric
+            return True if self._metrics_seen else None
         return True
 
     # -- actions ----------------------------------------------------------------------------
@@ -296,6 +299,9 @@ class JobScreen(LogScreen):
         await self.logs.set_nodes(plan.node_names)
 
     def _flush_logs(self) -> None:
+        if self._metrics_seen != bool(self.relay.metrics.samples):
+            self._metrics_seen = not self._metrics_seen
+            self.refresh_bindings()
         entries, dropped = self.run.relay.drain()
         if entries or dropped:
             self.logs.append(entries, dropped)

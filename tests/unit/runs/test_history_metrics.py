@@ -12,8 +12,9 @@ import pytest
 from ddptui.cli.main import main
 from ddptui.core.events import MetricSampled, RankState, RankSummary
 from ddptui.core.job.spec import make_spec
-from ddptui.core.runs.compare import compare, run_metrics
-from ddptui.core.runs.history import SCHEMA_VERSION, RunHistory, RunRecorder, history_path
+from ddptui.core.runs.compare import compare, past_metric_runs, run_metrics
+from ddptui.core.runs.history import RunHistory, RunRecorder, history_path
+from ddptui.core.runs.history_schema import SCHEMA_VERSION
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 
@@ -111,3 +112,26 @@ def test_history_compare_prints_both_runs_side_by_side(capsys: pytest.CaptureFix
     with pytest.raises(SystemExit):
         main(["history", "--compare", a.run_id])
     assert main(["history", "--compare", a.run_id, "nope"]) != 0
+
+
+def test_the_runs_a_metrics_view_can_lay_over_are_the_profiles_with_metrics() -> None:
+    runs = [RunDir.create(f"20260101-00000{i}-eeeeee") for i in range(4)]
+    for i, run in enumerate(runs):
+        recorder = RunRecorder(run, make_spec(script="t.py", profile="lm" if i < 3 else "other"))
+        recorder.history.started(run, recorder.spec, started=1000.0 + i)
+        if i != 1:  # run 1 printed no metrics: nothing to lay over
+            run.record_metric(MetricSampled(0, 1, {"loss": 1.0}, ts=1.0))
+            run.close()
+    found = past_metric_runs(RunHistory(), "lm", exclude=runs[2].run_id)
+    assert [run_id for run_id, _ in found] == [runs[0].run_id]
+    found = past_metric_runs(RunHistory(), "lm", first=runs[3].run_id)
+    assert [run_id for run_id, _ in found] == [runs[3].run_id, runs[2].run_id, runs[0].run_id]
+    assert found[0][1] == runs[3].path.resolve()
+
+
+def test_the_console_takes_a_run_to_compare() -> None:
+    from ddptui.cli.main import _parser
+
+    assert _parser().parse_args(["--compare", "R1"]).compare_run == "R1"
+    args = _parser().parse_args(["history", "--compare", "A", "B"])
+    assert args.compare == ["A", "B"]
