@@ -78,7 +78,8 @@ def _med(values: list[float]) -> float:
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--rates", nargs="+", choices=list(RATES), default=["max", "100k/s"])
+    parser.add_argument("--rates", nargs="*", choices=list(RATES), default=["max", "100k/s"])
+    parser.add_argument("--name", default="metrics_flood", help="the report's file name")
     args = parser.parse_args()
     reps = args.reps  # --quick cuts the lines only: the off/on pairs are the point
     core_lines = CORE_LINES_PER_NODE // (5 if args.quick else 1)
@@ -101,11 +102,11 @@ def main() -> None:
                       f"{result['ingested']:,} of {result['on_disk']:,} at "
                       f"{format_rate(result['ingest_per_s'])}, key p99 "
                       f"{fmt_ms(result['key_p99'])}", flush=True)  # fmt: skip
-    report = Report("metrics_flood", "Log flood with metrics on and off", command_line())
+    report = Report(args.name, "Log flood with metrics on and off", command_line())
     report.para(
         f"{NODES} pseudo-nodes, every line a metric line; {reps} repetition(s), metrics off "
         f"and on interleaved; load average during the app runs: "
-        f"{min(loads):.1f}..{max(loads):.1f} (2 cores, shared)."
+        f"{min(loads, default=0):.1f}..{max(loads, default=0):.1f} (2 cores, shared)."
     )
     report.section("Core: Monitor.feed, lines per CPU-second (median)")
     core = Table(["metrics", "lines per CPU-s", "each run", "vs off"])
@@ -114,6 +115,9 @@ def main() -> None:
         core.add(mode, format_rate(_med(cores[mode])), each,
                  f"{_med(cores[mode]) / _med(cores['off']):.2f}x")  # fmt: skip
     report.table(core)
+    if not args.rates:
+        report.write()
+        return
     report.section("The app: ingest and keys (median of the repetitions)")
     table = Table(["offered", "metrics", "ingested/s", "lost", "key p50", "key p99",
                    "RSS MB", "target"])  # fmt: skip

@@ -11,20 +11,30 @@ from ddptui.core.metrics.names import canonical_name, is_known
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
 
-__all__ = ["MetricReader", "PatternError", "compile_patterns", "may_hold_metric"]
+__all__ = [
+    "MetricReader",
+    "PatternError",
+    "compile_patterns",
+    "may_hold_metric",
+    "spells_nan_or_inf",
+]
 
 # The pre-filter: a line with no digit and no spelled NaN or Inf has no metric. Most lines
 # that hold none leave at its cost: one scan in C, a few `in`.
 _DIGIT = re.compile(r"[0-9]").search
 
 
-def _spells_nan_or_inf(text: str) -> bool:
-    return "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+def spells_nan_or_inf(text: str) -> bool:
+    """Whether a text may hold a NaN or an infinity: a few substring scans, no regex."""
+    return (
+        "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+        or "NAN" in text or "INF" in text
+    )  # fmt: skip
 
 
 def may_hold_metric(text: str) -> bool:
     """The reader's pre-filter: a line with no digit and no spelled NaN or Inf holds none."""
-    return _DIGIT(text) is not None or _spells_nan_or_inf(text)
+    return _DIGIT(text) is not None or spells_nan_or_inf(text)
 
 
 def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern[str]]:
@@ -98,7 +108,7 @@ class MetricReader:
             last_step: the rank's step as the caller knows it, for a line that prints none.
             force: read it even inside the rank's interval (its last line, kept for later).
         """
-        if _DIGIT(text) is None and not _spells_nan_or_inf(text):
+        if _DIGIT(text) is None and not spells_nan_or_inf(text):
             return None
         if not force and self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
             return None

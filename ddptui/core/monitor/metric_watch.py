@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ddptui.core.metrics.reader import MetricReader
+from ddptui.core.metrics.reader import MetricReader, spells_nan_or_inf
 from ddptui.core.metrics.sample import MetricSample
 from ddptui.core.metrics.store import MetricStore
 from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck, WrongNumberKind
@@ -16,6 +16,7 @@ from ddptui.core.monitor.framing import Attributed
 # min_interval): ~14 us a metric line against ~3.5 us a line for the rest of `feed`, so a
 # rank printing a metric on every line of a flood costs one read per interval.
 METRIC_INTERVAL_S = 0.05
+KEEP_LOOKBACK = 256
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -58,37 +59,83 @@ class MetricWatch:
         self._pending: dict[int, _Pending] = {}
         self._broken: set[int] = set()  # ranks whose NaN or Inf was reported already
 
-    def block(self, node: str, lines: list[Attributed], first: int, now: float) -> list[Sampled]:
-        """The samples in a block of one node's attributed lines (numbered from `first`)."""
+    def block(
+        self, node: str, lines: list[Attributed], first: int, now: float, text: str = ""
+    ) -> list[Sampled]:
+        """The samples in a block of one node's attributed lines (numbered from `first`);
+        `text`, the block's lines joined, if the caller has it (one search for a NaN).
+
+        Rank by rank, not line by line: a rank inside its interval costs the block nothing
+        but the look back for its last metric line; a rank out of it is read line by line
+        only until its first sample.
+        """
         found: list[Sampled] = []
-        reader, pending, may_report = self.reader, self._pending, self.reader.may_report
-        broken = self._broken
-        quiet: dict[int, bool] = {}
-        last_quiet: dict[int, int] = {}
-        for offset, (text, rank, local_rank) in enumerate(lines):
-            if rank is None:
-                continue
-            rank_quiet = quiet.get(rank)
-            if rank_quiet is None:
-                rank_quiet = reader.quiet(rank, now)
-                if not rank_quiet and rank in pending:
-                    rank_quiet = self._read(rank, pending.pop(rank), now, found)
-                quiet[rank] = rank_quiet
-            if rank_quiet:
-                if may_report(text):  # the last line worth keeping, without parsing it
-                    if rank not in broken and _NAN_OR_INF(text) is not None:
-                        # a rank's first NaN or Inf is never sampled away: it is the news
-                        self._read(rank, _Pending(node, local_rank, text, first + offset),
-                                   now, found, force=True)  # fmt: skip
-                        continue
-                    last_quiet[rank] = offset
-                continue
-            seq = first + offset
-            quiet[rank] = self._read(rank, _Pending(node, local_rank, text, seq), now, found)
-        for rank, offset in last_quiet.items():
-            text, _, local_rank = lines[offset]
-            pending[rank] = _Pending(node, local_rank, text, first + offset)
+        reader, pending = self.reader, self._pending
+        ranks: set[int] = {rank for _, rank, _ in lines if rank is not None}
+        active: set[int] = set()
+        for rank in ranks:
+            if not reader.quiet(rank, now) and not (
+                rank in pending and self._read(rank, pending.pop(rank), now, found)
+            ):
+                active.add(rank)
+        after: dict[int, int] = dict.fromkeys(ranks - active, -1)  # rank -> lines kept after
+        if active:
+            for offset, (line, rank, local_rank) in enumerate(lines):
+                if rank in active:
+                    kept = _Pending(node, local_rank, line, first + offset)
+                    if self._read(rank, kept, now, found):
+                        active.discard(rank)
+                        after[rank] = offset
+                        if not active:
+                            break
+        if not text:
+            text = "\n".join(line[0] for line in lines)
+        if spells_nan_or_inf(text):  # a rank's first NaN or Inf is never sampled away
+            self._first_nans(node, lines, first, now, after, found)
+        if after:
+            self._keep_last(node, lines, first, after)
         return found
+
+    def _first_nans(
+        self,
+        node: str,
+        lines: list[Attributed],
+        first: int,
+        now: float,
+        after: dict[int, int],
+        found: list[Sampled],
+    ) -> None:
+        for offset, (line, rank, local_rank) in enumerate(lines):
+            if (
+                rank in after
+                and offset > after[rank]
+                and rank not in self._broken
+                and _NAN_OR_INF(line) is not None
+            ):
+                kept = _Pending(node, local_rank, line, first + offset)
+                self._read(rank, kept, now, found, force=True)
+                after[rank] = offset
+
+    def _keep_last(
+        self, node: str, lines: list[Attributed], first: int, after: dict[int, int]
+    ) -> None:
+        """For each rank, its last line in the block that looks like a metric (after the
+        one read, if any), kept to read once its interval is over; found from the end
+        (under a flood, a few lines back), at most KEEP_LOOKBACK lines back: a block of
+        lines with none costs no more than that."""
+        may_report = self.reader.may_report
+        wanted = dict(after)
+        for offset in range(len(lines) - 1, max(len(lines) - KEEP_LOOKBACK, 0) - 1, -1):
+            line, rank, local_rank = lines[offset]
+            if rank in wanted:
+                assert rank is not None
+                if offset <= wanted[rank]:
+                    del wanted[rank]
+                elif may_report(line):
+                    self._pending[rank] = _Pending(node, local_rank, line, first + offset)
+                    del wanted[rank]
+                if not wanted:
+                    return
 
     def due(self, now: float, node: str | None = None) -> list[Sampled]:
         """The kept lines whose rank's interval is over; with `node`, every one of that

@@ -251,7 +251,8 @@ class Monitor:
                 if cell is not None:
                     cell.progress.observe(now, value)
         if self.metric_watch is not None:
-            events += self._metric_events(self.metric_watch.block(node, lines, first, now))
+            found = self.metric_watch.block(node, lines, first, now, text)
+            events += self._metric_events(found)
         return events
 
     def _metric_events(self, found: list[Sampled]) -> list[Event]:
