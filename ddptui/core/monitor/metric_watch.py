@@ -80,12 +80,12 @@ class MetricWatch:
                 active.add(rank)
         after: dict[int, int] = dict.fromkeys(ranks - active, -1)  # rank -> lines kept after
         if active:
-            for offset, (line, rank, local_rank) in enumerate(lines):
-                if rank in active:
+            for offset, (line, who, local_rank) in enumerate(lines):
+                if who is not None and who in active:
                     kept = _Pending(node, local_rank, line, first + offset)
-                    if self._read(rank, kept, now, found):
-                        active.discard(rank)
-                        after[rank] = offset
+                    if self._read(who, kept, now, found):
+                        active.discard(who)
+                        after[who] = offset
                         if not active:
                             break
         if not text:
