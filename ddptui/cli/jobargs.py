@@ -183,7 +183,9 @@ def cli_fields(
         fields["script_args"] = tuple(script_args)
     found = rules.problems(
         {
-            "backend": args.backend or "slurm",  # the backend is checked once it is known
+            # the backend and the hosts (a profile's too) are checked once resolved; here
+            # only what the container flags need (ssh without hosts: not yet an error)
+            "backend": "slurm" if args.backend in (None, "ssh") else args.backend,
             "container_image": args.container_image,
             "container_engine": args.container_engine,
             "container_mounts": args.container_mount,

@@ -75,7 +75,11 @@ def test_a_nan_loss_of_a_real_training_marks_its_ranks_and_is_the_cause(tmp_path
     assert set(marked) == {0, 1}
     assert marked[0]["summary"].startswith("loss is ")
     assert "loss=nan" in marked[0]["line"] or "loss=inf" in marked[0]["line"]
-    assert [r["cause"] for r in summary["ranks"]] == ["nan_or_inf", "nan_or_inf"]
+    # the first to fail has the cause; the other failed the same way, or its agent
+    # stopped it first (a victim of the story)
+    (culprit,) = [r for r in summary["ranks"] if r["culprit"]]
+    assert culprit["cause"] == "nan_or_inf"
+    assert {r["cause"] for r in summary["ranks"]} <= {"nan_or_inf", "stopped_by_launcher"}
     assert summary["metrics"]["loss.last"] == "nan"
     assert summary["metrics"]["loss.best"] < 10  # the first step's, before it diverged
 
