@@ -183,7 +183,7 @@ class JobScreen(LogScreen):
         if action in ("teardown", "detach"):
             return True if self.job_active else None
         if action == "metrics":  # in the footer once the run has printed a metric
-            return True if self._metrics_seen else None
+            return self._metrics_seen  # False: hidden until then
         return True
 
     # -- actions ----------------------------------------------------------------------------
