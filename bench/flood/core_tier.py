@@ -6,6 +6,7 @@ Kept apart from bench/flood/log_flood.py, which drives this in a fresh process (
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -49,7 +50,7 @@ def _core_tier(tier: str, nodes: list[str], chunks: list[tuple[str, bytes]]) -> 
 
     if tier.startswith("prototype"):
         return _batched_floor(chunks)
-    monitor = Monitor(nodes, 1)
+    monitor = Monitor(nodes, 1, metrics=os.environ.get("FLOOD_METRICS", "1") != "0")
     relay = SessionRelay(lambda _: None) if "Relay" in tier or "view" in tier else None
     merged = _MergedRows(fold="folding" in tier) if "view" in tier else None
     count = 0

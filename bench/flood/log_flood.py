@@ -109,6 +109,7 @@ class Ingest:
 
 
 NODES_APART = "FLOOD_NODES_APART"  # read by testbed/standins/flood_node.py
+METRICS = "FLOOD_METRICS"  # "0": the console reads no metrics (bench/flood/metrics_flood.py)
 
 
 def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
@@ -116,6 +117,7 @@ def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
 
     apart = {NODES_APART: "1"} if os.environ.get(NODES_APART) else {}
     return make_spec(
+        read_metrics=os.environ.get(METRICS, "1") != "0",
         env=apart,
         backend="local",
         nodes=NODES,

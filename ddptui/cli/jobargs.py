@@ -85,6 +85,21 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="a rank's progress lines (first number = step), for straggler detection; "
         "default matches 'Epoch N', 'step=N', 'Steps: N', 'iter N'",
     )
+    job.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        help="a metric of the job's own beyond the common formats: a regex whose one group "
+        "is the number (repeatable; a profile's metric_patterns table does the same)",
+    )
+    job.add_argument(
+        "--no-metrics",
+        dest="read_metrics",
+        action="store_false",
+        default=None,
+        help="do not read metrics from the ranks' lines (no metrics view, no metrics.jsonl)",
+    )
     ssh = parser.add_argument_group("ssh")
     ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
     ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
@@ -111,6 +126,17 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], ())}
+
+
+def _metric_pairs(pairs: list[str]) -> dict[str, str] | None:
+    """`--metric NAME=REGEX` flags as the spec's metric_patterns (None: none given)."""
+    patterns: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, regex = pair.partition("=")
+        if not sep or not name.strip():
+            raise SpecError(f"malformed --metric {pair!r}: expected NAME=REGEX")
+        patterns[name.strip()] = regex
+    return patterns or None
 
 
 def _cli_hosts(args: argparse.Namespace) -> tuple[list[str], int | None]:
@@ -148,6 +174,8 @@ def cli_fields(
             "stacks_method": args.stacks_method,
             "gpu_sample_ms": args.gpu_sample_ms,
             "progress_pattern": args.progress_pattern,
+            "metric_patterns": _metric_pairs(args.metric),
+            "read_metrics": args.read_metrics,
         }
     )
     if script:
@@ -155,8 +183,9 @@ def cli_fields(
         fields["script_args"] = tuple(script_args)
     found = rules.problems(
         {
-            "backend": args.backend or "slurm",  # the backend is checked once it is known
-            "hosts": tuple(hosts) or ("-",),  # so are the hosts (a profile may give them)
+            # the backend and the hosts (a profile's too) are checked once resolved; here
+            # only what the container flags need (ssh without hosts: not yet an error)
+            "backend": "slurm" if args.backend in (None, "ssh") else args.backend,
             "container_image": args.container_image,
             "container_engine": args.container_engine,
             "container_mounts": args.container_mount,

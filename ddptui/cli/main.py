@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_job_flags(parser)
     parser.add_argument("--keymap", help="keymap file (TOML) to apply")
+    parser.add_argument(
+        "--compare",
+        dest="compare_run",
+        metavar="RUN_ID",
+        help="lay this past run's curves over the metrics view's plot (M)",
+    )
     parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
@@ -78,6 +84,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ask the nodes of runs left detached on SSH or Slurm how they ended (runs on "
         "this machine are always brought up to date)",
+    )
+    history.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="two runs' metrics side by side (last and best loss, mean throughput, ...)",
     )
     stacks = sub.add_parser("stacks", help="every rank's stacks of a running or detached run")
     stacks.add_argument("run_id")
@@ -168,6 +180,10 @@ def _main(argv: list[str] | None) -> int:
             from ddptui.cli.reports import print_history
             from ddptui.cli.text_table import terminal_width
 
+            if args.compare:
+                from ddptui.cli.reports import print_compare
+
+                return print_compare(args.compare[0], args.compare[1], args.json)
             width = terminal_width(sys.stdout, args.wide)
             return print_history(args.limit or None, args.json, width=width, refresh=args.refresh)
         if args.command == "preflight":
@@ -194,9 +210,9 @@ def _main(argv: list[str] | None) -> int:
                 from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, detach=args.detach)
-            return _console(spec, args.keymap)
+            return _console(spec, args.keymap, compare=args.compare_run)
         spec = spec_from_args(args, None, [])
-        return _console(spec, args.keymap)
+        return _console(spec, args.keymap, compare=args.compare_run)
     except (SpecError, BackendError, FileNotFoundError) as exc:
         print(f"ddptui: error: {exc}", file=sys.stderr)
         return 2
@@ -263,10 +279,12 @@ def _serve(args: argparse.Namespace) -> int:
     return serve(ServeOptions(run, args.host, args.port, args.allow_control))
 
 
-def _console(spec: object, keymap: str | None, attach: RunDir | None = None) -> int:
+def _console(
+    spec: object, keymap: str | None, attach: RunDir | None = None, compare: str | None = None
+) -> int:
     from ddptui.ui.app import DdpApp
 
-    app = DdpApp(spec, keymap_path=keymap, attach=attach)  # type: ignore[arg-type]
+    app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare)  # type: ignore[arg-type]
     end_startup()
     return app.run() or 0
 

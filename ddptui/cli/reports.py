@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import math
 import signal
 import sqlite3
 import sys
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from ddptui.cli.text_table import Column, clip, fit_table
-from ddptui.core.events import Event, Notice
+from ddptui.core.events import Event, Notice, plain_number
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.preflight.preflight import (
     CHECKS,
@@ -21,6 +22,7 @@ from ddptui.core.preflight.preflight import (
     PreflightSummary,
     cell_status,
 )
+from ddptui.core.runs.compare import compare, run_metrics
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.history_rows import history_row
 from ddptui.core.runs.run_dir import RunDir
@@ -223,3 +225,56 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
         for c, r in zip(plan.commands, results, strict=True)
     }
     return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)
+
+
+def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = None) -> int:
+    """Two runs' metrics side by side (`ddptui history --compare A B`): each figure, the
+    change from A to B, and which is better by the metric's goal (marked `*`)."""
+    out = out or sys.stdout
+    history = RunHistory()
+    records = []
+    for run_id in (run_a, run_b):
+        record = history.get(run_id)
+        if record is None:
+            raise SpecError(f"no run {run_id!r} in the history (`ddptui history` lists them)")
+        records.append(record)
+    rows = compare(run_metrics(records[0]), run_metrics(records[1]))
+    if as_json:
+        for row in rows:
+            data = {
+                "figure": row.figure,
+                "a": _number(row.a),
+                "b": _number(row.b),
+                "change": row.change,
+                "better": row.better,
+            }
+            out.write(json.dumps(data) + "\n")
+        return 0
+    if not rows:
+        out.write(f"neither {run_a} nor {run_b} printed metrics the console reads\n")
+        return 0
+    table = [
+        [
+            row.figure,
+            _figure(row.a) + (" *" if row.better == "a" else ""),
+            _figure(row.b) + (" *" if row.better == "b" else ""),
+            f"{row.change:+.1%}" if row.change is not None else "-",
+        ]
+        for row in rows
+    ]
+    columns = (Column("METRIC"), Column(run_a), Column(run_b), Column("CHANGE"))
+    out.write("\n".join(fit_table(columns, table, None)) + "\n")
+    out.write("* the better of the two (lower loss, higher accuracy and throughput)\n")
+    return 0
+
+
+def _number(value: float | None) -> float | str | None:
+    return None if value is None else plain_number(value)
+
+
+def _figure(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return str(plain_number(value))
+    return f"{value:.6g}" if abs(value) < 1e6 else f"{value:,.0f}"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,3 +383,32 @@ class PhaseChanged(Event):
     detail: str = ""
 
     kind = "phase"
+
+
+def plain_number(value: float) -> float | str:
+    """A number as JSON can hold it: NaN and the infinities spelled `"nan"`, `"inf"`, `"-inf"`
+    (JSON has no such numbers, and for a loss they are the news)."""
+    if math.isfinite(value):
+        return value
+    return "nan" if value != value else ("inf" if value > 0 else "-inf")
+
+
+@dataclass(frozen=True)
+class MetricSampled(Event):
+    """What one rank's line reported: `{"event": "metric", "rank": R, "step": N, "values":
+    {"loss": 1.23, "samples/s": 812.5}}` with canonical names (core/metrics/names.py).
+
+    At most one a rank every `MetricReader.min_interval` (50 ms in a session): a rank that
+    prints a metric at every one of thousands of steps a second is sampled, not copied.
+    """
+
+    rank: int
+    step: int
+    values: Mapping[str, float]
+
+    kind = "metric"
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {name: plain_number(value) for name, value in self.values.items()}
+        return {"event": self.kind, "ts": self.ts, "rank": self.rank, "step": self.step,
+                "values": values}  # fmt: skip

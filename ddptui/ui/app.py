@@ -33,6 +33,7 @@ from ddptui.ui.screens.help import HelpRow, HelpScreen
 from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.job import JobScreen
 from ddptui.ui.screens.launch_form import LaunchFormScreen
+from ddptui.ui.screens.metrics import MetricsScreen
 from ddptui.ui.screens.past_run import PastRunScreen
 from ddptui.ui.screens.preflight import PreflightScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
@@ -78,6 +79,7 @@ class DdpApp(App[int]):
         keymap_path: str | Path | None = None,
         attach: RunDir | None = None,
         follow: bool = False,
+        compare: str | None = None,
     ) -> None:
         super().__init__()
         self.follow = follow
@@ -94,7 +96,7 @@ class DdpApp(App[int]):
         source = resolve_keymap_path(keymap_path) if keymap_path else None
         self.keymap_source = describe_source(source) if source else "built-in defaults"
         self.attach = attach
-        self.job_screen = JobScreen(spec, attach, follow=follow)
+        self.job_screen = JobScreen(spec, attach, follow=follow, compare=compare)
         self._run_ok = True
         self._quitting = False
 
@@ -111,6 +113,7 @@ class DdpApp(App[int]):
             "launch form": (LaunchFormScreen,),
             "history": (HistoryScreen,),
             "past run": (PastRunScreen,),
+            "metrics": (MetricsScreen,),
             "preflight": (PreflightScreen,),
         }
 

@@ -7,7 +7,10 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from ddptui.core.events import Event, NodeLines, RankChanged
+from ddptui.core.events import Event, MetricSampled, NodeLines, RankChanged
+from ddptui.core.metrics.curves import Curve, live_curves
+from ddptui.core.metrics.sample import MetricSample
+from ddptui.core.metrics.store import MetricStore, MetricView
 from ddptui.core.session.line_window import LineWindow
 from ddptui.core.session.wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
@@ -57,6 +60,34 @@ class LineBuffer:
         return entries, dropped
 
 
+class LiveMetrics:
+    """The run's metrics as the session's samples arrive (in the reader thread), read by the
+    metrics view (on the screen's loop) a few times a second: a MetricStore behind a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.store = MetricStore()
+        self.samples = 0
+
+    def add(self, event: MetricSampled) -> None:
+        sample = MetricSample(event.rank, event.step, event.values, event.ts)
+        with self._lock:
+            self.store.add(sample)
+            self.samples += 1
+
+    def reset(self) -> None:
+        with self._lock:
+            self.store = MetricStore()
+            self.samples = 0
+
+    def snapshot(self, name: str | None) -> tuple[list[MetricView], list[Curve]]:
+        """Every metric's view, and the curves of `name` (none: no curves), as of now."""
+        with self._lock:
+            views = [self.store.view(n) for n in self.store.names()]
+            curves = live_curves(self.store, name) if name else []
+        return views, curves
+
+
 class SessionRelay:
     """Called once per event, in the reader thread of the session's process
     (SessionProcess) or on the app's event loop.
@@ -75,6 +106,7 @@ class SessionRelay:
         self.lines_seen = 0
         self._ranks = RankBatch()
         self._ranks.taken = True
+        self.metrics = LiveMetrics()
 
     def emit(self, event: Event) -> None:
         if isinstance(event, NodeLines):
@@ -88,6 +120,9 @@ class SessionRelay:
                     return
             self._ranks = RankBatch([event])
             self._post(RankUpdates(self._ranks))
+            return
+        if isinstance(event, MetricSampled):  # the metrics view reads them when it shows
+            self.metrics.add(event)
             return
         message = message_for(event)
         if message is not None:

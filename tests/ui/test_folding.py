@@ -20,18 +20,21 @@ def test_rank_sets_are_ranges_and_lists() -> None:
     assert rank_set([5, 1, 2, 2, 9]) == "r1-2,5,9"
 
 
-def test_identical_lines_join_and_one_character_keeps_a_line_apart() -> None:
+def test_lines_that_differ_only_in_numbers_join_and_other_words_keep_a_line_apart() -> None:
+    """Rank 7's `Steps: 9` joins the others' `Steps: 8` since lines fold by shape (issue 24:
+    sixteen ranks' epoch line at 2x8 stayed sixteen rows when only identical texts folded);
+    the row shows the range, `Steps: 8..9`. A line whose words differ stays apart."""
     folder = LineFolder()
     line = "Epoch 3 | Batchsize: 32 | Steps: 8"
     assert folder.join(line, 0, row=10) is None  # the first starts a row
+    group = None
     for rank in range(1, 16):
-        if rank == 7:
-            assert folder.join(line.replace("8", "9"), rank, row=11) is None
-            continue
-        group = folder.join(line, rank, row=11)
+        text = line.replace("Steps: 8", "Steps: 9") if rank == 7 else line
+        group = folder.join(text, rank, row=11)
         assert group is not None and group.row == 10
-    assert group is not None and rank_set(group.ranks) == "r0-6,8-15"
-    assert folder.join("Epoch 3 | Batchsize: 32 | Steps: 8 ", 7, row=12) is None  # a space
+    assert group is not None and rank_set(group.ranks) == "r0-15"
+    assert group.render() == "[r0-15] Epoch 3 | Batchsize: 32 | Steps: 8..9"
+    assert folder.join("Epoch 3 | Batchsize: 32 | Stages: 8", 7, row=12) is None  # a word
 
 
 def test_a_rank_repeating_itself_or_a_line_long_ago_starts_a_new_row() -> None:
@@ -144,3 +147,15 @@ def test_a_2x8_grid_too_narrow_for_labelled_cells_still_names_every_rank() -> No
         "        01234567",
         "node001 ········",
     ]
+
+
+def test_a_running_rank_with_a_nan_loss_is_marked_in_the_grid() -> None:
+    from ddptui.core.events import Diagnosis
+
+    (row,) = rows(1, 2)
+    nan = Diagnosis("nan_or_inf", "loss is nan at step 6", "step=6 loss=nan", 55)
+    row.cells[1].show(RankChanged(1, row.node, 1, RankState.RUNNING, diagnoses=(nan,)))
+    assert row.cells[1].render() == "r1 ▶nan"
+    assert row.cells[1].glyph == "≠" and row.cells[0].glyph == "▶"
+    row.cells[1].show(RankChanged(1, row.node, 1, RankState.FAILED, 1, diagnoses=(nan,)))
+    assert row.cells[1].render() == "r1 ✗1"  # once it fails, its exit says more

@@ -19,6 +19,7 @@ from ddptui.core.diagnose.patterns import (
     CUDA_OOM,
     DUPLICATE_GPU,
     HUNG,
+    NAN_OR_INF,
     PEER_LOST,
     STRAGGLER,
     TRACEBACK,
@@ -41,6 +42,7 @@ SUSPECT = "stall_suspect"  # the stall's odd one out: its stack differs from the
 DEADLOCK = "deadlock"  # in a stall whose groups wait on each other in different collectives
 STALLED = "stalled"  # silent in a stall, neither the suspect nor in a collective
 MISMATCH = "collective_mismatch"  # the collective audit's odd rank: the others' failures follow
+WRONG_NUMBERS = NAN_OR_INF  # its loss went NaN or Inf before it failed: the numbers broke first
 VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG, STALLED})
 
 _PEER_WORDS = re.compile(
@@ -71,6 +73,8 @@ def cause_of(
         return WATCHDOG
     if exit_code in _STOP_SIGNALS:
         return STOPPED
+    if NAN_OR_INF in kinds:
+        return WRONG_NUMBERS
     if error or TRACEBACK in kinds:
         return EXCEPTION
     if PEER_LOST in kinds:

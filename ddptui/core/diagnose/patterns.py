@@ -27,6 +27,8 @@ TRACEBACK = "traceback"
 HUNG = "hung"
 STRAGGLER = "straggler"
 EXITED = "exit"  # the agent saw the worker end (the only trace a SIGKILL leaves)
+NAN_OR_INF = "nan_or_inf"  # a loss printed as NaN or Inf (core/metrics/wrong_numbers.py)
+LOSS_SPIKE = "loss_spike"  # a loss that jumped by orders of magnitude
 KINDS = (
     COLLECTIVE_TIMEOUT,
     CUDA_OOM,
@@ -39,6 +41,8 @@ KINDS = (
     HUNG,
     STRAGGLER,
     EXITED,
+    NAN_OR_INF,
+    LOSS_SPIKE,
 )
 # Only these are about the rendezvous itself: an agent line of this kind concerns the node's
 # ranks only while they have not been assigned yet (later, it is a teardown's echo).

@@ -237,6 +237,7 @@ CATALOGUE: tuple[Signature, ...] = (
             r"|\b[Ll]oss (?:is|became|=|:)\s*(?:nan|NaN|inf|Inf|-inf)\b"
             r"|(?:NaN|Inf) (?:loss|gradients?) (?:detected|found)"
         ),
+        frozenset({"nan_or_inf"}),  # the metrics' wrong-number check (a loss read as NaN)
     ),
     Signature(
         "shape_mismatch",

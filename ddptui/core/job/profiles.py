@@ -38,7 +38,8 @@ DEFAULT_PROFILE = "local"
 # Keys a profile has beyond JobSpec's fields; `profile` itself is the table's name.
 EXTRA_KEYS = ("description", "extends", "hostfile")
 TABLES: dict[str, type[Any]] = {"ssh": SshSpec, "slurm": SlurmSpec, "container": ContainerSpec}
-MERGED = ("env", "ssh", "slurm", "container")  # merged key by key across layers, not replaced
+# Merged key by key across layers, not replaced.
+MERGED = ("env", "metric_patterns", "ssh", "slurm", "container")
 PROFILE_KEYS = tuple(sorted({*JobSpec.model_fields, *EXTRA_KEYS} - {"profile", "shape_note"}))
 
 BUILTIN_TOML = """
@@ -329,7 +330,8 @@ class ProfileSet:
 
 
 def merge_fields(low: Mapping[str, Any], high: Mapping[str, Any]) -> dict[str, Any]:
-    """`high` over `low`; the tables (env, ssh, slurm, container) merge key by key."""
+    """`high` over `low`; the tables (env, metric_patterns, ssh, slurm, container) merge key
+    by key."""
     out = dict(low)
     for key, value in high.items():
         if key in MERGED and isinstance(value, dict) and isinstance(out.get(key), dict):

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
 from ddptui.core.job.secret_env import MASK, mask_env, secret_names, secret_values
 
 Backend = Literal["local", "ssh", "slurm"]
@@ -96,6 +97,10 @@ class JobSpec(_Model):
     gpu_sample_ms: int = Field(1000, ge=0)
     # What a rank's progress lines look like (first number = step), for straggler detection.
     progress_pattern: str = DEFAULT_PROGRESS_PATTERN
+    # The job's own metrics beyond the common formats: name -> regex whose one group is the
+    # number (`{"ppl" = 'perplexity (\\S+)'}`); they win over the formats for their names.
+    metric_patterns: dict[str, str] = Field(default_factory=dict)
+    read_metrics: bool = True  # the ranks' lines read for metrics (off: `--no-metrics`)
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
 
@@ -107,6 +112,15 @@ class JobSpec(_Model):
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return pattern
+
+    @field_validator("metric_patterns")
+    @classmethod
+    def _metric_regexes(cls, patterns: dict[str, str]) -> dict[str, str]:
+        try:
+            compile_metric_patterns(patterns)
+        except PatternError as exc:
+            raise ValueError(str(exc)) from None
+        return patterns
 
     @field_validator("launcher", "python")
     @classmethod

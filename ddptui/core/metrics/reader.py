@@ -5,40 +5,48 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
 from ddptui.core.metrics.formats import LineMetrics, parse_line
-from ddptui.core.metrics.names import canonical_name
+from ddptui.core.metrics.names import canonical_name, is_known
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
+
+__all__ = [
+    "MetricReader",
+    "PatternError",
+    "compile_patterns",
+    "may_hold_metric",
+    "spells_nan_or_inf",
+]
 
 # The pre-filter: a line with no digit and no spelled NaN or Inf has no metric. Most lines
 # that hold none leave at its cost: one scan in C, a few `in`.
 _DIGIT = re.compile(r"[0-9]").search
 
 
-def _spells_nan_or_inf(text: str) -> bool:
-    return "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+def spells_nan_or_inf(text: str) -> bool:
+    """Whether a text may hold a NaN or an infinity: a few substring scans, no regex."""
+    return (
+        "nan" in text or "NaN" in text or "inf" in text or "Inf" in text
+        or "NAN" in text or "INF" in text
+    )  # fmt: skip
 
 
-class PatternError(ValueError):
-    """A profile's metric pattern that cannot be used; the message says which and why."""
+def may_hold_metric(text: str) -> bool:
+    """The reader's pre-filter: a line with no digit and no spelled NaN or Inf holds none."""
+    return _DIGIT(text) is not None or spells_nan_or_inf(text)
 
 
 def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern[str]]:
-    """A profile's own metrics (name -> regular expression with one group, the number).
+    """A profile's own metrics (name -> regular expression with one group, the number), by
+    canonical name; the rule is the job's (`job.metric_patterns`), so a profile that
+    validates is one the reader can use.
 
     Raises:
         PatternError: a pattern does not compile or has not exactly one group.
     """
-    compiled: dict[str, re.Pattern[str]] = {}
-    for name, pattern in patterns.items():
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise PatternError(f"metric {name!r}: not a regular expression: {exc}") from None
-        if regex.groups != 1:
-            raise PatternError(f"metric {name!r}: needs one group (the number), has {regex.groups}")
-        compiled[canonical_name(name)] = regex
-    return compiled
+    compiled = compile_metric_patterns(patterns)
+    return {canonical_name(name): regex for name, regex in compiled.items()}
 
 
 class MetricReader:
@@ -69,8 +77,27 @@ class MetricReader:
         """The last step a rank's lines printed (0 before any)."""
         return self._steps.get(rank, 0)
 
+    def may_report(self, text: str) -> bool:
+        """Whether a line looks like one with a metric, without parsing it: a number (or a
+        NaN) and a word of training (`names.is_known`), or a match of the job's own patterns.
+        Cheaper than `read` by far; the line kept to read later is the last that passes."""
+        if not may_hold_metric(text):
+            return False
+        if is_known(text.lower()):
+            return True
+        return any(regex.search(text) for regex in self.patterns.values())
+
+    def quiet(self, rank: int, ts: float) -> bool:
+        """Whether a rank's lines at `ts` are left unread (its last sample was too recent)."""
+        return self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts)
+
     def read(
-        self, rank: int, text: str, ts: float = 0.0, last_step: int | None = None
+        self,
+        rank: int,
+        text: str,
+        ts: float = 0.0,
+        last_step: int | None = None,
+        force: bool = False,
     ) -> MetricSample | None:
         """The sample in one line of a rank's output, or None if it reports no metric.
 
@@ -79,10 +106,11 @@ class MetricReader:
             text: the line, without the launcher's rank prefix.
             ts: when it was read.
             last_step: the rank's step as the caller knows it, for a line that prints none.
+            force: read it even inside the rank's interval (its last line, kept for later).
         """
-        if _DIGIT(text) is None and not _spells_nan_or_inf(text):
+        if _DIGIT(text) is None and not spells_nan_or_inf(text):
             return None
-        if self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
+        if not force and self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
             return None
         found = self.read_text(text)
         if found is None:

@@ -65,6 +65,10 @@ def _thin(points: dict[int, float], limit: int) -> dict[int, float]:
     return {step: points[step] for step in kept}
 
 
+def _tidy(value: float) -> float:
+    return float(f"{value:.12g}") if math.isfinite(value) else value
+
+
 def trend_of(values: Iterable[float], tolerance: float = FLAT) -> Trend:
     """Down, up or flat: the mean of the later half against the earlier half's."""
     finite = [v for v in values if math.isfinite(v)]
@@ -227,10 +231,12 @@ class MetricStore:
         A last value may be NaN: the run ended on a wrong number."""
         out: dict[str, float] = {}
         for name, metric in self._metrics.items():
+            # A throughput's running sum gathers float noise (8.600000000000005): 12 digits.
+            said = _tidy if metric.throughput else float
             if metric.latest is not None:
-                out[f"{name}.last"] = metric.latest
+                out[f"{name}.last"] = said(metric.latest)
             if metric.best is not None:
-                out[f"{name}.best"] = metric.best
+                out[f"{name}.best"] = said(metric.best)
             if metric.throughput and metric.rank_sums:
-                out[f"{name}.mean"] = sum(s / n for s, n in metric.rank_sums.values())
+                out[f"{name}.mean"] = _tidy(sum(s / n for s, n in metric.rank_sums.values()))
         return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any
 
@@ -22,6 +22,8 @@ from ddptui.core.diagnose.collective_record import CollectiveRecord
 from ddptui.core.diagnose.nccl_ras import RasReport
 from ddptui.core.diagnose.patterns import (
     EXITED,
+    LOSS_SPIKE,
+    NAN_OR_INF,
     describe_exit,
     may_report_failure,
     recognise,
@@ -36,6 +38,7 @@ from ddptui.core.events import (
     Event,
     FailureRecord,
     FailureReport,
+    MetricSampled,
     NodeLines,
     RankState,
     RankSummary,
@@ -43,6 +46,7 @@ from ddptui.core.events import (
     WorldJoined,
 )
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
+from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberKind
 from ddptui.core.monitor.agent_log import (
     AgentFact,
     AgentLogParser,
@@ -61,12 +65,14 @@ from ddptui.core.monitor.framing import (
     worker_ended,
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
+from ddptui.core.monitor.metric_watch import METRIC_INTERVAL_S, MetricWatch, Sampled
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell, keep_last_lines
 from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
+_WRONG_KIND = {WrongNumberKind.NAN_OR_INF: NAN_OR_INF, WrongNumberKind.LOSS_SPIKE: LOSS_SPIKE}
 
 
 class _NodeReader:
@@ -87,6 +93,18 @@ class MonitorSummary:
     stall: StallReport | None = None
     recorder: FlightRecorderReport | None = None
     straggler: StragglerReport | None = None
+    metrics: dict[str, float] = field(default_factory=dict)  # MetricStore.summary()
+
+
+def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) -> Diagnosis:
+    """A wrong number as the rank's diagnosis: what the grid, the details and the failure
+    story (cause `nan_or_inf`) carry."""
+    if wrong.kind is WrongNumberKind.NAN_OR_INF:
+        said = f"{wrong.metric} is {wrong.value} at step {wrong.step}"
+    else:
+        said = f"{wrong.metric} jumped to {wrong.value:.4g} at step {wrong.step}"
+        said += f" (recent median {wrong.baseline:.4g})" if wrong.baseline is not None else ""
+    return Diagnosis(_WRONG_KIND[wrong.kind], said, line, seq, now)
 
 
 class Monitor:
@@ -97,6 +115,9 @@ class Monitor:
         nodes: Sequence[str],
         nproc_per_node: int,
         progress_pattern: str | None = DEFAULT_PROGRESS_PATTERN,
+        metric_patterns: Mapping[str, str] | None = None,
+        metrics: bool = True,
+        metric_interval: float = METRIC_INTERVAL_S,
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
@@ -108,6 +129,7 @@ class Monitor:
         self.speed = SpeedWatch(len(nodes) * nproc_per_node or None)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
+        self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
 
     # -- what the session asks ------------------------------------------------------------
 
@@ -123,6 +145,8 @@ class Monitor:
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
         events += self.speed.check(now, self.gpu.latest)
+        if self.metric_watch is not None:
+            events += self._metric_events(self.metric_watch.due(now))
         return events + self.board.check_stragglers(now)
 
     def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
@@ -259,6 +283,7 @@ class Monitor:
             self.stall.last,
             self.recorder.last,
             self.speed.last,
+            self.metric_watch.store.summary() if self.metric_watch else {},
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -288,6 +313,8 @@ class Monitor:
         events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
             events += self._agent_fact(node, fact, now)
+        if self.metric_watch is not None:
+            events += self._metric_events(self.metric_watch.due(now, node))
         return self._judged(events, now)
 
     def _lines(self, node: str, lines: list[Attributed], now: float) -> list[Event]:
@@ -332,6 +359,27 @@ class Monitor:
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
+        if self.metric_watch is not None:
+            found = self.metric_watch.block(node, lines, first, now, text)
+            events += self._metric_events(found)
+        return events
+
+    def _metric_events(self, found: list[Sampled]) -> list[Event]:
+        """A MetricSampled per sample; a wrong number marks its rank (the grid, its details,
+        the failure story's cause `nan_or_inf`)."""
+        events: list[Event] = []
+        for item in found:
+            sample = item.sample
+            events.append(MetricSampled(sample.rank, sample.step, sample.values, ts=sample.ts))
+            cell = (
+                self.board.cell(item.node, item.local_rank)
+                if item.wrong and item.local_rank is not None
+                else None
+            )
+            for wrong in item.wrong if cell is not None else ():
+                assert cell is not None
+                said = wrong_number_diagnosis(wrong, item.line, item.seq, sample.ts)
+                events += self.board.diagnose(cell, said)
         return events
 
     def _line_by_line(

@@ -27,40 +27,17 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
+    plain_number,
 )
 from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.history_schema import SCHEMA_VERSION, migrate
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 from ddptui.core.runs.summary import RunSummary
 
 DB_NAME = "history.sqlite3"
-SCHEMA_VERSION = 2  # 2: the verdict column
 RUNNING, INTERRUPTED = "running", "interrupted"
 OUTCOMES = ("ok", "failed", "torn down", "detached", "error", RUNNING, INTERRUPTED)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    profile TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    hosts TEXT NOT NULL DEFAULT '[]',
-    slurm_job TEXT,
-    nodes INTEGER NOT NULL,
-    nproc_per_node INTEGER NOT NULL,
-    script TEXT NOT NULL,
-    started REAL NOT NULL,
-    ended REAL,
-    status TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT '',
-    ranks TEXT NOT NULL DEFAULT '[]',
-    run_dir TEXT NOT NULL,
-    console_pid INTEGER,
-    console_start TEXT,
-    console_host TEXT,
-    verdict TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
-"""
 
 
 def history_path() -> Path:
@@ -98,6 +75,9 @@ class RunRecord:
     console_pid: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     verdict: dict[str, Any] = field(default_factory=dict)  # the failure's one verdict
+    # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
+    # `samples/s.mean`, ...; NaN where the run ended on one.
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def where_text(self, short: bool = False) -> str:
         """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
@@ -136,6 +116,7 @@ class RunRecord:
 
     def to_dict(self) -> dict[str, Any]:
         data = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        data["metrics"] = {k: plain_number(v) for k, v in self.metrics.items()}
         data["hosts"] = list(self.hosts)
         data["ranks"] = [r.__dict__ for r in self.ranks]
         return data
@@ -243,13 +224,8 @@ class RunHistory:
         db = sqlite3.connect(self.path, timeout=15)
         try:
             db.row_factory = sqlite3.Row
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version < SCHEMA_VERSION:
-                db.executescript(_SCHEMA)
-                columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-                if "verdict" not in columns:  # a database of schema 1
-                    db.execute("ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT ''")
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                migrate(db)
             with db:
                 yield db
         finally:
@@ -307,6 +283,7 @@ class RunHistory:
             ranks=json.dumps(ranks),
             verdict=json.dumps(summary.to_dict()["verdict"]) if summary.verdict else "",
             console_pid=None,
+            metrics=json.dumps({k: plain_number(v) for k, v in summary.metrics.items()}),
         )
 
     def runs(self, limit: int | None = None) -> list[RunRecord]:
@@ -371,7 +348,17 @@ def _record(row: sqlite3.Row) -> RunRecord:
         console_pid=row["console_pid"],
         extra={"console_host": row["console_host"]},
         verdict=json.loads(row["verdict"]) if row["verdict"] else {},
+        metrics=_numbers(row["metrics"]),
     )
+
+
+def _numbers(text: str | None) -> dict[str, float]:
+    """The metrics column read back ("nan" and the infinities spelled as the file spells them)."""
+    try:
+        raw = json.loads(text or "{}")
+        return {str(k): float(v) for k, v in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 class RunRecorder:

@@ -12,9 +12,12 @@ from typing import IO, Any
 
 import platformdirs
 
-from ddptui.core.events import Event
+from ddptui.core.events import Event, MetricSampled
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.metrics.metrics_file import FILE_NAME as METRICS_FILE
+from ddptui.core.metrics.metrics_file import MetricsWriter
+from ddptui.core.metrics.sample import MetricSample
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -69,6 +72,7 @@ class RunDir:
         self.path = path
         self.nodes_dir = path / "nodes"
         self._events: IO[str] | None = None
+        self._metrics: MetricsWriter | None = None
 
     @classmethod
     def create(cls, run_id: str, root: Path | None = None) -> RunDir:
@@ -137,6 +141,18 @@ class RunDir:
         self._events.write(event.to_json() + "\n")
         self._events.flush()
 
+    def record_metric(self, event: MetricSampled) -> None:
+        """A rank's sample, appended to the run's `metrics.jsonl` (core/metrics/metrics_file.py
+        says its format): the events log leaves them out, this file has every one."""
+        if self._metrics is None:
+            self._metrics = MetricsWriter(self.metrics_path)
+        self._metrics.write(MetricSample(event.rank, event.step, event.values, event.ts))
+        self._metrics.flush()
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS_FILE
+
     def write_summary(self, summary: dict[str, Any]) -> None:
         self.write_private("summary.json", json.dumps(summary, indent=2))
 
@@ -144,3 +160,6 @@ class RunDir:
         if self._events is not None:
             self._events.close()
             self._events = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Verdict
-from ddptui.core.events import Event, FailureRecord, RankSummary, plain
+from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class RunSummary(Event):
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
     verdict: Verdict | None = None  # the failure's one verdict (diagnose/verdict.py)
     straggler: StragglerReport | None = None  # the last straggler event the run sent
+    # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
+    # `samples/s.mean`, ...; a last value may be NaN (the run ended on a wrong number).
+    metrics: dict[str, float] = field(default_factory=dict)
 
     kind = "summary"
 
@@ -39,6 +42,7 @@ class RunSummary(Event):
         verdict = self.verdict.to_dict() if self.verdict else None
         data["verdict"] = {k: v for k, v in verdict.items() if k != "event"} if verdict else None
         data["straggler"] = self.straggler.to_dict() if self.straggler else None
+        data["metrics"] = {name: plain_number(v) for name, v in self.metrics.items()}
         data["ranks"] = [
             {
                 "rank": r.rank,

@@ -20,6 +20,7 @@ from ddptui.core.events import (
     Event,
     FailureRecord,
     FailureReport,
+    MetricSampled,
     NodeChanged,
     NodeLines,
     NodeState,
@@ -95,7 +96,9 @@ class Session:
         return self.run.run_id
 
     def emit(self, event: Event) -> None:
-        if not isinstance(event, NodeLines | SpeedRound):  # the speed view's, every round
+        if isinstance(event, MetricSampled):
+            self.run.record_metric(event)
+        elif not isinstance(event, NodeLines | SpeedRound):  # the speed view's, every round
             self.run.record(event)
             self.history.observe(event)
         if isinstance(event, Notice) and event.level == "error":
@@ -200,7 +203,13 @@ class Session:
         self.emit(PlanReady(self.run_id, plan.rdzv_endpoint, lines))
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
-        self.monitor = Monitor(plan.node_names, plan.nproc_per_node, self.spec.progress_pattern)
+        self.monitor = Monitor(
+            plan.node_names,
+            plan.nproc_per_node,
+            self.spec.progress_pattern,
+            metric_patterns=self.spec.metric_patterns,
+            metrics=self.spec.read_metrics,
+        )
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
@@ -529,6 +538,7 @@ class Session:
             flight_recorder=told.recorder if told else None,
             verdict=verdict.verdict if verdict else None,
             straggler=told.straggler if told else None,
+            metrics=told.metrics if told else {},
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

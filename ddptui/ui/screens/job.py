@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import ClassVar
 
@@ -18,7 +19,9 @@ from ddptui.core.diagnose.speed import THRESHOLD_STEP
 from ddptui.core.diagnose.straggler import THRESHOLD
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.compare import past_metric_runs
 from ddptui.core.runs.follow import RunFollower
+from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess, prepare_spare
@@ -45,6 +48,7 @@ from ddptui.ui.rank_notices import rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_screen import LogScreen
+from ddptui.ui.screens.metrics import MetricsScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.screens.run_controller import RunController
 from ddptui.ui.widgets.footer import SteadyFooter
@@ -84,6 +88,7 @@ class JobScreen(LogScreen):
         Binding("P", "pause_speed", "Pause detection", show=False, id="speed.pause"),
         Binding("plus", "threshold(1)", "Threshold up", show=False, id="speed.threshold_up"),
         Binding("minus", "threshold(-1)", "Threshold down", show=False, id="speed.threshold_down"),
+        Binding("M", "metrics", "Metrics", id="metrics.view"),
     ]
 
     class RunEnded(Message):
@@ -102,11 +107,19 @@ class JobScreen(LogScreen):
     # Saving a log writes on the head node: a visitor's keys do not.
     CONTROL_ACTIONS = frozenset({"launch", "teardown", "detach", "take_stacks", "save_log"})
 
-    def __init__(self, spec: JobSpec, attach: RunDir | None = None, follow: bool = False) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        attach: RunDir | None = None,
+        follow: bool = False,
+        compare: str | None = None,
+    ) -> None:
         super().__init__()
         self.spec = spec
         self.attach = attach
         self.follow = follow
+        self.compare = compare  # a past run to lay over the metrics view's plot
+        self._metrics_seen = False
         self.run = RunController(spec, self.run_worker, self.post_message, follow=follow)
         commands, note, nodes = self._initial_commands()
         self.job_panel = JobPanel(spec, commands, note, id="job")
@@ -197,6 +210,8 @@ class JobScreen(LogScreen):
             return None if self.job_active else True
         if action in ("teardown", "detach"):
             return True if self.job_active else None
+        if action == "metrics":  # in the footer once the run has printed a metric
+            return self._metrics_seen  # False: hidden until then
         return True
 
     # -- actions ----------------------------------------------------------------------------
@@ -247,6 +262,15 @@ class JobScreen(LogScreen):
     def _detach_confirmed(self, yes: bool | None) -> None:
         if yes:
             self.detach()
+
+    def action_metrics(self) -> None:
+        """The metrics view: the run's metrics plotted, a past run of this profile beside."""
+        run_id = self.session.run_id if self.session is not None else ""
+        try:
+            past = past_metric_runs(RunHistory(), self.spec.profile, run_id, self.compare)
+        except (sqlite3.Error, OSError):
+            past = []  # the history is a convenience: the live plot needs none of it
+        self.app.push_screen(MetricsScreen(self.relay.metrics, run_id, past, self.compare))
 
     def action_toggle_commands(self) -> None:
         self.job_panel.fold(not self.job_panel.folded)
@@ -320,6 +344,9 @@ class JobScreen(LogScreen):
         await self.logs.set_nodes(plan.node_names)
 
     def _flush_logs(self) -> None:
+        if self._metrics_seen != bool(self.relay.metrics.samples):
+            self._metrics_seen = not self._metrics_seen
+            self.refresh_bindings()
         entries, dropped = self.run.relay.drain()
         if entries or dropped:
             self.logs.append(entries, dropped)

@@ -75,6 +75,7 @@ class RunController:
 
     def start(self, session: SessionProcess | RunFollower) -> None:
         self.session = session
+        self.relay.metrics.reset()
         self.summary = None
         self.stop_request = None
         self._plan_shown = False

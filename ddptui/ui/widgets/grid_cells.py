@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ddptui.core.diagnose.patterns import signal_name
+from ddptui.core.diagnose.patterns import LOSS_SPIKE, NAN_OR_INF, signal_name
 from ddptui.core.events import Diagnosis, GpuFlag, GpuStat, NodeState, RankChanged, RankState
 
 GLYPH = {
@@ -19,6 +19,8 @@ GLYPH = {
 }
 STRAGGLER_GLYPH = "»"
 SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out
+WRONG_GLYPH = "≠"  # a running rank whose loss went NaN or Inf, or jumped
+WRONG_WORD = {NAN_OR_INF: "nan", LOSS_SPIKE: "spike"}
 BARS = " ▁▂▃▄▅▆▇█"
 MEM_FLAG = "mem_high"
 
@@ -56,10 +58,17 @@ class RankGridCell:
         return f"r{self.rank}" if self.rank is not None else f"L{self.local_rank}"
 
     @property
+    def wrong_number(self) -> str:
+        """`nan` or `spike` when the rank's metrics went wrong (the monitor's diagnosis)."""
+        return next((WRONG_WORD[d.kind] for d in self.diagnoses if d.kind in WRONG_WORD), "")
+
+    @property
     def glyph(self) -> str:
         """The cell in one character, for the compact grid."""
         if self.suspect:
             return SUSPECT_GLYPH
+        if self.state == RankState.RUNNING and self.wrong_number:
+            return WRONG_GLYPH
         return STRAGGLER_GLYPH if self.slow_running else GLYPH[self.state]
 
     @property
@@ -97,6 +106,8 @@ class RankGridCell:
             return f"{self.label} {glyph}slow"
         if self.suspect:
             return f"{self.label} {SUSPECT_GLYPH}suspect"
+        if self.state == RankState.RUNNING and self.wrong_number:
+            return f"{self.label} {glyph}{self.wrong_number}"
         return f"{self.label} {glyph}"
 
     def show_slow(self, score: float | None, detail: str = "") -> None:

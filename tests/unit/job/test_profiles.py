@@ -16,6 +16,7 @@ from ddptui.core.job.profiles import (
     load_profiles,
     profile_files,
 )
+from ddptui.core.job.spec import SpecError
 
 TRAINER = Path(bundled_trainer()).parent
 
@@ -257,3 +258,23 @@ def test_gpu_sampling_period_from_profile_and_command_line(dirs: Path) -> None:
     project_file(dirs, '[profiles.bad]\nscript = "t.py"\ngpu_sample_ms = -1\n')
     with pytest.raises(ProfileError, match=r"gpu_sample_ms: input should be greater than"):
         load_profiles()
+
+
+def test_a_profiles_metric_patterns_and_the_metric_flag(dirs: Path) -> None:
+    project_file(
+        dirs,
+        """
+[profiles.lm]
+script = "{trainer}/envcheck.py"
+metric_patterns = { ppl = 'perplexity (\\S+)' }
+""",
+    )
+    assert spec_for("--profile", "lm").metric_patterns == {"ppl": r"perplexity (\S+)"}
+    spec = spec_for("--profile", "lm", "--metric", r"bleu=BLEU = ([\d.]+)")
+    assert spec.metric_patterns == {"ppl": r"perplexity (\S+)", "bleu": r"BLEU = ([\d.]+)"}
+    bad = '[profiles.lm]\nscript = "{trainer}/envcheck.py"\nmetric_patterns = { ppl = "(a)(b)" }\n'
+    project_file(dirs, bad)
+    with pytest.raises(ProfileError, match="'ppl': needs one group"):
+        spec_for("--profile", "lm")
+    with pytest.raises(SpecError, match="expected NAME=REGEX"):
+        spec_for("--profile", "local", "--metric", "noequals")

@@ -22,6 +22,7 @@ from ddptui.ui.widgets.logs.log_rows import (
     ROW_SEQ,
     Row,
     accepted,
+    displayable,
     entry_fields_of,
     first_row_of,
     joined_rows,
@@ -142,7 +143,7 @@ class LogView(FollowingView):
             self.refresh()
 
     def _refold(self, group: FoldGroup) -> None:
-        """Give a group's row its rank set: `[r0-6,8-15] text`."""
+        """Give a group's row its rank set and its numbers' ranges: `[r0-15] Steps: 31..34`."""
         y = group.row - self._dropped
         if not 0 <= y < len(self._rows):
             return
@@ -150,7 +151,7 @@ class LogView(FollowingView):
         clock = line[: line.find("[")] if self.timestamps else ""
         prefix = f"{clock}[{rank_set(group.ranks)}] "
         self._rows[y] = (*row[:ROW_PREFIX], len(prefix), row[ROW_FIRST])
-        self._lines[y] = prefix + line[row[ROW_PREFIX] :]
+        self._lines[y] = prefix + displayable(group.text())
         self._width = max(self._width, len(self._lines[y]))
 
     def _prune(self) -> None:

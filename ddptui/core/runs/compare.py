@@ -1,0 +1,84 @@
+"""Provides the comparison of two runs' metrics: each figure of both, and which is better."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddptui.core.metrics.metrics_file import FILE_NAME, read_samples
+from ddptui.core.metrics.names import Goal, goal
+from ddptui.core.metrics.store import MetricStore
+from ddptui.core.runs.history import RunHistory, RunRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ComparedFigure:
+    """One figure (`loss.best`, `samples/s.mean`) of two runs.
+
+    `change` is b against a as a ratio less one (+0.12: b is 12% higher), None where either
+    is missing, not finite or a is 0; `better` names the run whose figure is better by the
+    metric's goal ("a", "b", or "" when neither or it has no goal).
+    """
+
+    figure: str
+    a: float | None
+    b: float | None
+    change: float | None
+    better: str
+
+
+def run_metrics(record: RunRecord) -> dict[str, float]:
+    """A run's figures: those its history row keeps, else read again from its metrics file
+    (a run whose console died before it wrote its outcome still has that file)."""
+    if record.metrics:
+        return record.metrics
+    path = Path(record.run_dir) / FILE_NAME
+    if not path.exists():
+        return {}
+    store = MetricStore()
+    try:
+        store.add_all(read_samples(path))
+    except OSError:
+        return {}
+    return store.summary()
+
+
+def _better(figure: str, a: float | None, b: float | None) -> str:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == b:
+        return ""
+    name, _, part = figure.rpartition(".")
+    wants = goal(name)
+    if wants is Goal.NONE or part not in ("last", "best", "mean"):
+        return ""
+    return "b" if (b < a) == (wants is Goal.LOWER) else "a"
+
+
+def compare(a: dict[str, float], b: dict[str, float]) -> list[ComparedFigure]:
+    """Every figure either run has, those of `a` first in its order, then `b`'s own."""
+    rows: list[ComparedFigure] = []
+    for figure in dict.fromkeys([*a, *b]):
+        x, y = a.get(figure), b.get(figure)
+        change = None
+        if x is not None and y is not None and math.isfinite(x) and math.isfinite(y) and x:
+            change = y / x - 1.0
+        rows.append(ComparedFigure(figure, x, y, change, _better(figure, x, y)))
+    return rows
+
+
+def past_metric_runs(
+    history: RunHistory, profile: str, exclude: str = "", first: str | None = None
+) -> list[tuple[str, Path]]:
+    """The runs a metrics view can lay over the live one: those of `profile` with a metrics
+    file, newest first, `first` (a run named by `--compare`, of any profile) ahead of them."""
+    found: list[tuple[str, Path]] = []
+    records = history.runs()
+    for record in records:
+        path = Path(record.run_dir)
+        if record.id == exclude or not (path / FILE_NAME).exists():
+            continue
+        if record.id == first:
+            found.insert(0, (record.id, path))
+        elif record.profile == profile:
+            found.append((record.id, path))
+    return found

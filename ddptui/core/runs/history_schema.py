@@ -1,0 +1,48 @@
+"""Provides the history database's schema and its migration in place from older versions."""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 3  # 2: the `verdict` or the `metrics` column; 3: both (older ones gain them)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    hosts TEXT NOT NULL DEFAULT '[]',
+    slurm_job TEXT,
+    nodes INTEGER NOT NULL,
+    nproc_per_node INTEGER NOT NULL,
+    script TEXT NOT NULL,
+    started REAL NOT NULL,
+    ended REAL,
+    status TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    ranks TEXT NOT NULL DEFAULT '[]',
+    run_dir TEXT NOT NULL,
+    console_pid INTEGER,
+    console_start TEXT,
+    console_host TEXT,
+    verdict TEXT NOT NULL DEFAULT '',
+    metrics TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+"""
+
+
+def migrate(db: sqlite3.Connection) -> None:
+    """The schema brought to SCHEMA_VERSION in one transaction: a new database is created
+    whole; an older one keeps every row and gains the columns it lacks (their defaults)."""
+    with db:
+        db.execute("BEGIN IMMEDIATE")  # two consoles opening an old database: one migrates
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+        if "verdict" not in columns:
+            db.execute("ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT ''")
+        if "metrics" not in columns:
+            db.execute("ALTER TABLE runs ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
