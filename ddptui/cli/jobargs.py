@@ -62,6 +62,20 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds with no rank progressing before the job is stalled (default 120; 0: off)",
     )
     job.add_argument(
+        "--stop-signal",
+        action="append",
+        default=[],
+        metavar="SIG",
+        help="signal(s) sent to every worker at teardown, in order (default TERM; also INT, "
+        "HUP, QUIT, USR1, USR2); the torchrun agent is left to end on its own",
+    )
+    job.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the workers get after the stop signal before SIGKILL (default 3)",
+    )
+    job.add_argument(
         "--no-flight-recorder",
         dest="flight_recorder",
         action="store_const",
@@ -106,6 +120,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--gres")
     slurm.add_argument("--exclusive", action="store_true", default=None)
     slurm.add_argument("--account")
+    slurm.add_argument(
+        "--slurm-signal",
+        metavar="[B:]SIG@SECONDS",
+        help="sbatch/salloc --signal: Slurm's warning before a time limit or preemption, "
+        "passed on to every worker (e.g. B:USR1@120)",
+    )
     slurm.add_argument("--slurm-arg", action="append", default=[], help="extra salloc/sbatch arg")
 
 
@@ -144,6 +164,8 @@ def cli_fields(
             "max_restarts": args.max_restarts,
             "gpu_split": args.gpu_split,
             "hang_timeout": args.hang_timeout,
+            "stop_signals": tuple(args.stop_signal),
+            "grace": args.grace,
             "flight_recorder": args.flight_recorder,
             "stacks_method": args.stacks_method,
             "gpu_sample_ms": args.gpu_sample_ms,
@@ -187,6 +209,7 @@ def cli_fields(
             "gres": args.gres,
             "exclusive": args.exclusive,
             "account": args.account,
+            "signal": args.slurm_signal,
             "extra_args": tuple(args.slurm_arg),
         },
     }

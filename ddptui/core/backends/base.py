@@ -29,7 +29,7 @@ from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
 GpuSampleSink = Callable[[str, dict[str, Any]], None]
-REAP_GRACE_S = 3.0
+REAP_MARGIN_S = 90.0  # a reap's time beyond the job's grace (see reap_timeout)
 START_TIMEOUT_S = 60.0
 
 
@@ -310,7 +310,7 @@ class HelperBackend(Backend):
         result = await transport.run(
             self._argv("reap", *reap_args(self.spec, tag, gpu_before)),
             stdin=self._reaper_source,
-            timeout=90,
+            timeout=reap_timeout(self.spec),
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return report
@@ -357,13 +357,17 @@ def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
 
 
 def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
-    """The node shim's `reap` arguments: the tag, the grace, the node's container, and each
-    GPU's memory before the job (`0:503,1:503`, MiB) when it is known."""
-    args = [tag, str(REAP_GRACE_S)]
-    container = node_container(spec, tag)
-    if gpu_before:
-        return [*args, *(container or ("", "")), gpu_before]
-    return [*args, *container] if container else args
+    """The node shim's `reap` arguments: the tag, the grace, the node's container, each
+    GPU's memory before the job (`0:503,1:503`, MiB) when it is known, and the stop signals
+    (reaper.reap)."""
+    container = node_container(spec, tag) or ("", "")
+    return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
+
+
+def reap_timeout(spec: JobSpec) -> float:
+    """How long a node's reap may take: the grace, the agents' own end, the SIGKILL and the
+    proof (a container's removal, the GPUs' memory coming back)."""
+    return spec.grace + REAP_MARGIN_S
 
 
 def reap_clean(report: dict[str, Any]) -> bool:

@@ -27,8 +27,11 @@ def _mark(text: str) -> None:
 def task(job_text: str) -> int:
     """srun's task on a node: its node's command from the table, then its exit mark.
 
-    SIGTERM/SIGINT/SIGHUP reach the command from Slurm (every process of the step is
-    signalled); this process outlives them to report the command's exit code.
+    SIGTERM/SIGINT/SIGHUP/SIGUSR1/SIGUSR2 reach the command from Slurm (every process of
+    the step is signalled); this process outlives them to report the command's exit code.
+    The command (a torchrun agent) starts with USR1/USR2 ignored: their default would end
+    the agent and orphan its workers, and it does not forward them; a worker that installs
+    its own handler (a checkpoint before preemption) still gets them, straight from Slurm.
     """
     table = json.loads(base64.b64decode(job_text).decode())
     node = os.environ.get("SLURMD_NODENAME", "")
@@ -41,11 +44,14 @@ def task(job_text: str) -> int:
     env = dict(os.environ)
     env.update(entry["env"])
     argv = list(entry["argv"])
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    passed = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    for sig in passed:
         signal.signal(sig, lambda *_: None)  # caught, not ignored: exec resets it
     pid = os.fork()
     if pid == 0:
         try:
+            for sig in (signal.SIGUSR1, signal.SIGUSR2):
+                signal.signal(sig, signal.SIG_IGN)  # kept across exec: see above
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.execvpe(argv[0], argv, env)
