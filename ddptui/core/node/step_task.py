@@ -12,8 +12,11 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import sys
+
+from ddptui.core.node.netinfo import start_checks  # sent ahead of this program
 
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
 
@@ -44,6 +47,25 @@ def task(job_text: str) -> int:
     env = dict(os.environ)
     env.update(entry["env"])
     argv = list(entry["argv"])
+    # What a probe step before this one used to find out (a whole srun step of its own):
+    # whether the node may have a GPU, the interface holding its address, and on the first
+    # node whether the rendezvous port can be bound.
+    gpu = os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
+    _mark(f"gpu {int(gpu)}")
+    taken, ifname = start_checks(entry.get("port_check"), entry.get("ifname_for"))
+    if ifname:
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            env.setdefault(name, ifname)
+    if taken is not None:
+        port = entry["port_check"][1]
+        os.write(
+            1,
+            f"ddptui: rendezvous port {port} on {node} is not available ({taken}): "
+            "choose another with --rdzv-port\n".encode(),
+        )
+        _mark("exit 1")
+        _stop_step()
+        return 1
     passed = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
     for sig in passed:
         signal.signal(sig, lambda *_: None)  # caught, not ignored: exec resets it
@@ -62,6 +84,17 @@ def task(job_text: str) -> int:
     code = os.waitstatus_to_exitcode(status)
     _mark(f"exit {code}")
     return code if code >= 0 else 128 - code
+
+
+def _stop_step() -> None:
+    """The other nodes would wait in the rendezvous for a head that never starts: the
+    step's tasks are signalled (every process of the step, through Slurm)."""
+    import contextlib
+    import subprocess
+
+    step = f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}"
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["scancel", "--signal=TERM", step], timeout=30, check=False)
 
 
 if __name__ == "__main__":

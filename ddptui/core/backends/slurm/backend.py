@@ -76,6 +76,8 @@ from ddptui.core.runs.run_dir import RunDir
 
 __all__ = ["SlurmBackend", "run_for_job"]
 
+GPU_MARK_WAIT_S = 60.0  # how long the GPU sampler waits for the nodes' word on their GPUs
+
 
 class SlurmBackend(HelperBackend):
     """Nodes Slurm allocates; the job's state in a SlurmJob, its end in a SlurmTeardown."""
@@ -111,7 +113,8 @@ class SlurmBackend(HelperBackend):
         self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
         self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
         self._gpu_users = 0
-        self._gpu_tools: dict[str, bool] = {}  # the probe's word: may the node have a GPU
+        self._gpu_begun: asyncio.Future[None] | None = None
+        self._gpu_tools: dict[str, bool] = {}  # may the node have a GPU (probe, task's mark)
 
     def node_log_path(self, command: NodeCommand) -> str:
         if self.job.direct or command.tag == direct_tag(self.run.run_id):
@@ -153,8 +156,8 @@ class SlurmBackend(HelperBackend):
         try:
             names = tuple(n.name for n in await self._take(job))
             self.emit(AllocationChanged("granted", job.job_id, names, how))
-            if self.job.mode != "sbatch":
-                await self._probe()
+            if self.job.mode != "sbatch" and self.job.direct:
+                await self._probe()  # torchrun's step checks what it needs itself
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
         return self.job.nodes
@@ -273,6 +276,7 @@ class SlurmBackend(HelperBackend):
                     self.spec, self.run.run_id, nodes, port, self.job.cwd, self._ifnames
                 )
                 self._step_nodes = step_nodes(self.spec, lines)
+                self._start_checks(nodes, port)
             return torchrun_plan(
                 self.spec,
                 self.run.run_id,
@@ -301,6 +305,19 @@ class SlurmBackend(HelperBackend):
             self.job.cwd,
             self._ifnames.get(nodes[0].name),
         )
+
+    def _start_checks(self, nodes: Sequence[NodeTarget], port: int) -> None:
+        """What each node's task of the one step finds out before its torchrun starts
+        (step_task.py), in place of a probe step before it: the interface holding the
+        node's address, and on the first node whether the rendezvous port can be bound."""
+        for node in nodes:
+            entry = self._step_nodes.get(node.name)
+            if entry is None:
+                continue
+            if not self.spec.socket_ifname and node.name not in self._ifnames:
+                entry["ifname_for"] = node.address
+            if node is nodes[0]:
+                entry["port_check"] = [node.address, port]
 
     async def start(self, command: NodeCommand) -> None:
         if self.job.mode == "sbatch":
@@ -363,24 +380,59 @@ class SlurmBackend(HelperBackend):
 
     async def _gpu_join(self) -> None:
         """The GPU sampler, one step with a task per node beside the job's, runs while any
-        node is followed (gpu_follow.py)."""
+        node is followed (gpu_follow.py); it starts once the nodes have said whether they
+        may have a GPU, in the background, so following never waits for it."""
         if not self.spec.gpu_sample_ms or self.job.job_id is None:
             return
+        self._gpu_users += 1
+        if self._gpu_begun is None:
+            self._gpu_begun = asyncio.ensure_future(self._gpu_begin())
+
+    async def _gpu_begin(self) -> None:
+        if not self.job.direct and self.job.mode != "sbatch":
+            await self._gpu_marks()
         nodes = [n for n in self.job.nodes if self._gpu_tools.get(n.name, True)]
         if not nodes:
-            return  # the probe found no GPU (nor nvidia-smi) on any node: nothing to sample
-        self._gpu_users += 1
-        if self._gpu_step is None:
-            self._gpu_step = self._gpu_follow(nodes)
-            await self._gpu_step.start()
+            return  # no GPU (nor nvidia-smi) on any node: nothing to sample
+        self._gpu_step = self._gpu_follow(nodes)
+        await self._gpu_step.start()
+
+    async def _gpu_marks(self) -> None:
+        """Each node's word from its task of the one step (LOG.gpu, step.py), or its end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GPU_MARK_WAIT_S
+        waiting = dict(enumerate(self.job.nodes))
+        while waiting and loop.time() < deadline:
+            said = await asyncio.to_thread(self._gpu_said, waiting)
+            self._gpu_tools.update(said)
+            waiting = {i: n for i, n in waiting.items() if n.name not in said}
+            if waiting:
+                await asyncio.sleep(0.2)
+
+    def _gpu_said(self, nodes: dict[int, NodeTarget]) -> dict[str, bool]:
+        """What the nodes said so far: their GPU mark, or False for a node already ended."""
+        said = {}
+        for index, node in nodes.items():
+            log = str(self.run.node_log(index, node.name))
+            with contextlib.suppress(OSError):
+                said[node.name] = Path(log + ".gpu").read_text().strip() == "1"
+                continue
+            if os.path.exists(log + ".exit"):
+                said[node.name] = False
+        return said
 
     async def _gpu_leave(self) -> None:
-        if self._gpu_step is None:
+        if self._gpu_begun is None:
             return
         self._gpu_users -= 1
         if self._gpu_users <= 0:
+            begun, self._gpu_begun = self._gpu_begun, None
+            begun.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await begun
             step, self._gpu_step = self._gpu_step, None
-            await step.stop()
+            if step is not None:
+                await step.stop()
 
     def _gpu_follow(self, nodes: Sequence[NodeTarget]) -> NodeGpuFollow:
         assert self.job.job_id is not None
@@ -431,10 +483,13 @@ class SlurmBackend(HelperBackend):
     def _slurm_complaint(self, log: Path) -> None:
         """srun refusing a step (an option it lacks without pyxis, too few CPUs...) is the
         reason the node failed: say it as an error, in Slurm's words, once."""
-        line = slurm_complaint(log_tail(log))
-        if line and line not in self._complaints:
-            self._complaints.add(line)
-            self.emit(Notice("error", f"Slurm: {line}"))
+        tail = log_tail(log)
+        refused = next((ln for ln in tail if ln.startswith("ddptui: rendezvous port ")), None)
+        line = slurm_complaint(tail)
+        said = refused[len("ddptui: ") :] if refused else f"Slurm: {line}" if line else None
+        if said and said not in self._complaints:  # the head's task refused the port
+            self._complaints.add(said)
+            self.emit(Notice("error", said))
 
     async def ended(self, command: NodeCommand) -> int | None:
         """A run left detached: the node's exit file, else the job's end as Slurm says it

@@ -127,11 +127,13 @@ def _step_forwarded(spec: JobSpec, step: str) -> list[str]:
         return [step, "step_code=$?"]
     return [
         f"# Slurm's warning ({spec.slurm.signal}) reaches this shell: pass it to the workers",
-        f'trap \'echo "ddptui: SIG{name} from Slurm, passed to the job\'"\'"\'s steps"; '
+        f"trap 'echo \"ddptui: SIG{name} from Slurm, passed to the job'\"'\"'s steps\"; "
         f'scancel --signal={name} "$SLURM_JOB_ID"\' {name}',
         f"{step} &",
         "step_pid=$!",
-        'while :; do wait "$step_pid"; step_code=$?; kill -0 "$step_pid" 2>/dev/null || break; done',
+        'while :; do wait "$step_pid"; step_code=$?',
+        '    kill -0 "$step_pid" 2>/dev/null || break',
+        "done",
         f"trap - {name}",
     ]
 
