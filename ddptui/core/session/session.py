@@ -11,6 +11,7 @@ from typing import IO, Any, TypeVar
 from ddptui.core.backends.base import Backend, BackendError
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.signatures import scheduler_end
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.events import (
     Event,
@@ -38,6 +39,7 @@ FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before sto
 WIND_DOWN_S = 20.0  # the most a node whose own rank failed gets to print torchrun's summary
 RECONNECT_TRIES = 5
 DRAIN_S = 5.0
+LOG_TAIL_BYTES = 1 << 16  # of each node's log, read for the scheduler's word at the end
 
 
 class Session:
@@ -353,6 +355,19 @@ class Session:
             log.close()
         self._logs.clear()
 
+    def _scheduler_end(self) -> str | None:
+        """The scheduler's word on the job's end (signatures.scheduler_end), from the tail of
+        each node's log where the logs are written on this machine (Slurm's)."""
+        if self.plan is None or not self.backend.logs_written_locally:
+            return None
+        tails = {}
+        for c in self.plan.commands:
+            with contextlib.suppress(OSError), open(self.run.node_log(c.index, c.node), "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+                tails[c.node] = f.read().decode(errors="replace").splitlines()
+        return scheduler_end(tails)
+
     def _finish(self, detail: str) -> RunSummary:
         told = self.monitor.summary() if self.monitor else None
         ranks = told.ranks if told else ()
@@ -365,6 +380,10 @@ class Session:
             and clean
         )
         stopped_by = self._stop_reason or "finished"
+        ended_by = self._scheduler_end()
+        if ended_by and not self._detach:  # preempted, timed out: said first, whatever else
+            detail = ended_by + (f"; {detail}" if detail else "")
+            stopped_by = "failure" if stopped_by == "finished" else stopped_by
         if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
         elif stopped_by == "operator" and not detail:

@@ -109,6 +109,7 @@ class SlurmBackend(HelperBackend):
         self._ifnames: dict[str, str] = {}
         self._port_problem = ""
         self._told_batch_output = False
+        self._restarts = 0  # the requeues seen (sbatch)
         self._complaints: set[str] = set()
         self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
         self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
@@ -505,10 +506,24 @@ class SlurmBackend(HelperBackend):
             job = await self.query.job(self.job.job_id)
         except SlurmError:
             return None
+        if job is not None:
+            self._requeued(job)
         if job is not None and not job.ended:
             return None
         self._batch_output_notice()
         return job.exit_code if job is not None and job.exit_code else 1
+
+    def _requeued(self, job: JobInfo) -> None:
+        """A batch job Slurm requeued (preempted, a node failed, `scontrol requeue`) runs
+        again under the same id: its script appends a new cycle to every node's log, which
+        the followers read on; the operator is told once per requeue."""
+        if job.restarts <= self._restarts:
+            return
+        self._restarts = job.restarts
+        names = tuple(n.name for n in self.job.nodes)
+        detail = f"requeue {job.restarts}: the same job runs again, followed as a new cycle"
+        self.emit(AllocationChanged("requeued", self.job.job_id, names, detail))
+        self.emit(Notice("warning", f"Slurm requeued job {self.job.job_id} ({detail})"))
 
     def _batch_output_notice(self) -> None:
         """A batch job that ended without a node's exit file: say what its script printed."""

@@ -165,6 +165,18 @@ def proof_step_name(run_id: str) -> str:
     return f"{job_name(run_id)}-proof"
 
 
+def _requeue_lines(indent: str) -> list[str]:
+    """A requeued job (the same id, run again) appends a new cycle to the node's log, with
+    a line that says so, and the last cycle's exit file goes: the console reads on."""
+    return [
+        f'{indent}rm -f "$log.exit"',
+        f'{indent}if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then',
+        f'{indent}    echo "ddptui: job $SLURM_JOB_ID requeued (restart $SLURM_RESTART_COUNT):'
+        ' a new cycle" >>"$log"',
+        f"{indent}fi",
+    ]
+
+
 def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
     if spec.socket_ifname:
         return []
@@ -197,7 +209,8 @@ def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]
         *_sh_env(node_environment(spec, None), "    ", spec.secrets),
         f'    export DDPTUI_TAG="{run_id}.$SLURM_NODEID"',
         "    trap '' USR1 USR2  # the agent ignores them; a worker's own handler still runs",
-        f'    {command} >"$log" 2>&1',
+        *_requeue_lines("    "),
+        f'    {command} >>"$log" 2>&1',
         '    echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
         "}",
         "export -f run_node ifname_of",
@@ -223,7 +236,8 @@ def _direct_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
         *_sh_env(direct_env(spec, None), "", spec.secrets),
         f"export MASTER_ADDR=$head_addr MASTER_PORT={port}",
         f"log=$run_dir/{STEP_LOG}",
+        *_requeue_lines(""),
         f"cd {shlex.quote(cwd)}",
-        *_step_forwarded(spec, f'DDPTUI_TAG={direct_tag(run_id)} {command} >"$log" 2>&1'),
+        *_step_forwarded(spec, f'DDPTUI_TAG={direct_tag(run_id)} {command} >>"$log" 2>&1'),
         'echo $step_code >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
     ]
