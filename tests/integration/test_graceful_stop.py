@@ -31,11 +31,11 @@ def test_a_sixty_second_handler_is_given_its_sixty_seconds(
         "--grace",
         "70",
         str(WORKER),
-        "--out",
+        "--ckpt-dir",
         str(out),
         "--handler-s",
         "60",
-        "--signals",
+        "--stop-on",
         "TERM",
     )
     all_running(proc, world=2)

@@ -38,8 +38,8 @@ def test_slurm_signal_reaches_the_workers_before_the_time_limit_ends_the_job(
         slurm_cluster,
         tmp_path,
         *("--nproc-per-node", "1", "--time", "1", "--slurm-signal", "USR1@50"),
-        *(str(WORKER), "--out", str(out), "--handler-s", "2", "--signals", "USR1"),
-        "--then",
+        *(str(WORKER), "--ckpt-dir", str(out), "--handler-s", "2", "--stop-on", "USR1"),
+        "--after",
         "continue",
     )
     all_running(proc, world=2)
@@ -67,7 +67,7 @@ def test_a_requeued_batch_job_is_followed_then_stopped_with_usr1(
         tmp_path,
         *("--slurm-mode", "sbatch", "--nproc-per-node", "1", "--slurm-arg=--requeue"),
         *("--stop-signal", "USR1", "--grace", "30", "--lines"),
-        *(str(WORKER), "--out", str(out), "--handler-s", "3", "--signals", "USR1"),
+        *(str(WORKER), "--ckpt-dir", str(out), "--handler-s", "3", "--stop-on", "USR1"),
     )
     seen = all_running(proc, world=2)
     job_id = job_of(seen)
