@@ -40,6 +40,13 @@ STANDIN = str(FLEET_STANDIN)
 OURS = "ddptui (salloc + one step)"
 BASE = "ddptui (base)"
 BY_HAND = "srun by hand (one step)"
+PHASES = (
+    "to salloc granted",
+    "granted to step started",
+    "step started to all running",
+    "stop to every node proven",
+    "proven to released",
+)
 Sample = dict[str, Any]
 
 
@@ -73,15 +80,34 @@ def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = Non
         stream.finish(timeout=300)
         raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
     t0 = time.monotonic()
+    stopped = time.time()
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
     _, dirty = _clean(cluster)
     events = stream.events()
-    granted = [e["ts"] for e in events if e["event"] == "allocation" and e["state"] == "granted"]
+
+    def first(kind: str, state: str = "", after: float = 0.0) -> float:
+        times = [
+            e["ts"]
+            for e in events
+            if e["event"] == kind and (not state or e.get("state") == state) and e["ts"] > after
+        ]
+        return min(times) if times else float("nan")
+
+    granted = first("allocation", "granted")
+    launched = first("node", "launched")
+    proved = max((e["ts"] for e in events if e["event"] == "teardown"), default=float("nan"))
+    released = first("allocation", "released", stopped)
     return {
         "launch": green,
-        "granted": (min(granted) - stream.wall0) if granted else float("nan"),
+        "granted": granted - stream.wall0,
+        # the phases, from the console's own event times (seconds)
+        "to salloc granted": granted - stream.wall0,
+        "granted to step started": launched - granted,
+        "step started to all running": green - (launched - stream.wall0),
+        "stop to every node proven": proved - stopped,
+        "proven to released": released - proved,
         "teardown": teardown,
         "dirty nodes": dirty,
     }
@@ -166,6 +192,14 @@ def main() -> None:
             " ".join(str(s["dirty nodes"]) for s in samples),
         )
     report.table(table)
+    phases = [k for k in next(iter(runs.values()))[0] if k in PHASES]
+    report.section("Where ddptui's time goes (medians, from its own event times)")
+    steps = Table(["phase", *[t for t in (OURS, BASE) if t in runs]])
+    for phase in phases:
+        steps.add(
+            phase, *[fmt_s(median([s[phase] for s in runs[t]])) for t in (OURS, BASE) if t in runs]
+        )
+    report.table(steps)
     by_hand = runs[BY_HAND]
     theirs, down_theirs = (median([s[k] for s in by_hand]) for k in ("launch", "teardown"))
     ratios = []
