@@ -175,14 +175,15 @@ def cli_fields(
     if script:
         fields["script"] = script
         fields["script_args"] = tuple(script_args)
-    found = rules.problems(
-        {
-            "backend": args.backend or "slurm",  # the backend is checked once it is known
-            "container_image": args.container_image,
-            "container_engine": args.container_engine,
-            "container_mounts": args.container_mount,
-        }
-    )
+    # The container's flags only: the backend's own rules (its hosts, which a profile may
+    # give) are checked once the profile is merged in.
+    given = {
+        "backend": args.backend or "slurm",
+        "container_image": args.container_image,
+        "container_engine": args.container_engine,
+        "container_mounts": args.container_mount,
+    }
+    found = [p for p in rules.problems(given) if p.field.startswith("container")]
     if found:
         raise SpecError(found[0].message)
     if args.container_image:

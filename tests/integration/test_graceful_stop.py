@@ -38,7 +38,12 @@ def test_a_sixty_second_handler_is_given_its_sixty_seconds(
         "--stop-on",
         "TERM",
     )
-    all_running(proc, world=2)
+    try:
+        all_running(proc, world=2)
+    except AssertionError:
+        proc.kill()
+        _, err = proc.communicate()
+        raise AssertionError(err[-3000:]) from None
     asked = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     stdout, _ = proc.communicate(timeout=240)
