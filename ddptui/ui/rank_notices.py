@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 
 from ddptui.core.diagnose.patterns import signal_name
 from ddptui.core.events import RankChanged, RankState
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_fold import rank_set
-from ddptui.ui.widgets.logs.log_store import LogEntry
 
 MARK = "▸"
 MAX_NODE_NOTES = 4

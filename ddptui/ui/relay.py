@@ -11,7 +11,7 @@ from ddptui.core.events import Event, NodeLines, RankChanged
 from ddptui.core.session.line_window import LineWindow
 from ddptui.core.session.wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
-from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 # The most lines the screen takes a tick (15 a second). The session's process already paces
 # what it sends (10,000 lines a second under a flood, bursts of up to 8,000 at once: see

@@ -14,7 +14,7 @@ from textual.widgets._footer import FooterKey
 from ddptui.core.events import NodeState
 from ddptui.ui.app import DdpApp
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
-from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_view import LogView
 
 from .conftest import SIZE, local_spec

@@ -10,9 +10,9 @@ import pytest
 from ddptui.ui.app import DdpApp
 from ddptui.ui.commands import CommandError, parse_command
 from ddptui.ui.relay import SessionRelay
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import FilterError, LogFilter
 from ddptui.ui.widgets.logs.log_rows import format_entry, wrap_rows
-from ddptui.ui.widgets.logs.log_store import LogEntry
 from ddptui.ui.widgets.logs.log_view import LogView
 
 from .conftest import SIZE, local_spec

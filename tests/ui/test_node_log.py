@@ -8,7 +8,7 @@ from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.ui.messages import RankUpdates
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
-from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 from .conftest import SIZE
 from .widget_host import WidgetHost

@@ -4,7 +4,7 @@ Each signature names one failure a user would name (a missing file, NaN, an Xid 
 Slurm time limit), says whose it is (the job's code or the infrastructure) and whether a
 restart would likely help. Most are regular expressions over lines, from real output where
 this machine can produce it (tests/data/verdicts/) and from the documented formats of NCCL,
-the kernel and Slurm otherwise. Where `ddptui.core.monitor.diagnosis` already recognises a
+the kernel and Slurm otherwise. Where `ddptui.core.diagnose.patterns` already recognises a
 line (CUDA OOM, collective timeouts, lost peers, two ranks on one GPU), the signature names
 that kind instead of repeating its pattern: one place recognises each line.
 
@@ -19,6 +19,8 @@ import enum
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from ddptui.core.diagnose import failures, patterns
 
 
 class Domain(enum.StrEnum):
@@ -45,25 +47,21 @@ class Source(enum.StrEnum):
     NODE = "node"  # the node's kernel log, the scheduler's and the connection's words
 
 
-# Kinds of ddptui.core.monitor.diagnosis (the monitor recognises those lines) and causes of
-# ddptui.core.monitor.failures (why a rank ended), by value: this package sits below the
-# monitor. tests/unit/diagnose/test_signatures.py checks they are the monitor's own.
-CUDA_OOM = "cuda_oom"
-DUPLICATE_GPU = "duplicate_gpu"
-COLLECTIVE_TIMEOUT = "collective_timeout"
-PEER_LOST = "peer_lost"
-TRACEBACK = "traceback"
-EXCEPTION_CAUSE = "exception"
-WATCHDOG_CAUSE = "watchdog_timeout"
-PEER_CAUSE = "peer_closed"
-STOPPED_CAUSE = "stopped_by_launcher"
-TEARDOWN_CAUSE = "stopped_by_teardown"
-KILLED_CAUSE = "signal"
-# The causes of a rank that failed because another did (failures.VICTIM_CAUSES, less the
-# teardown's own).
-CASCADE_CAUSES = frozenset(
-    {STOPPED_CAUSE, PEER_CAUSE, "waiting_in_collective", "agent_exited", WATCHDOG_CAUSE, "stalled"}
-)
+# The failure patterns' kinds and the failure story's causes, under the names this catalogue
+# reads them by.
+CUDA_OOM = patterns.CUDA_OOM
+DUPLICATE_GPU = patterns.DUPLICATE_GPU
+COLLECTIVE_TIMEOUT = patterns.COLLECTIVE_TIMEOUT
+PEER_LOST = patterns.PEER_LOST
+TRACEBACK = patterns.TRACEBACK
+EXCEPTION_CAUSE = failures.EXCEPTION
+WATCHDOG_CAUSE = failures.WATCHDOG
+PEER_CAUSE = failures.PEER
+STOPPED_CAUSE = failures.STOPPED
+TEARDOWN_CAUSE = failures.TEARDOWN
+KILLED_CAUSE = failures.KILLED
+# The causes of a rank that failed because another did (less the teardown's own).
+CASCADE_CAUSES = failures.VICTIM_CAUSES - {failures.TEARDOWN}
 COLLECTIVE_MISMATCH = "collective_mismatch"  # the audit's word (diagnose.audit)
 NODE_LOST = "node_lost"  # the session's word: a node's connection or agent was lost
 

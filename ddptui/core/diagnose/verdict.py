@@ -1,6 +1,6 @@
 """Provides the one verdict on a failure: culprit rank and node, role, domain, outlook, evidence.
 
-It builds on what the monitor decided: the failure story (`ddptui.core.monitor.failures`)
+It builds on what the monitor decided: the failure story (`ddptui.core.diagnose.failures`)
 names the culprit and each rank's cause, the monitor's recogniser gives each rank's kinds.
 The verdict adds what those cannot see: a node-level signature (Slurm, the kernel log, a lost
 node) moves the blame to that node, since its ranks' deaths and their peers' errors follow

@@ -81,8 +81,9 @@ def step_task_source() -> bytes:
 
 
 def worker_hook_source() -> bytes:
-    """The workers' debug hook (their sitecustomize) and its collector, `python3 - collect`."""
-    return resources.files(__name__).joinpath("worker_hook.py").read_bytes()
+    """The workers' debug hook (their sitecustomize: the collective sampler, then
+    worker_hook.py) and its collector, `python3 - collect`."""
+    return _joined("collective_sampler.py", "worker_hook.py")
 
 
 def probe_source() -> bytes:

@@ -114,6 +114,7 @@ def _debug_env(job: dict, log: str, env: dict[str, str]) -> None:
         for name, value in (
             ("TORCH_FR_BUFFER_SIZE", "2000"),
             ("TORCH_NCCL_DUMP_ON_TIMEOUT", "1"),
+            ("TORCH_NCCL_ENABLE_TIMING", "1"),  # each collective's GPU time: the straggler's wait
             ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(base, "fr", "nccl_rank_")),
             ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(base, "fr", "pipe_rank_")),
         ):

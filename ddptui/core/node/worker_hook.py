@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from ddptui.core.node.collective_sampler import start_sampler  # sent ahead of this program
+
 DIR_VAR = "DDPTUI_DEBUG_DIR"
 TAG_VAR = "DDPTUI_TAG"
 FR_ENTRIES = 64  # the newest entries of each rank's dump that the report carries
@@ -81,6 +83,7 @@ def _install():
     thread = threading.Thread(target=_dump_on_request, args=(base, who[0]), daemon=True)
     thread.name = "ddptui-flight-recorder"
     thread.start()
+    start_sampler(base, who[0], who[1])
 
 
 def _dump_on_request(base, rank):

@@ -1,0 +1,1 @@
+"""Tests of core/diagnose: why a run is stuck, slow or wrong."""

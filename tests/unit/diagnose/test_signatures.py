@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.diagnose import signatures
+from ddptui.core.diagnose import failures, signatures
+from ddptui.core.diagnose import patterns as diagnosis
 from ddptui.core.diagnose.signatures import BY_NAME, CATALOGUE, Domain, Outlook, Source
 from ddptui.core.diagnose.verdict import RankFacts, Role, judge
-from ddptui.core.monitor import diagnosis, failures
 
 CAPTURES = Path(__file__).parents[2] / "data" / "verdicts"
 _ERROR = re.compile(r"\b[\w.]*(?:Error|Exception)\b: ")

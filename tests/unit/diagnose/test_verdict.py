@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pickle
 
+from ddptui.core.diagnose import failures
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.signatures import Domain, Outlook
 from ddptui.core.diagnose.verdict import RankFacts, Role, judge, role_of, roles
-from ddptui.core.monitor import failures
 
 GLOO_ABORT = (
     "terminate called after throwing an instance of 'gloo::EnforceNotMet'",

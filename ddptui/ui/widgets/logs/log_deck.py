@@ -13,8 +13,9 @@ from textual.containers import Vertical
 from textual.widgets import ContentSwitcher, Static
 
 from ddptui.core.events import NodeState
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import LogFilter, compile_pattern
-from ddptui.ui.widgets.logs.log_store import LogEntry, LogStore, skipped_note
+from ddptui.ui.widgets.logs.log_store import LogStore, skipped_note
 from ddptui.ui.widgets.logs.log_tabs import LogTabBar
 from ddptui.ui.widgets.logs.log_view import DEFAULT_MAX_LINES, LogView
 

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 
 class FilterError(ValueError):

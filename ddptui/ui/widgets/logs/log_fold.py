@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ddptui.core.metrics.shapes import rank_set as rank_set  # one way to write rank sets
-from ddptui.ui.widgets.logs.log_store import LogEntry
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 FOLD_WINDOW = 4096  # a line folds into one printed at most this many rows earlier
 _SPAN = 1 << 32  # more than any rank

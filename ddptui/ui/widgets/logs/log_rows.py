@@ -17,8 +17,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import LogFilter
-from ddptui.ui.widgets.logs.log_store import LogEntry
 
 _RANK_COLOURS = (
     "cyan", "magenta", "green", "yellow", "bright_blue", "bright_red",

@@ -1,31 +1,18 @@
-"""Provides LogStore: the console's bounded window on every node's output, and its entries."""
+"""Provides LogStore: the console's bounded window on every node's output."""
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 if TYPE_CHECKING:
     from ddptui.ui.widgets.logs.log_filter import LogFilter
 
 DEFAULT_STORE_LINES = 20_000
-
-
-class LogEntry(NamedTuple):
-    """One logical line of a node's output: who wrote it, when the console saw it, its number.
-
-    A tuple, not a dataclass: one is made per line the screen takes (tens of thousands a
-    second under a flood), and a tuple is made in a fraction of a frozen dataclass's time.
-    """
-
-    node: str
-    text: str
-    rank: int | None = None
-    ts: float = 0.0
-    seq: int = 0  # NodeLine.seq: the line's number in its node's output
-    note: bool = False  # the console's own remark ("… 12 lines skipped"), not node output
 
 
 @dataclass

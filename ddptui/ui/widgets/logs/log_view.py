@@ -13,6 +13,7 @@ from textual.selection import Selection
 from textual.strip import Strip
 
 from ddptui.ui.widgets.logs.following_view import FollowingView
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import LogFilter
 from ddptui.ui.widgets.logs.log_fold import FoldGroup, LineFolder, rank_set
 from ddptui.ui.widgets.logs.log_rows import (
@@ -32,7 +33,7 @@ from ddptui.ui.widgets.logs.log_rows import (
     selected_strip,
     widest,
 )
-from ddptui.ui.widgets.logs.log_store import LogEntry, LogStore
+from ddptui.ui.widgets.logs.log_store import LogStore
 
 DEFAULT_MAX_LINES = 20_000
 

@@ -2,7 +2,7 @@
 
 `MetricReader.read` on 20,000 copies of each kind of line (best of N, CPU time: wall-clock
 rates move several-fold on a shared machine), and the monitor's whole ingest of the flood's
-lines for scale: `python -m bench.metrics_parse --reps 5`.
+lines for scale: `python -m bench.flood.metrics_parse --reps 5`.
 """
 
 from __future__ import annotations
