@@ -27,8 +27,14 @@ def main() -> int:
     p.add_argument("--stop-on", default="USR1,TERM")
     p.add_argument("--steps", type=int, default=100000)
     p.add_argument("--after", choices=["exit", "continue"], default="exit")
+    p.add_argument("--cuda", action="store_true", help="hold some memory on the rank's GPU")
     args = p.parse_args()
     rank = os.environ.get("RANK", "0")
+    if args.cuda:  # the teardown's GPU proof then has memory to see returned
+        import torch
+
+        held = torch.ones(64 << 20, device=f"cuda:{os.environ.get('LOCAL_RANK', '0')}")
+        _say(f"graceful rank={rank} holds {held.numel() * 4 >> 20} MiB on {held.device}")
 
     def handler(number: int, _frame: object) -> None:
         name = signal.Signals(number).name
