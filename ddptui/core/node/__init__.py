@@ -75,9 +75,8 @@ def reap_step_source() -> bytes:
 
 
 def step_task_source() -> bytes:
-    """The task of one Slurm step for every node (`python3 -S -`: netinfo.py's start checks,
-    then step_task.py)."""
-    return _joined("netinfo.py", "step_task.py")
+    """The task of one Slurm step for every node (`python3 -S -`, step_task.py)."""
+    return resources.files(__name__).joinpath("step_task.py").read_bytes()
 
 
 def worker_hook_source() -> bytes:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import signal
 import sys
-
-from ddptui.core.node.netinfo import start_checks  # sent ahead of this program
 
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
 
@@ -50,9 +47,9 @@ def task(job_text: str) -> int:
     # What a probe step before this one used to find out (a whole srun step of its own):
     # whether the node may have a GPU, the interface holding its address, and on the first
     # node whether the rendezvous port can be bound.
-    gpu = os.path.exists("/dev/nvidiactl") or shutil.which("nvidia-smi") is not None
-    _mark(f"gpu {int(gpu)}")
-    taken, ifname = start_checks(entry.get("port_check"), entry.get("ifname_for"))
+    _mark(f"gpu {int(_may_have_gpu())}")
+    ifname = _ifname_holding(entry["ifname_for"]) if entry.get("ifname_for") else None
+    taken = _port_taken(*entry["port_check"]) if entry.get("port_check") else None
     if ifname:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             env.setdefault(name, ifname)
@@ -84,6 +81,53 @@ def task(job_text: str) -> int:
     code = os.waitstatus_to_exitcode(status)
     _mark(f"exit {code}")
     return code if code >= 0 else 128 - code
+
+
+# What netinfo.py finds, with the C modules alone (_socket, not socket: its import of enum
+# and selectors, and shutil's of fnmatch and re, cost every node's task tens of ms of CPU
+# while the job starts, 64 nodes' worth on a shared login host or test machine).
+
+
+def _may_have_gpu() -> bool:
+    if os.path.exists("/dev/nvidiactl"):
+        return True
+    paths = os.environ.get("PATH", "").split(os.pathsep)
+    return any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in paths if d)
+
+
+def _ifname_holding(address: str) -> str | None:
+    """The interface that holds `address` here, if one does (SIOCGIFADDR per interface)."""
+    import _socket
+    import fcntl
+
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        for _, name in _socket.if_nameindex():
+            request = name[:15].encode().ljust(256, b"\0")
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915, request)
+            except OSError:
+                continue
+            if _socket.inet_ntoa(packed[20:24]) == address:
+                return str(name)
+    finally:
+        s.close()
+    return None
+
+
+def _port_taken(address: str, port: int) -> str | None:
+    """Why the rendezvous port cannot be bound here (as c10d's store binds it), else None."""
+    import _socket
+
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        s.bind((address, int(port)))
+    except OSError as exc:
+        return str(exc.strerror)
+    finally:
+        s.close()
+    return None
 
 
 def _stop_step() -> None:

@@ -34,6 +34,7 @@ from ddptui.core.runs.run_dir import RunDir
 
 NodeHelper = Callable[..., Awaitable[dict[str, Any]]]  # (node, verb, *args) -> its report
 STEP_END_S = 5.0  # a step whose tasks' processes are all gone is gone from squeue by then
+POLL_S = 0.05
 HereReap = Callable[[str], Awaitable[list[int]]]  # tag -> PIDs left on the console's host
 
 
@@ -78,11 +79,10 @@ class SlurmTeardown:
         now, reports = await asyncio.gather(
             job.once("job-now", self._job_now), job.once("reap-all", self._reap_all)
         )
-        names = [step_name(self.run.run_id)]
-        gone = await job.once("end-step", lambda: self.end_steps(names))
+        gone = await job.once("end-step", self._step_gone)
         ended = "step ended" if gone else "step still listed by squeue"
         tag = direct_tag(self.run.run_id)  # the srun client's, on this machine
-        local = await job.once("local", lambda: self._reap_here(tag))
+        local = [] if gone == "srun" else await job.once("local", lambda: self._reap_here(tag))
         if now is None or now.ended:
             state = now.state if now is not None else "gone from squeue"
             # Proving it with a new job could wait for hours on a busy cluster: not done.
@@ -104,6 +104,20 @@ class SlurmTeardown:
                 command.node, False, tuple(local), f"{ended}; could not check {command.node}: {exc}"
             )
         return reap_report(command.node, ended, report, local)
+
+    async def _step_gone(self) -> str:
+        """The job step over: its srun client on this machine has exited once its tasks have
+        (its supervisor writes the step log's exit file after srun's end; "srun": no srun
+        client is left to look for), else as squeue says ("squeue"), stopped and scancelled if
+        need be; "" while squeue still lists it."""
+        exit_file = self.run.path / f"{STEP_LOG}.exit"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STEP_END_S
+        while loop.time() < deadline:
+            if await asyncio.to_thread(exit_file.exists):
+                return "srun"
+            await asyncio.sleep(POLL_S)
+        return "squeue" if await self.end_steps([step_name(self.run.run_id)]) else ""
 
     async def _reap_here(self, tag: str) -> list[int]:
         """The srun client this console started for the node (tagged too), if it lingers."""
