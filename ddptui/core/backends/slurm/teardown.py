@@ -35,6 +35,7 @@ from ddptui.core.runs.run_dir import RunDir
 NodeHelper = Callable[..., Awaitable[dict[str, Any]]]  # (node, verb, *args) -> its report
 STEP_END_S = 5.0  # a step whose tasks' processes are all gone is gone from squeue by then
 POLL_S = 0.05
+DEFAULT_GRACE_S = 3.0  # JobSpec.grace's default: up to it, Slurm's own SIGTERM stops the step
 HereReap = Callable[[str], Awaitable[list[int]]]  # tag -> PIDs left on the console's host
 
 
@@ -71,15 +72,21 @@ class SlurmTeardown:
             return TeardownReport(command.node, True, (), "no job was started")
         if job.mode == "sbatch":
             return await self._reap_batch(command)
-        # One step runs every node (srun direct, or a task per node: node/step.py). Every
-        # node's reap, in one step inside the allocation, stops the workers (the stop signals
-        # to each worker, the agents left to end on their own, SIGKILL after the grace) and
-        # proves the node clean; the job step then ends with its tasks. squeue's word is asked
-        # at the same time (the reap step fails by itself in an allocation that has ended).
+        # One step runs every node (srun direct, or a task per node: node/step.py).
+        # A graceful stop (stop signals other than TERM, or a longer grace): every node's
+        # reap, in one step inside the allocation, stops the workers (the stop signals to
+        # each worker, the agents left to end on their own, SIGKILL after the grace) and
+        # proves the node clean; the job step then ends with its tasks. Otherwise Slurm's
+        # own SIGTERM to every process of the step first (slurmstepd knows them: no node
+        # looks through its processes twice, which at 64 nodes was the slower way), and the
+        # reap step proves each node. squeue's word is asked beside the reap step (which
+        # fails by itself in an allocation that has ended).
+        gone = "" if self.graceful else await job.once("end-step", self._step_gone)
         now, reports = await asyncio.gather(
             job.once("job-now", self._job_now), job.once("reap-all", self._reap_all)
         )
-        gone = await job.once("end-step", self._step_gone)
+        if self.graceful:
+            gone = await job.once("end-step", self._step_gone)
         ended = "step ended" if gone else "step still listed by squeue"
         tag = direct_tag(self.run.run_id)  # the srun client's, on this machine
         local = [] if gone == "srun" else await job.once("local", lambda: self._reap_here(tag))
@@ -105,6 +112,11 @@ class SlurmTeardown:
             )
         return reap_report(command.node, ended, report, local)
 
+    @property
+    def graceful(self) -> bool:
+        """Whether the workers get the stop signals from the reaper (see reap)."""
+        return self.spec.stop_signals != ("TERM",) or self.spec.grace > DEFAULT_GRACE_S
+
     async def _step_gone(self) -> str:
         """The job step over: its srun client on this machine has exited once its tasks have
         (its supervisor writes the step log's exit file after srun's end; "srun": no srun
@@ -113,6 +125,9 @@ class SlurmTeardown:
         exit_file = self.run.path / f"{STEP_LOG}.exit"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STEP_END_S
+        if not self.graceful:  # Slurm's SIGTERM to every process of the step
+            await self._signal_step(self.spec.stop_signals)
+            deadline += self.spec.grace
         while loop.time() < deadline:
             if await asyncio.to_thread(exit_file.exists):
                 return "srun"
@@ -173,6 +188,14 @@ class SlurmTeardown:
             return await self.query.job(self.job.job_id or "")
         except SlurmError:
             return JobInfo(self.job.job_id or "", "", ("RUNNING",))
+
+    async def _signal_step(self, signals: Sequence[str]) -> None:
+        job_id = self.job.job_id or ""
+        names = [step_name(self.run.run_id)]
+        with contextlib.suppress(SlurmError):
+            for step in [s.step_id for s in await self.query.steps(job_id) if s.name in names]:
+                for name in signals:
+                    await self.alloc.signal(step, name)
 
     async def end_steps(self, names: Sequence[str], signal: bool = False) -> bool:
         """The steps gone: once the reap step has stopped their tasks they end by themselves
