@@ -232,10 +232,12 @@ def _stop(pids: list[int], tag: str, grace: float, signals: list[int]) -> list[i
     import signal
 
     workers, agents = split_workers(pids)
-    targets = workers or pids  # no worker seen (an agent alone): the old way, to all
     parents = {_parent(p) for p in pids} & set(pids)  # agents, wrappers: they had children
-    for number in signals:
-        _signal_all(targets, number)
+    if workers:
+        for number in signals:
+            _signal_all(workers, number)
+    else:  # agents alone (no worker started yet): nothing to checkpoint, SIGTERM as before
+        _signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace
     agents_from = 0.0  # when the last worker was seen gone
     termed = False
