@@ -37,18 +37,24 @@ def test_slurm_signal_reaches_the_workers_before_the_time_limit_ends_the_job(
     proc = start(
         slurm_cluster,
         tmp_path,
-        *("--nproc-per-node", "1", "--time", "2", "--slurm-signal", "USR1@100"),
+        *("--slurm-mode", "sbatch", "--nproc-per-node", "1", "--time", "2"),
+        *("--slurm-signal", "B:USR1@100"),
         *(str(WORKER), "--ckpt-dir", str(out), "--handler-s", "2", "--stop-on", "USR1"),
         "--after",
         "continue",
     )
-    all_running(proc, world=2)
+    seen = all_running(proc, world=2)
+    script = next(
+        e["message"] for e in seen if e["event"] == "notice" and "#SBATCH" in e["message"]
+    )
+    assert "#SBATCH --signal=B:USR1@100" in script
     # Slurm checks time limits every 30 s or so: the warning comes 20-100 s in, the end at 2 min
     result = finish(proc, None)
     ended = time.time()
 
-    # each worker's handler ran on Slurm's USR1 (the agents ignored it) and wrote its
-    # checkpoint well before the job ended
+    # each worker's handler ran on Slurm's USR1, passed on by the batch shell to every
+    # process of the job's steps (the agents ignored it), and wrote its checkpoint well
+    # before the job ended
     for rank, (name, _) in _ckpts(out).items():
         assert name == "SIGUSR1", rank
         assert (out / f"rank{rank}.ckpt").stat().st_mtime < ended - 5

@@ -360,12 +360,15 @@ class Session:
         each node's log where the logs are written on this machine (Slurm's)."""
         if self.plan is None or not self.backend.logs_written_locally:
             return None
+        logs = {c.node: self.run.node_log(c.index, c.node) for c in self.plan.commands}
+        for out in sorted(self.run.path.glob("slurm-*.out")):  # a batch job's own output
+            logs[out.name] = out
         tails = {}
-        for c in self.plan.commands:
-            with contextlib.suppress(OSError), open(self.run.node_log(c.index, c.node), "rb") as f:
+        for name, path in logs.items():
+            with contextlib.suppress(OSError), open(path, "rb") as f:
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
-                tails[c.node] = f.read().decode(errors="replace").splitlines()
+                tails[name] = f.read().decode(errors="replace").splitlines()
         return scheduler_end(tails)
 
     def _finish(self, detail: str) -> RunSummary:
