@@ -5,10 +5,12 @@ per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in
 (testbed/standins/fleet_standin.sh) reports its rank, then holds until killed.
 
 - ddptui: `ddptui run --headless --backend slurm --nodes N --nproc-per-node 1 --launcher
-  'bash fleet_standin.sh'` (salloc --no-shell, a probe step, then one srun step with a task
-  per node, its stream split per node); launched = every rank shown running; teardown =
-  SIGTERM to the process's exit (the step signalled, one reap step proving every node, the
-  allocation released).
+  'bash fleet_standin.sh'` (salloc --no-shell, then one srun step with a task per node, its
+  stream split per node; each task finds its interface and the first checks the rendezvous
+  port, where a probe step used to run before it); launched = every rank shown running;
+  teardown = SIGTERM to the process's exit (one reap step stops every node's job and proves
+  the node clean, the job step then ends by itself, the allocation released). With
+  `--baseline TREE`, that tree of ddptui runs too, as `ddptui (base)`, interleaved.
 - by hand: `srun -N N --ntasks-per-node=1 bash fleet_standin.sh` (one step, N tasks, the
   same stand-in), launched = every node's ready line; teardown = SIGTERM to srun (it
   forwards to the tasks and ends the job) until srun exits.
@@ -29,12 +31,22 @@ from typing import Any
 from bench.common.hosts import TimedStream, all_ranks_running, slurm_strays
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
-from bench.common.trees import compile_bytecode
+from bench.common.trees import compile_bytecode, describe_tree
 from testbed import SlurmCluster, Testbed, cleanup_stale
 from testbed.slurm_ddptui import cluster_env, ddptui_argv
 from testbed.standins import FLEET_STANDIN
 
 STANDIN = str(FLEET_STANDIN)
+OURS = "ddptui (salloc + one step)"
+BASE = "ddptui (base)"
+BY_HAND = "srun by hand (one step)"
+PHASES = (
+    "to salloc granted",
+    "granted to step started",
+    "step started to all running",
+    "stop to every node proven",
+    "proven to released",
+)
 Sample = dict[str, Any]
 
 
@@ -51,29 +63,51 @@ def _clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, in
         time.sleep(0.2)
 
 
-def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = None) -> Sample:
     argv = ddptui_argv(
         cluster.tb,
         *("run", "--headless", "--backend", "slurm", "--nodes", str(n)),
         *("--nproc-per-node", "1", "--hang-timeout", "3600"),
         *("--launcher", f"bash {STANDIN}", "slurm_scale.py"),
     )
-    stream = TimedStream(argv, env=cluster_env(cluster, tmp / "state"), cwd=tmp)
+    env = cluster_env(cluster, tmp / "state")
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    stream = TimedStream(argv, env=env, cwd=tmp)
     green = stream.until(all_ranks_running(n), timeout=600)
     if green is None or any(e["event"] == "summary" for e in stream.events()):
         stream.proc.send_signal(signal.SIGTERM)
         stream.finish(timeout=300)
         raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
     t0 = time.monotonic()
+    stopped = time.time()
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
     _, dirty = _clean(cluster)
     events = stream.events()
-    granted = [e["ts"] for e in events if e["event"] == "allocation" and e["state"] == "granted"]
+
+    def first(kind: str, state: str = "", after: float = 0.0) -> float:
+        times = [
+            e["ts"]
+            for e in events
+            if e["event"] == kind and (not state or e.get("state") == state) and e["ts"] > after
+        ]
+        return min(times) if times else float("nan")
+
+    granted = first("allocation", "granted")
+    launched = first("node", "launched")
+    proved = max((e["ts"] for e in events if e["event"] == "teardown"), default=float("nan"))
+    released = first("allocation", "released", stopped)
     return {
         "launch": green,
-        "granted": (min(granted) - stream.wall0) if granted else float("nan"),
+        "granted": granted - stream.wall0,
+        # the phases, from the console's own event times (seconds)
+        "to salloc granted": granted - stream.wall0,
+        "granted to step started": launched - granted,
+        "step started to all running": green - (launched - stream.wall0),
+        "stop to every node proven": proved - stopped,
+        "proven to released": released - proved,
         "teardown": teardown,
         "dirty nodes": dirty,
     }
@@ -105,12 +139,19 @@ def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of ddptui (a worktree or an export of a commit) run as `ddptui (base)`",
+    )
     args = parser.parse_args()
     n = 4 if args.quick else args.nodes
     reps = 1 if args.quick else args.reps
     report = Report("slurm_scale", f"Slurm at scale: {n} slurmd nodes", command_line())
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(compile_bytecode())
+    report.para(compile_bytecode(*([args.baseline] if args.baseline else [])))
+    if args.baseline:
+        report.para(f"Baseline `{BASE}`: {describe_tree(args.baseline)}.")
     cleanup_stale()
     t0 = time.monotonic()
     tb = Testbed(n).start()
@@ -122,10 +163,13 @@ def main() -> None:
         try:
             with tempfile.TemporaryDirectory(prefix="bench-slurm-scale-") as tmp_name:
                 tmp = Path(tmp_name)
+                base = args.baseline
                 tools: dict[str, Callable[[int], Sample]] = {
-                    "ddptui (salloc + one step)": lambda _: ddptui_run(cluster, n, tmp),
-                    "srun by hand (one step)": lambda _: srun_run(cluster, n, tmp),
+                    OURS: lambda _: ddptui_run(cluster, n, tmp),
+                    BY_HAND: lambda _: srun_run(cluster, n, tmp),
                 }
+                if base is not None:
+                    tools[BASE] = lambda _: ddptui_run(cluster, n, tmp, tree=base)
                 runs = interleaved(reps, tools)
         finally:
             cluster.stop()
@@ -148,13 +192,27 @@ def main() -> None:
             " ".join(str(s["dirty nodes"]) for s in samples),
         )
     report.table(table)
-    ours, theirs = (median([s["launch"] for s in r]) for r in runs.values())
-    down_ours, down_theirs = (median([s["teardown"] for s in r]) for r in runs.values())
-    granted = median([s["granted"] for s in next(iter(runs.values()))])
+    phases = [k for k in next(iter(runs.values()))[0] if k in PHASES]
+    report.section("Where ddptui's time goes (medians, from its own event times)")
+    steps = Table(["phase", *[t for t in (OURS, BASE) if t in runs]])
+    for phase in phases:
+        steps.add(
+            phase, *[fmt_s(median([s[phase] for s in runs[t]])) for t in (OURS, BASE) if t in runs]
+        )
+    report.table(steps)
+    by_hand = runs[BY_HAND]
+    theirs, down_theirs = (median([s[k] for s in by_hand]) for k in ("launch", "teardown"))
+    ratios = []
+    for tool in (OURS, BASE):
+        if tool in runs:
+            ours, down = (median([s[k] for s in runs[tool]]) for k in ("launch", "teardown"))
+            granted = median([s["granted"] for s in runs[tool]])
+            ratios.append(
+                f"{tool} / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
+                f"{down / down_theirs:.2f}x (its allocation {granted:.2f} s after it started)"
+            )
     report.para(
-        f"ddptui / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
-        f"{down_ours / down_theirs:.2f}x; ddptui had its allocation {granted:.2f} s after it "
-        f"started (salloc), the rest is its probe and launch steps. Load average at the end: "
+        "; ".join(ratios) + ". Load average at the end: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
     )
     report.write()

@@ -62,6 +62,20 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="seconds with no rank progressing before the job is stalled (default 120; 0: off)",
     )
     job.add_argument(
+        "--stop-signal",
+        action="append",
+        default=[],
+        metavar="SIG",
+        help="signal(s) sent to every worker at teardown, in order (default TERM; also INT, "
+        "HUP, QUIT, USR1, USR2); the torchrun agent is left to end on its own",
+    )
+    job.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the workers get after the stop signal before SIGKILL (default 3)",
+    )
+    job.add_argument(
         "--no-flight-recorder",
         dest="flight_recorder",
         action="store_const",
@@ -121,6 +135,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--gres")
     slurm.add_argument("--exclusive", action="store_true", default=None)
     slurm.add_argument("--account")
+    slurm.add_argument(
+        "--slurm-signal",
+        metavar="[B:]SIG@SECONDS",
+        help="sbatch/salloc --signal: Slurm's warning before a time limit or preemption, "
+        "passed on to every worker (e.g. B:USR1@120)",
+    )
     slurm.add_argument("--slurm-arg", action="append", default=[], help="extra salloc/sbatch arg")
 
 
@@ -170,6 +190,8 @@ def cli_fields(
             "max_restarts": args.max_restarts,
             "gpu_split": args.gpu_split,
             "hang_timeout": args.hang_timeout,
+            "stop_signals": tuple(args.stop_signal),
+            "grace": args.grace,
             "flight_recorder": args.flight_recorder,
             "stacks_method": args.stacks_method,
             "gpu_sample_ms": args.gpu_sample_ms,
@@ -181,18 +203,15 @@ def cli_fields(
     if script:
         fields["script"] = script
         fields["script_args"] = tuple(script_args)
-    found = rules.problems(
-        {
-            # the backend and the hosts (a profile's too) are checked once resolved; here
-            # only what the container flags need (ssh without hosts: not yet an error)
-            "backend": "slurm" if args.backend in (None, "ssh") else args.backend,
-            "container_image": args.container_image,
-            "container_engine": args.container_engine,
-            "container_mounts": args.container_mount,
-        }
-    )
-    # only the container flags' rules here: hosts may come from the profile (resolve_job)
-    found = [p for p in found if p.field.startswith("container")]
+    # The container's flags only: the backend's own rules (its hosts, which a profile may
+    # give) are checked once the profile is merged in.
+    given = {
+        "backend": "slurm" if args.backend in (None, "ssh") else args.backend,
+        "container_image": args.container_image,
+        "container_engine": args.container_engine,
+        "container_mounts": args.container_mount,
+    }
+    found = [p for p in rules.problems(given) if p.field.startswith("container")]
     if found:
         raise SpecError(found[0].message)
     if args.container_image:
@@ -219,6 +238,7 @@ def cli_fields(
             "gres": args.gres,
             "exclusive": args.exclusive,
             "account": args.account,
+            "signal": args.slurm_signal,
             "extra_args": tuple(args.slurm_arg),
         },
     }

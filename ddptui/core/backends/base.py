@@ -27,6 +27,7 @@ from ddptui.core.backends.reap_report import (  # noqa: F401 - the backends' nam
     reap_args,
     reap_clean,
     reap_detail,
+    reap_timeout,
     teardown_report,
 )
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
@@ -49,7 +50,6 @@ from ddptui.core.runs.run_dir import RunDir
 
 Emit = Callable[[Event], None]
 GpuSampleSink = Callable[[str, dict[str, Any]], None]
-
 START_TIMEOUT_S = 60.0
 
 
@@ -408,7 +408,7 @@ class HelperBackend(Backend):
         result = await transport.run(
             self._argv("reap", *reap_args(self.spec, tag, gpu_before)),
             stdin=self._reaper_source,
-            timeout=90,
+            timeout=reap_timeout(self.spec),
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return report

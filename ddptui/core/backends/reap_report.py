@@ -10,6 +10,7 @@ from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.gpu import judge_gpus
 
 REAP_GRACE_S = 3.0
+REAP_MARGIN_S = 90.0  # a reap's time beyond the job's grace (see reap_timeout)
 
 
 def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
@@ -22,13 +23,17 @@ def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
 
 
 def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
-    """The node shim's `reap` arguments: the tag, the grace, the node's container, and each
-    GPU's memory before the job (`0:503,1:503`, MiB) when it is known."""
-    args = [tag, str(REAP_GRACE_S)]
-    container = node_container(spec, tag)
-    if gpu_before:
-        return [*args, *(container or ("", "")), gpu_before]
-    return [*args, *container] if container else args
+    """The node shim's `reap` arguments: the tag, the grace, the node's container, each
+    GPU's memory before the job (`0:503,1:503`, MiB) when it is known, and the stop signals
+    (reaper.reap)."""
+    container = node_container(spec, tag) or ("", "")
+    return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
+
+
+def reap_timeout(spec: JobSpec) -> float:
+    """How long a node's reap may take: the grace, the agents' own end, the SIGKILL and the
+    proof (a container's removal, the GPUs' memory coming back)."""
+    return spec.grace + REAP_MARGIN_S
 
 
 def reap_clean(report: dict[str, Any]) -> bool:

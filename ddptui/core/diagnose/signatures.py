@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ddptui.core.diagnose import failures, patterns
@@ -308,4 +308,19 @@ def identify(
         line = signature.find(lines, kinds)
         if line is not None:
             return signature, line
+    return None
+
+
+# The scheduler's own ends of a job, which the run's summary names before anything else.
+SCHEDULER_ENDS = ("slurm_preempted", "slurm_time_limit", "slurm_node_fail")
+
+
+def scheduler_end(node_lines: Mapping[str, Sequence[str]]) -> str | None:
+    """Why the scheduler ended the job (preempted, its time limit, a node lost), in words
+    with the line that shows it, when a node's own lines (srun's, slurmstepd's) say so."""
+    for node, lines in node_lines.items():
+        for name in SCHEDULER_ENDS:
+            line = BY_NAME[name].find(lines)
+            if line is not None:
+                return f"{BY_NAME[name].summary} ({node}: {line})"
     return None

@@ -7,7 +7,7 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -17,6 +17,9 @@ from ddptui.core.job.secret_env import MASK, mask_env, secret_names, secret_valu
 Backend = Literal["local", "ssh", "slurm"]
 BACKENDS: tuple[str, ...] = ("local", "ssh", "slurm")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The signals a teardown may send the workers before SIGKILL (names without SIG).
+STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2")
+_SLURM_SIGNAL = re.compile(r"(?:[BR]{1,2}:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?")
 
 
 # `Epoch 49`, `step=120`, `Steps: 8`, `iter 7`, `iteration 7`; the first number is the progress.
@@ -60,7 +63,20 @@ class SlurmSpec(_Model):
     gres: str | None = None
     exclusive: bool = False
     account: str | None = None
+    # Slurm's own warning before a time limit or preemption (sbatch/salloc --signal), e.g.
+    # "B:USR1@120": the batch shell (B:) passes it on to every worker (batch_script.py).
+    signal: str | None = None
     extra_args: tuple[str, ...] = ()
+
+    @field_validator("signal")
+    @classmethod
+    def _slurm_signal(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        match = _SLURM_SIGNAL.fullmatch(value.strip())
+        if match is None:
+            raise ValueError(f"{value!r} is not [B:|R:]SIG[@SECONDS] (for example B:USR1@120)")
+        return value.strip()
 
 
 class JobSpec(_Model):
@@ -93,6 +109,11 @@ class JobSpec(_Model):
     hang_timeout: float = Field(120.0, ge=0)
     flight_recorder: bool = True  # torch's flight recorder on (NCCL, gloo), dumps gathered
     stacks_method: Literal["auto", "signal", "py-spy"] = "auto"  # auto: py-spy where it may
+    # Teardown: these signals go to every worker directly, in order (torchrun forwards only
+    # INT/TERM/HUP/QUIT and kills its workers 30 s after TERM), the agents are left to end on
+    # their own once their workers have, and what is left after `grace` seconds gets SIGKILL.
+    stop_signals: tuple[str, ...] = ("TERM",)
+    grace: float = Field(3.0, ge=0, le=3600)
     # Each node's GPUs are sampled this often while the job runs (ms); 0: off.
     gpu_sample_ms: int = Field(1000, ge=0)
     # What a rank's progress lines look like (first number = step), for straggler detection.
@@ -121,6 +142,19 @@ class JobSpec(_Model):
         except PatternError as exc:
             raise ValueError(str(exc)) from None
         return patterns
+
+    @field_validator("stop_signals", mode="before")
+    @classmethod
+    def _stop_signals(cls, value: Any) -> tuple[str, ...]:
+        words = [value] if isinstance(value, str) else list(value)
+        names = [w.strip().upper().removeprefix("SIG") for w in words for w in w.split(",")]
+        names = [n for n in names if n]
+        unknown = [n for n in names if n not in STOP_SIGNALS]
+        if unknown or not names:
+            raise ValueError(
+                f"stop signal {', '.join(unknown) or '(none)'}: one of {', '.join(STOP_SIGNALS)}"
+            )
+        return tuple(names)
 
     @field_validator("launcher", "python")
     @classmethod

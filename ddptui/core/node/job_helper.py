@@ -336,6 +336,10 @@ def launch() -> int:
 def gpu(tag: str, gpu_ms: str, gone_s: str = "", tasks: str = "") -> int:
     """The GPU sampler alone, for the job tagged `tag`, until the job's workers are gone
     (for `gone_s` seconds, or the default); `tasks` "slurm": the workers are srun's tasks."""
+    import signal
+
+    for number in (signal.SIGUSR1, signal.SIGUSR2):  # Slurm's warning to every step: not ours
+        signal.signal(number, signal.SIG_IGN)
     gone = float(gone_s) if gone_s else None
     return sample_alone(TAG_VAR, tag, int(gpu_ms), gone, tasks == "slurm")
 

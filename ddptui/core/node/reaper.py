@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 TAG_VAR = "DDPTUI_TAG"
 REAP_POLL_S = 0.05
 ENVIRON_READ = 1 << 16  # bytes a read of /proc/PID/environ asks for
-AGENT_GRACE_S = 0.5  # for agents whose workers are gone (see reap)
+AGENT_OWN_S = 5.0  # an agent whose workers are gone gets this long to end on its own
+AGENT_GRACE_S = 1.0  # then SIGTERM, and this long before SIGKILL
+# What a torchrun agent's command line holds among its first words: the stop signals go past
+# it, to its workers (it forwards only INT/TERM/HUP/QUIT, and kills them 30 s after TERM).
+AGENT_WORDS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 ENGINE_VARS = (  # what points a docker/podman client at its daemon, store or settings
     "DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_CONFIG", "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY",
     "CONTAINER_HOST", "CONTAINER_CONNECTION", "CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF",
@@ -105,6 +109,30 @@ def _cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
     except OSError:
         return ""
+
+
+def _is_agent(pid: int) -> bool:
+    """Whether the process is a torchrun agent (its first three words name it)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")[:3]
+    except OSError:
+        return False
+    names = {os.path.basename(w.decode(errors="replace")) for w in words}
+    return any(word in names for word in AGENT_WORDS)
+
+
+def split_workers(pids: list[int]) -> tuple[list[int], list[int]]:
+    """(the workers: every process of the job but its torchrun agents, as Slurm signals every
+    process of a step; the agents)."""
+    agents = [p for p in pids if _is_agent(p)]
+    return [p for p in pids if p not in agents], agents
+
+
+def _signum(name: str) -> int:
+    import signal
+
+    return int(getattr(signal, "SIG" + name.upper().removeprefix("SIG")))
 
 
 def engine_env(pids: list[int], engine: str) -> dict[str, str]:
@@ -193,13 +221,56 @@ def gpu_proof(tag: str, job: set[int], before_arg: str) -> dict[str, Any] | None
     return snapshot
 
 
-def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before: str = "") -> int:
-    """SIGTERM the job (torchrun forwards it to its workers), SIGKILL what remains after
-    `grace` seconds, then list what is still there: the proof the node is clean.
+def _stop(pids: list[int], tag: str, grace: float, signals: list[int]) -> list[int]:
+    """The stop signals to every worker directly (split_workers), none to the agents: an
+    agent that saw its workers end ends on its own (AGENT_OWN_S), and only then is an agent
+    still there sent SIGTERM (AGENT_GRACE_S before the SIGKILL). Why agents used to need
+    SIGKILL: they were given 0.5 s once their workers were gone, and an agent needs its
+    monitor's next look, its failure report and its rendezvous shutdown before it exits
+    (1-3 s measured on a loaded 2-core machine: a 2-node job whose workers were stopped
+    this way ended with no agent killed). Returns what is left when the grace is over."""
+    import signal
 
-    Once no process of the job has a parent in the job (the workers are gone, only agents
-    shutting down remain), they get AGENT_GRACE_S more, not the rest of `grace`: an agent
-    whose workers are gone has nothing left to stop, and killing it orphans nobody.
+    workers, agents = split_workers(pids)
+    parents = {_parent(p) for p in pids} & set(pids)  # agents, wrappers: they had children
+    if workers:
+        for number in signals:
+            _signal_all(workers, number)
+    else:  # agents alone (no worker started yet): nothing to checkpoint, SIGTERM as before
+        _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    agents_from = 0.0  # when the last worker was seen gone
+    termed = False
+    while pids and time.monotonic() < deadline:
+        time.sleep(REAP_POLL_S)
+        pids = _still_tagged(pids, tag)
+        # Only agents left: named so, or parents of the job's processes none of whose
+        # children is left (an agent whose workers are gone has nothing left to stop).
+        alone = not any(_parent(p) in pids for p in pids)
+        if not all(p in agents or (alone and p in parents) for p in pids):
+            continue
+        now = time.monotonic()
+        agents_from = agents_from or now
+        if not termed and now - agents_from >= AGENT_OWN_S:
+            _signal_all(pids, signal.SIGTERM)
+            termed = True
+            deadline = min(deadline, now + AGENT_GRACE_S)
+        elif not termed:
+            deadline = max(deadline, agents_from + AGENT_OWN_S + AGENT_GRACE_S)
+    return pids
+
+
+def reap(
+    tag: str,
+    grace_arg: str,
+    engine: str = "",
+    name: str = "",
+    gpu_before: str = "",
+    signals: str = "TERM",
+) -> int:
+    """The stop signals to the job's workers (`signals`: TERM, USR1, ... in order, see
+    _stop), SIGKILL what remains after `grace` seconds, then list what is still there: the
+    proof the node is clean.
 
     On a node with GPUs the report holds the GPU proof too (gpu_proof), `gpu_before` being
     each GPU's memory before the job, as the console's first sample saw it.
@@ -222,13 +293,7 @@ def reap(tag: str, grace_arg: str, engine: str = "", name: str = "", gpu_before:
     found = len(pids)
     first = list(pids)
     seen = {p: _cmdline(p) for p in [*pids, *holders][:40]}
-    _signal_all(pids, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while pids and time.monotonic() < deadline:
-        time.sleep(REAP_POLL_S)
-        pids = _still_tagged(pids, tag)
-        if pids and not any(_parent(p) in pids for p in pids):
-            deadline = min(deadline, time.monotonic() + AGENT_GRACE_S)
+    pids = _stop(pids, tag, grace, [_signum(n) for n in signals.split(",") if n] or [15])
     # An empty list here came from a look at every process (_still_tagged); one that is not
     # gets another, for what started meanwhile; the proof at the end is such a look too.
     killed = [p for p in _tagged(tag) if is_alive(p)] if pids else []

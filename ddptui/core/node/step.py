@@ -50,6 +50,9 @@ def task_table(
             debug(logs[node], env)  # type: ignore[operator]
         extra = {k: v for k, v in env.items() if base.get(k) != v}
         table[node] = {"argv": entry["argv"], "env": extra}
+        for check in ("port_check", "ifname_for"):  # step_task.py's start checks
+            if entry.get(check):
+                table[node][check] = entry[check]
     return {"nodes": table}
 
 
@@ -60,12 +63,16 @@ def program_with(source: str, job_line: str, table: dict) -> bytes:
     return text.replace(job_line.encode(), b'JOB = "' + encoded + b'"\n')
 
 
-def _write_exit(log: str, code: int) -> None:
-    tmp = log + ".exit.tmp"
+def _write_beside(log: str, suffix: str, text: str) -> None:
+    tmp = log + suffix + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.write(fd, f"{code}\n".encode())
+    os.write(fd, f"{text}\n".encode())
     os.close(fd)
-    os.replace(tmp, log + ".exit")
+    os.replace(tmp, log + suffix)
+
+
+def _write_exit(log: str, code: int) -> None:
+    _write_beside(log, ".exit", str(code))
 
 
 class StepSplit:
@@ -77,7 +84,7 @@ class StepSplit:
         self.own_fd = own_fd
         self.fds = {}
         for node, path in logs.items():
-            for stale in (path + ".exit", path + ".exit.tmp"):
+            for stale in (path + ".exit", path + ".exit.tmp", path + ".gpu"):
                 if os.path.exists(stale):
                     os.unlink(stale)
             self.fds[node] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -115,6 +122,11 @@ class StepSplit:
         what, _, arg = body[at + len(MARK) :].strip().partition(b" ")
         if what == b"node" and arg.decode(errors="replace") in self.fds:
             self.task_node[task_id] = arg.decode()
+            return
+        if what == b"gpu":  # whether the node may have a GPU: LOG.gpu, for the sampler
+            node = self._node(task_id)
+            if node is not None:
+                _write_beside(self.logs[node], ".gpu", arg.decode(errors="replace"))
             return
         node = self._node(task_id)
         if node is None:

@@ -13,6 +13,7 @@ from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.signatures import scheduler_end
 from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
@@ -51,6 +52,7 @@ WIND_DOWN_S = 20.0  # the most a node whose own rank failed gets to print torchr
 RECONNECT_TRIES = 5
 DRAIN_S = 5.0
 CLOCK_EVERY_S = 180.0  # each node's clock offset measured again this often
+LOG_TAIL_BYTES = 1 << 16  # of each node's log, read for the scheduler's word at the end
 
 
 class Session:
@@ -482,6 +484,22 @@ class Session:
             return None
         return self.monitor.final_verdict()
 
+    def _scheduler_end(self) -> str | None:
+        """The scheduler's word on the job's end (signatures.scheduler_end), from the tail of
+        each node's log where the logs are written on this machine (Slurm's)."""
+        if self.plan is None or not self.backend.logs_written_locally:
+            return None
+        logs = {c.node: self.run.node_log(c.index, c.node) for c in self.plan.commands}
+        for out in sorted(self.run.path.glob("slurm-*.out")):  # a batch job's own output
+            logs[out.name] = out
+        tails = {}
+        for name, path in logs.items():
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
+                tails[name] = f.read().decode(errors="replace").splitlines()
+        return scheduler_end(tails)
+
     def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
         told = self.monitor.summary() if self.monitor else None
@@ -495,6 +513,10 @@ class Session:
             and clean
         )
         stopped_by = self._stop_reason or "finished"
+        ended_by = self._scheduler_end()
+        if ended_by and not self._detach:  # preempted, timed out: said first, whatever else
+            detail = ended_by + (f"; {detail}" if detail else "")
+            stopped_by = "failure" if stopped_by == "finished" else stopped_by
         if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
         elif stopped_by == "operator" and not detail:

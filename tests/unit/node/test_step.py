@@ -90,7 +90,7 @@ def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
     script = 'import os, sys; print(os.environ["DDPTUI_TAG"], os.environ["X"]); sys.exit(4)'
     done = _task(tmp_path, "node1", [sys.executable, "-c", script])
     assert done.returncode == 4
-    assert done.stdout == MARK + b"node node1\nr.0 1\n" + MARK + b"exit 4\n"
+    assert done.stdout == MARK + b"node node1\n" + MARK + b"gpu 0\nr.0 1\n" + MARK + b"exit 4\n"
     missing = _task(tmp_path, "node9", ["true"])
     assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
 

@@ -14,35 +14,40 @@ reading a local file, and a console that dies loses nothing.
 - srun direct: one step of N x G tasks with `--label`; its stream is split per node
   (srun_output.SrunDemux) into each node's log in the prefix format the Monitor reads.
 
-Teardown and the job's state live in the base class, SlurmSteps (steps.py).
+The job's state is a SlurmJob (job.py) the backend holds; its end and the proof of every
+node a SlurmTeardown (teardown.py) it holds too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.core.backends.base import (
-    BackendError,
-)
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_script import (
     HELPER_FILE,
     SECRET_FILE,
     batch_script,
     secret_file,
 )
-from ddptui.core.backends.slurm.cli import SlurmError, ipv4_of
+from ddptui.core.backends.slurm.cli import SlurmError, choose_query, ipv4_of
 from ddptui.core.backends.slurm.commands import (
     STEP_LOG,
     direct_argv,
     direct_plan,
     direct_tag,
+    every_node_argv,
     helper_argv,
     job_name,
+    node_tag,
+    nodes_step_argv,
     resolve_mode,
     salloc_argv,
     step_nodes,
@@ -54,32 +59,72 @@ from ddptui.core.backends.slurm.follow import (
     log_tail,
     probe_all,
     run_for_job,
+    run_job_helper,
 )
+from ddptui.core.backends.slurm.gpu_follow import LabelledGpu, NodeGpuFollow
+from ddptui.core.backends.slurm.job import SlurmJob
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
-from ddptui.core.backends.slurm.steps import SlurmSteps
-from ddptui.core.backends.transport import ChunkSink
-from ddptui.core.events import AllocationChanged, Notice
+from ddptui.core.backends.slurm.teardown import SlurmTeardown
+from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport
+from ddptui.core.events import AllocationChanged, Notice, TeardownReport
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
-from ddptui.core.node import node_probe_source
+from ddptui.core.job.spec import JobSpec
+from ddptui.core.node import JOB_LINE, node_probe_source, step_task_source, with_job
+from ddptui.core.runs.run_dir import RunDir
 
 __all__ = ["SlurmBackend", "run_for_job"]
 
+GPU_MARK_WAIT_S = 60.0  # how long the GPU sampler waits for the nodes' word on their GPUs
 
-class SlurmBackend(SlurmSteps):
+
+class SlurmBackend(HelperBackend):
+    """Nodes Slurm allocates; the job's state in a SlurmJob, its end in a SlurmTeardown."""
+
     name = "slurm"
     logs_written_locally = True
     launch_on_node = False  # the step starts from this host; gpu_follow samples the nodes
 
+    def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
+        super().__init__(spec, run, emit)
+        # "auto": resolved by allocate(), or restore()
+        self.job = SlurmJob(
+            spec.slurm.mode, spec.slurm.launch == "srun", spec.workdir or os.getcwd()
+        )
+        self.query = choose_query()
+        self.alloc = SlurmAllocator(self.query, emit, job_name(run.run_id))
+        self.teardown = SlurmTeardown(
+            self.job,
+            spec,
+            run,
+            self.alloc,
+            self.query,
+            emit,
+            self._helper,
+            self._reap_here,
+            self.gpu_before,
+        )
+        self._transport = LocalTransport()
+        self._ifnames: dict[str, str] = {}
+        self._port_problem = ""
+        self._told_batch_output = False
+        self._restarts = 0  # the requeues seen (sbatch)
+        self._complaints: set[str] = set()
+        self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
+        self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
+        self._gpu_users = 0
+        self._gpu_begun: asyncio.Future[None] | None = None
+        self._gpu_tools: dict[str, bool] = {}  # may the node have a GPU (probe, task's mark)
+
     def node_log_path(self, command: NodeCommand) -> str:
-        if self.direct or command.tag == direct_tag(self.run.run_id):
+        if self.job.direct or command.tag == direct_tag(self.run.run_id):
             return str(self.run.path / STEP_LOG)  # the one step's own (srun's own lines)
         return str(self.run.node_log(command.index, command.node))
 
     async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
         """The worker hook's collector on the node, inside the allocation (`srun --overlap`)."""
-        if self.mode == "sbatch" or self.job_id is None:
+        if self.job.mode == "sbatch" or self.job.job_id is None:
             raise BackendError("stacks are taken from steps this console starts, not sbatch's")
         try:
             return await self._helper(
@@ -96,34 +141,34 @@ class SlurmBackend(SlurmSteps):
     # -- allocation -------------------------------------------------------------------------------
 
     async def allocate(self) -> list[NodeTarget]:
-        self.mode = resolve_mode(self.spec)
-        if self.direct:
+        self.job.mode = resolve_mode(self.spec)
+        if self.job.direct:
             direct_argv(self.spec)  # a container engine srun cannot run fails here, early
-        if self.mode == "existing":
+        if self.job.mode == "existing":
             job = await self.alloc.existing(os.environ["SLURM_JOB_ID"])
             how = "the allocation this console runs in"
-        elif self.mode == "salloc":
+        elif self.job.mode == "salloc":
             job = await self.alloc.salloc(salloc_argv(self.spec, self.run.run_id))
             how = "salloc"
         else:
             job = await self._submit()
             how = "sbatch"
-        self.cpus_per_node = job.cpus_per_node
+        self.job.cpus_per_node = job.cpus_per_node
         try:
             names = tuple(n.name for n in await self._take(job))
             self.emit(AllocationChanged("granted", job.job_id, names, how))
-            if self.mode != "sbatch":
-                await self._probe()
+            if self.job.mode != "sbatch" and self.job.direct:
+                await self._probe()  # torchrun's step checks what it needs itself
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
-        return self.nodes
+        return self.job.nodes
 
     async def reach(self) -> tuple[list[NodeTarget], dict[str, str]]:
         """The allocation this console runs in, or one made for the look (`salloc --no-shell`,
         whatever the job's mode: a batch job would start the job itself)."""
         existing = os.environ.get("SLURM_JOB_ID")
         inside = existing and self.spec.slurm.mode in ("auto", "existing")
-        self.mode = "existing" if inside else "salloc"
+        self.job.mode = "existing" if inside else "salloc"
         try:
             if existing and inside:
                 job = await self.alloc.existing(existing)
@@ -135,20 +180,20 @@ class SlurmBackend(SlurmSteps):
 
     def program_argv(self, node: str, *args: str) -> list[str]:
         name = f"{job_name(self.run.run_id)}-look"
-        return helper_argv(self.job_id, node, name, self.spec.python, *args)
+        return helper_argv(self.job.job_id, node, name, self.spec.python, *args)
 
     def runs_dir(self) -> str:
-        return self.cwd  # srun's output lands here; logs stay on the console's host
+        return self.job.cwd  # srun's output lands here; logs stay on the console's host
 
     async def _take(self, job: JobInfo) -> list[NodeTarget]:
         """The job's nodes, each with the address the others reach it at."""
-        self.job_id = job.job_id
+        self.job.job_id = job.job_id
         names = await self._node_names(job)
         addresses = await self.query.node_addresses(names)
-        self.nodes = [
+        self.job.nodes = [
             NodeTarget(n, await asyncio.to_thread(ipv4_of, addresses.get(n, n))) for n in names
         ]
-        return self.nodes
+        return self.job.nodes
 
     async def _node_names(self, job: JobInfo) -> list[str]:
         names = await self.query.hostnames(job.nodes)
@@ -172,8 +217,8 @@ class SlurmBackend(SlurmSteps):
         self.run.write_private(HELPER_FILE, self._helper_source.decode())  # its last step
         path = self.run.write_private("job.sbatch", script)
         self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
-        self.job_id = await self.alloc.submit(str(path))
-        return await self.alloc.wait_running(self.job_id)
+        self.job.job_id = await self.alloc.submit(str(path))
+        return await self.alloc.wait_running(self.job.job_id)
 
     async def _probe(self) -> None:
         """Each node's interfaces (for GLOO/NCCL_SOCKET_IFNAME) and a usable python there,
@@ -181,14 +226,14 @@ class SlurmBackend(SlurmSteps):
         client per node took 0.1-0.3 s of the launch each); a node that step missed is
         probed on its own, so its failure is told in its own words."""
         port = str(self.spec.rdzv_port or DEFAULT_RDZV_PORT)
-        head = self.nodes[0]
-        names = [n.name for n in self.nodes]
+        head = self.job.nodes[0]
+        names = [n.name for n in self.job.nodes]
         reports: dict[str, dict[str, Any]] = {}
         with contextlib.suppress(SlurmError):
             name = f"{job_name(self.run.run_id)}-probe"
-            assert self.job_id is not None
+            assert self.job.job_id is not None
             reports = await probe_all(
-                self.spec, node_probe_source(), name, names, self.job_id, head.address, port
+                self.spec, node_probe_source(), name, names, self.job.job_id, head.address, port
             )
 
         async def probe(node: NodeTarget) -> None:
@@ -209,7 +254,7 @@ class SlurmBackend(SlurmSteps):
             if taken and not taken.get("free", True):
                 self._port_problem = str(taken.get("error", ""))
 
-        await asyncio.gather(*(probe(n) for n in self.nodes))
+        await asyncio.gather(*(probe(n) for n in self.job.nodes))
 
     async def rdzv_port(self, head: NodeTarget) -> int:
         port = self.spec.rdzv_port or DEFAULT_RDZV_PORT
@@ -225,21 +270,22 @@ class SlurmBackend(SlurmSteps):
     def plan(self, nodes: Sequence[NodeTarget], port: int) -> LaunchPlan:
         """sbatch: what each node's share of the batch script runs; otherwise the srun
         steps this console starts (job_id None means: inside the batch script)."""
-        job_id = None if self.mode == "sbatch" else self.job_id
-        if not self.direct:
+        job_id = None if self.job.mode == "sbatch" else self.job.job_id
+        if not self.job.direct:
             if job_id is not None:
                 lines = torchrun_lines(
-                    self.spec, self.run.run_id, nodes, port, self.cwd, self._ifnames
+                    self.spec, self.run.run_id, nodes, port, self.job.cwd, self._ifnames
                 )
                 self._step_nodes = step_nodes(self.spec, lines)
+                self._start_checks(nodes, port)
             return torchrun_plan(
                 self.spec,
                 self.run.run_id,
                 nodes,
                 port,
                 job_id,
-                self.cwd,
-                self.cpus_per_node,
+                self.job.cwd,
+                self.job.cpus_per_node,
                 self._ifnames,
             )
         ifnames = sorted({self._ifnames[n.name] for n in nodes if n.name in self._ifnames})
@@ -257,17 +303,154 @@ class SlurmBackend(SlurmSteps):
             nodes,
             port,
             job_id,
-            self.cwd,
+            self.job.cwd,
             self._ifnames.get(nodes[0].name),
         )
 
+    def _start_checks(self, nodes: Sequence[NodeTarget], port: int) -> None:
+        """What each node's task of the one step finds out before its torchrun starts
+        (step_task.py), in place of a probe step before it: the interface holding the
+        node's address, and on the first node whether the rendezvous port can be bound."""
+        for node in nodes:
+            entry = self._step_nodes.get(node.name)
+            if entry is None:
+                continue
+            if not self.spec.socket_ifname and node.name not in self._ifnames:
+                entry["ifname_for"] = node.address
+            if node is nodes[0]:
+                entry["port_check"] = [node.address, port]
+
     async def start(self, command: NodeCommand) -> None:
-        if self.mode == "sbatch":
+        if self.job.mode == "sbatch":
             return  # the batch script started every node
-        if self.direct:  # one step for every node: the first caller starts it
-            await self._one_time("start", lambda: super(SlurmBackend, self).start(command))
+        if self.job.direct:  # one step for every node: the first caller starts it
+            await self.job.once("start", lambda: super(SlurmBackend, self).start(command))
             return
-        await self._one_time("start", lambda: self._start_step(command))
+        await self.job.once("start", lambda: self._start_step(command))
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def transport(self, node: str) -> Transport:
+        return self._transport
+
+    def python(self) -> str:
+        return sys.executable  # the shim's start/reap verbs run here, on the console's host
+
+    async def _helper(
+        self, node: str, verb: str, *args: str, inside: bool = True, source: bytes | None = None
+    ) -> dict[str, Any]:
+        name = f"{job_name(self.run.run_id)}-{verb}"
+        job_id = self.job.job_id if inside else None
+        shim = source or self._helper_source
+        return await run_job_helper(self.spec, shim, name, node, job_id, verb, *args)
+
+    # -- one step for every node ------------------------------------------------------------
+
+    async def _start_step(self, first: NodeCommand) -> None:
+        """Every node's torchrun in one step (a task per node, node/step.py), started
+        detached by the node helper here, which splits its stream into each node's log and
+        exit file (those files are what `follow` reads, as for a step per node)."""
+        assert self.job.job_id is not None
+        names = [n.name for n in self.job.nodes]
+        argv = nodes_step_argv(
+            self.spec, self.job.job_id, self.run.run_id, names, self.job.cpus_per_node, self.job.cwd
+        )
+        tag = direct_tag(self.run.run_id)
+        step = NodeCommand(first.node, first.address, first.index, tuple(argv), {}, None, tag=tag)
+        await super().start(step)
+        launch = self._launches.pop(step.node, None)
+        if launch is not None:  # its tail of the step's own log is not needed
+            await launch.close()
+
+    def start_checks(self, command: NodeCommand) -> dict[str, Any]:
+        """The one step's split: each node's task, log and order (node/step.py)."""
+        if self.job.direct or command.tag != direct_tag(self.run.run_id):
+            return {}
+        logs = {n.name: str(self.run.node_log(i, n.name)) for i, n in enumerate(self.job.nodes)}
+        return {
+            "split": {
+                "nodes": self._step_nodes,
+                "logs": logs,
+                "order": [n.name for n in self.job.nodes],
+                "program": base64.b64encode(step_task_source()).decode(),
+                "job_line": JOB_LINE.decode(),
+            }
+        }
+
+    # -- the GPU sampler step ---------------------------------------------------------------
+
+    async def _gpu_join(self) -> None:
+        """The GPU sampler, one step with a task per node beside the job's, runs while any
+        node is followed (gpu_follow.py); it starts once the nodes have said whether they
+        may have a GPU, in the background, so following never waits for it."""
+        if not self.spec.gpu_sample_ms or self.job.job_id is None:
+            return
+        self._gpu_users += 1
+        if self._gpu_begun is None:
+            self._gpu_begun = asyncio.ensure_future(self._gpu_begin())
+
+    async def _gpu_begin(self) -> None:
+        if not self.job.direct and self.job.mode != "sbatch":
+            await self._gpu_marks()
+        nodes = [n for n in self.job.nodes if self._gpu_tools.get(n.name, True)]
+        if not nodes:
+            return  # no GPU (nor nvidia-smi) on any node: nothing to sample
+        self._gpu_step = self._gpu_follow(nodes)
+        await self._gpu_step.start()
+
+    async def _gpu_marks(self) -> None:
+        """Each node's word from its task of the one step (LOG.gpu, step.py), or its end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + GPU_MARK_WAIT_S
+        waiting = dict(enumerate(self.job.nodes))
+        while waiting and loop.time() < deadline:
+            said = await asyncio.to_thread(self._gpu_said, waiting)
+            self._gpu_tools.update(said)
+            waiting = {i: n for i, n in waiting.items() if n.name not in said}
+            if waiting:
+                await asyncio.sleep(0.2)
+
+    def _gpu_said(self, nodes: dict[int, NodeTarget]) -> dict[str, bool]:
+        """What the nodes said so far: their GPU mark, or False for a node already ended."""
+        said = {}
+        for index, node in nodes.items():
+            log = str(self.run.node_log(index, node.name))
+            with contextlib.suppress(OSError):
+                said[node.name] = Path(log + ".gpu").read_text().strip() == "1"
+                continue
+            if os.path.exists(log + ".exit"):
+                said[node.name] = False
+        return said
+
+    async def _gpu_leave(self) -> None:
+        if self._gpu_begun is None:
+            return
+        self._gpu_users -= 1
+        if self._gpu_users <= 0:
+            begun, self._gpu_begun = self._gpu_begun, None
+            begun.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await begun
+            step, self._gpu_step = self._gpu_step, None
+            if step is not None:
+                await step.stop()
+
+    def _gpu_follow(self, nodes: Sequence[NodeTarget]) -> NodeGpuFollow:
+        assert self.job.job_id is not None
+        names = [n.name for n in nodes]
+        name = f"{job_name(self.run.run_id)}-gpu"
+        argv = every_node_argv(
+            self.job.job_id, names, name, self.spec.python, "each", "gpu", label=True
+        )
+        ms, tasks = str(self.spec.gpu_sample_ms), "slurm" if self.job.direct else ""
+        table = {
+            n.name: [node_tag(self.run.run_id, i, self.job.direct), ms, "", tasks]
+            for i, n in enumerate(self.job.nodes)
+            if n.name in names
+        }
+        program = with_job(self._helper_source, {"nodes": table})
+        demux = LabelledGpu(names, self.gpu_sample)
+        return NodeGpuFollow(argv, program, lambda _: None, demux)
 
     # -- following --------------------------------------------------------------------------------
 
@@ -289,11 +472,11 @@ class SlurmBackend(SlurmSteps):
     async def _follow_log(
         self, command: NodeCommand, offset: int, on_chunk: ChunkSink
     ) -> int | None:
-        if self.direct:
+        if self.job.direct:
             code = await follow_direct(
                 self.run.path / STEP_LOG,
                 self.run.node_log(command.index, command.node),
-                [n.name for n in self.nodes],
+                [n.name for n in self.job.nodes],
                 self.spec.nproc_per_node,
                 command.index,
                 offset,
@@ -311,10 +494,13 @@ class SlurmBackend(SlurmSteps):
     def _slurm_complaint(self, log: Path) -> None:
         """srun refusing a step (an option it lacks without pyxis, too few CPUs...) is the
         reason the node failed: say it as an error, in Slurm's words, once."""
-        line = slurm_complaint(log_tail(log))
-        if line and line not in self._complaints:
-            self._complaints.add(line)
-            self.emit(Notice("error", f"Slurm: {line}"))
+        tail = log_tail(log)
+        refused = next((ln for ln in tail if ln.startswith("ddptui: rendezvous port ")), None)
+        line = slurm_complaint(tail)
+        said = refused[len("ddptui: ") :] if refused else f"Slurm: {line}" if line else None
+        if said and said not in self._complaints:  # the head's task refused the port
+            self._complaints.add(said)
+            self.emit(Notice("error", said))
 
     async def ended(self, command: NodeCommand) -> int | None:
         """A run left detached: the node's exit file, else the job's end as Slurm says it
@@ -324,55 +510,92 @@ class SlurmBackend(SlurmSteps):
 
     async def _ended(self) -> int | None:
         """None while the job may still write a node's exit file; else the code to report."""
-        if self.job_id is None:
+        if self.job.job_id is None:
             return 1
         try:
-            job = await self.query.job(self.job_id)
+            job = await self.query.job(self.job.job_id)
         except SlurmError:
             return None
+        if job is not None:
+            self._requeued(job)
         if job is not None and not job.ended:
             return None
         self._batch_output_notice()
         return job.exit_code if job is not None and job.exit_code else 1
 
+    def _requeued(self, job: JobInfo) -> None:
+        """A batch job Slurm requeued (preempted, a node failed, `scontrol requeue`) runs
+        again under the same id: its script appends a new cycle to every node's log, which
+        the followers read on; the operator is told once per requeue."""
+        if job.restarts <= self._restarts:
+            return
+        self._restarts = job.restarts
+        names = tuple(n.name for n in self.job.nodes)
+        detail = f"requeue {job.restarts}: the same job runs again, followed as a new cycle"
+        self.emit(AllocationChanged("requeued", self.job.job_id, names, detail))
+        self.emit(Notice("warning", f"Slurm requeued job {self.job.job_id} ({detail})"))
+
     def _batch_output_notice(self) -> None:
         """A batch job that ended without a node's exit file: say what its script printed."""
-        if self.mode != "sbatch" or self._told_batch_output or self.job_id in self.alloc.released:
+        if (
+            self.job.mode != "sbatch"
+            or self._told_batch_output
+            or self.job.job_id in self.alloc.released
+        ):
             return
         self._told_batch_output = True
-        out = self.run.path / f"slurm-{self.job_id}.out"
+        out = self.run.path / f"slurm-{self.job.job_id}.out"
         if out.exists():
             tail = out.read_text(errors="replace").strip().splitlines()[-5:]
             self.emit(
                 Notice(
-                    "error", f"job {self.job_id} ended; its output ends with:\n" + "\n".join(tail)
+                    "error",
+                    f"job {self.job.job_id} ended; its output ends with:\n" + "\n".join(tail),
                 )
             )
+
+    # -- teardown (SlurmTeardown) -----------------------------------------------------------------
+
+    async def reap(self, command: NodeCommand) -> TeardownReport:
+        return await self.teardown.reap(command)
+
+    async def _reap_here(self, tag: str) -> list[int]:
+        """The srun client this console started for the node (tagged too), if it lingers."""
+        with contextlib.suppress(IndexError, ValueError):
+            return list((await self.reap_tag(self._transport, tag))["leftover"])
+        return []
+
+    async def release(self) -> None:
+        await self.teardown.release()
+
+    async def detach(self) -> None:
+        if self.job.job_id is not None:
+            self.teardown.announce("detached", f"the job runs on: ddptui attach {self.run.run_id}")
 
     # -- attach -----------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         return {
             "backend": self.name,
-            "mode": self.mode,
-            "direct": self.direct,
-            "job_id": self.job_id,
-            "cpus_per_node": self.cpus_per_node,
-            "nodes": [[n.name, n.address] for n in self.nodes],
+            "mode": self.job.mode,
+            "direct": self.job.direct,
+            "job_id": self.job.job_id,
+            "cpus_per_node": self.job.cpus_per_node,
+            "nodes": [[n.name, n.address] for n in self.job.nodes],
         }
 
     async def restore(self, state: dict[str, Any]) -> None:
-        self.mode = state["mode"]
-        self.direct = bool(state["direct"])
-        self.job_id = state["job_id"]
-        self.cpus_per_node = int(state.get("cpus_per_node", 0))
-        self.nodes = [NodeTarget(name, address) for name, address in state["nodes"]]
+        self.job.mode = state["mode"]
+        self.job.direct = bool(state["direct"])
+        self.job.job_id = state["job_id"]
+        self.job.cpus_per_node = int(state.get("cpus_per_node", 0))
+        self.job.nodes = [NodeTarget(name, address) for name, address in state["nodes"]]
         try:
-            job = await self.query.job(self.job_id or "")
+            job = await self.query.job(self.job.job_id or "")
         except SlurmError as exc:
             raise BackendError(str(exc)) from None
         where = job.state if job is not None else "gone from squeue"
-        self._announce("attached", f"job {self.job_id}: {where}")
+        self.teardown.announce("attached", f"job {self.job.job_id}: {where}")
 
 
 def exit_code(path: Path) -> int | None:

@@ -17,6 +17,7 @@ from ddptui.core.backends.slurm.commands import (
     direct_tag,
     job_name,
     on_node,
+    slurm_signal_name,
     step_name,
 )
 from ddptui.core.job.plan import container_argv, node_container, node_environment, torchrun_argv
@@ -116,6 +117,27 @@ def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _step_forwarded(spec: JobSpec, step: str) -> list[str]:
+    """The training step's srun line; with `--slurm-signal`, run in the background so that
+    the batch shell, which Slurm signals (B:), can pass the signal on to every process of
+    the job's steps at once (scancel --signal; the torchrun agents ignore it, see run_node)
+    and then wait for the step again. The step's exit code is kept in `$step_code`."""
+    name = slurm_signal_name(spec)
+    if name is None:
+        return [step, "step_code=$?"]
+    return [
+        f"# Slurm's warning ({spec.slurm.signal}) reaches this shell: pass it to the workers",
+        f"trap 'echo \"ddptui: SIG{name} from Slurm, passed to the job'\"'\"'s steps\"; "
+        f'scancel --signal={name} "$SLURM_JOB_ID"\' {name}',
+        f"{step} &",
+        "step_pid=$!",
+        'while :; do wait "$step_pid"; step_code=$?',
+        '    kill -0 "$step_pid" 2>/dev/null || break',
+        "done",
+        f"trap - {name}",
+    ]
+
+
 def _proof_step(spec: JobSpec, run_id: str) -> list[str]:
     """The job's own last step: on every node, ddptui's node helper stops whatever of the
     job is left (orphaned workers, a container kept by conmon) and writes what it found,
@@ -141,6 +163,18 @@ def _proof_step(spec: JobSpec, run_id: str) -> list[str]:
 
 def proof_step_name(run_id: str) -> str:
     return f"{job_name(run_id)}-proof"
+
+
+def _requeue_lines(indent: str) -> list[str]:
+    """A requeued job (the same id, run again) appends a new cycle to the node's log, with
+    a line that says so, and the last cycle's exit file goes: the console reads on."""
+    return [
+        f'{indent}rm -f "$log.exit"',
+        f'{indent}if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then',
+        f'{indent}    echo "ddptui: job $SLURM_JOB_ID requeued (restart $SLURM_RESTART_COUNT):'
+        ' a new cycle" >>"$log"',
+        f"{indent}fi",
+    ]
 
 
 def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
@@ -174,13 +208,15 @@ def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]
         *_ifname_lines(spec, "addr", "    "),
         *_sh_env(node_environment(spec, None), "    ", spec.secrets),
         f'    export DDPTUI_TAG="{run_id}.$SLURM_NODEID"',
-        f'    {command} >"$log" 2>&1',
+        "    trap '' USR1 USR2  # the agent ignores them; a worker's own handler still runs",
+        *_requeue_lines("    "),
+        f'    {command} >>"$log" 2>&1',
         '    echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
         "}",
         "export -f run_node ifname_of",
         "export run_dir head_addr node_addrs",
         f"cd {shlex.quote(cwd)}",
-        f"{shlex.join(srun)} bash -c run_node",
+        *_step_forwarded(spec, f"{shlex.join(srun)} bash -c run_node"),
     ]
 
 
@@ -200,7 +236,8 @@ def _direct_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
         *_sh_env(direct_env(spec, None), "", spec.secrets),
         f"export MASTER_ADDR=$head_addr MASTER_PORT={port}",
         f"log=$run_dir/{STEP_LOG}",
+        *_requeue_lines(""),
         f"cd {shlex.quote(cwd)}",
-        f'DDPTUI_TAG={direct_tag(run_id)} {command} >"$log" 2>&1',
-        'echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
+        *_step_forwarded(spec, f'DDPTUI_TAG={direct_tag(run_id)} {command} >>"$log" 2>&1'),
+        'echo $step_code >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
     ]

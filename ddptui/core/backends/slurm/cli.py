@@ -88,6 +88,7 @@ def parse_squeue_json(text: str) -> dict[str, JobInfo]:
             cpus=_number(raw.get("cpus")) or 0,
             node_count=_number(raw.get("node_count")) or 0,
             exit_code=_number(raw.get("exit_code")),
+            restarts=_number(raw.get("restart_cnt")) or 0,
         )
     return jobs
 

@@ -63,12 +63,21 @@ def allocation_args(spec: JobSpec) -> list[str]:
         ("time", s.time),
         ("gres", s.gres),
         ("account", s.account),
+        ("signal", s.signal),
     ):
         if value:
             args.append(f"--{flag}={value}")
     if s.exclusive:
         args.append("--exclusive")
     return [*args, *s.extra_args]
+
+
+def slurm_signal_name(spec: JobSpec) -> str | None:
+    """The signal of `--slurm-signal` (`B:USR1@120` -> USR1), None without one."""
+    if not spec.slurm.signal:
+        return None
+    name = spec.slurm.signal.rpartition(":")[2].partition("@")[0].upper()
+    return name.removeprefix("SIG")
 
 
 def salloc_argv(spec: JobSpec, run_id: str) -> list[str]:

@@ -86,7 +86,7 @@ async def run_job_helper(
             f"--{k}={v}" for k, v in (("partition", s.partition), ("account", s.account)) if v
         ]
     argv = helper_argv(job_id, node, name, spec.python, verb, *args, extra=extra)
-    result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S, check=False)
+    result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S + spec.grace, check=False)
     lines = result.stdout.strip().splitlines()
     if result.exit_code != 0 or not lines or not lines[-1].startswith("{"):
         raise SlurmError(last_error(result.stderr) or f"srun exited {result.exit_code}")
@@ -111,11 +111,12 @@ def reap_report(
     """The teardown proof of one node: how its step ended and what the node shim found."""
     leftover = tuple(report["leftover"]) + tuple(local)
     detail = f"{ended}; no process of the job left on {node}"
-    if report["found"]:
-        detail = (
-            f"{ended}; {report['found']} process(es) of the job were still on "
-            f"{node}: stopped by ddptui"
+    if report["found"] and not report["leftover"]:
+        detail = f"{ended}; {report['found']} process(es) of the job stopped on {node}, " + (
+            f"no process of the job left on {node}"
         )
+    elif report["found"]:
+        detail = f"{ended}; {report['found']} process(es) of the job were on {node}"
     detail += reap_detail(report)
     if local:
         detail += f"; srun client(s) on this machine left: {', '.join(map(str, local))}"
@@ -151,7 +152,7 @@ async def step_reports(
     answered (each report names its node, SLURMD_NODENAME). Raises SlurmError when the step
     could not run at all; the caller asks the missing nodes one by one."""
     argv = every_node_argv(job_id, nodes, name, spec.python, *args)
-    result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S, check=False)
+    result = await slurm(argv, stdin=shim, limit_s=HELPER_TIMEOUT_S + spec.grace, check=False)
     reports: dict[str, dict[str, Any]] = {}
     for line in result.stdout.splitlines():
         with contextlib.suppress(ValueError):

@@ -39,6 +39,7 @@ class JobInfo:
     cpus: int = 0
     node_count: int = 0
     exit_code: int | None = None
+    restarts: int = 0  # how often Slurm requeued it (the same job id, run again)
 
     @property
     def state(self) -> str:
@@ -55,7 +56,9 @@ class JobInfo:
     @property
     def ended(self) -> bool:
         """Nothing of the job is left: a final state and no longer completing."""
-        return "COMPLETING" not in self.states and any(s in FINAL_STATES for s in self.states)
+        if "COMPLETING" in self.states or any(s.startswith("REQUEUE") for s in self.states):
+            return False  # a requeued job runs again under the same id
+        return any(s in FINAL_STATES for s in self.states)
 
     @property
     def cpus_per_node(self) -> int:

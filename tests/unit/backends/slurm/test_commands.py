@@ -156,7 +156,7 @@ def test_batch_script_follows_the_seed_procedure(tmp_path: Path) -> None:
     assert "--rdzv_endpoint=${head_addr}:29400" in run_line
     assert "--local-addr=${addr}" in run_line
     assert "'conda activate ml && exec \"$@\"'" in run_line
-    assert run_line.endswith('>"$log" 2>&1')
+    assert run_line.endswith('>>"$log" 2>&1')
     assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[ddptui:${rank}:${local_rank}]:'" in (
         script
     )
@@ -184,7 +184,7 @@ def test_batch_script_srun_direct(tmp_path: Path) -> None:
     assert "export GLOO_SOCKET_IFNAME=ib0" in script and 'ifname_of "$' not in script
     assert (
         "DDPTUI_TAG=r1.step srun --ntasks-per-node=2 --distribution=block --kill-on-bad-exit=1 "
-        "--label --job-name=ddptui-r1 python3 -u train.py --lr '0.1 x' >\"$log\" 2>&1" in script
+        "--label --job-name=ddptui-r1 python3 -u train.py --lr '0.1 x' >>\"$log\" 2>&1" in script
     )
     assert "torchrun" not in script
 
