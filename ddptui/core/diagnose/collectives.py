@@ -20,7 +20,7 @@ last collectives, each on its own clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -240,13 +240,15 @@ class CollectiveTimeline:
         if self._shape != (pg, period, phase):
             self._shape, self._steps = (pg, period, phase), {}
         ends = [e for e in final if e.seq % period == phase][-(limit + 1) :]
+        by_seq = {e.seq: e for e in final}
         out = []
         for prev, cur in zip(ends, ends[1:], strict=False):
             if cur.seq - prev.seq != period or cur.sig != prev.sig:
                 continue  # a collective missed, or not the step's pattern (the first ones)
             step = self._steps.get(cur.seq)
             if step is None:
-                step = self._steps[cur.seq] = _step(prev, cur)
+                members = [by_seq[q] for q in range(prev.seq + 1, cur.seq + 1) if q in by_seq]
+                step = self._steps[cur.seq] = _step(prev, cur, members)
             out.append(step)
         if len(self._steps) > 4 * limit:
             newest = sorted(self._steps)[-2 * limit :]
@@ -259,13 +261,22 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _step(prev: _Final, cur: _Final) -> StepTimes:
+def _step(prev: _Final, cur: _Final, members: Sequence[_Final] = ()) -> StepTimes:
+    """One step's length and each rank's wait in it. Durations (NCCL) are summed over every
+    collective of the step (`members`, the last one `cur`): the wait falls in whichever
+    bucket's kernel the late rank is late to, not always the step's last (seen on H200s)."""
     lengths = [cur.own[r] - prev.own[r] for r in cur.own if r in prev.own]
     period_s = median(lengths) / 1e9 if lengths else 0.0
-    if len(cur.durations) == len(cur.arrivals):
-        fastest = min(cur.durations.values())
-        waits = {r: (d - fastest) / 1e9 for r, d in cur.durations.items()}
+    members = list(members) or [cur]
+    waits: dict[int, float] = {r: 0.0 for r in cur.arrivals}
+    if all(len(m.durations) == len(m.arrivals) for m in members):
+        for m in members:
+            fastest = min(m.durations.values())
+            for r, d in m.durations.items():
+                waits[r] = waits.get(r, 0.0) + (d - fastest) / 1e9
         return StepTimes(cur.seq, period_s, waits, "duration")
+    # Arrivals: a rank late to the step's first bucket is as late to the rest, and the
+    # others wait for it once: the step's last collective says it.
     waits = {r: (cur.last_ns - a) / 1e9 for r, a in cur.arrivals.items()}
     return StepTimes(cur.seq, period_s, waits, "arrival")
 
