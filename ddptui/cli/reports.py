@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from ddptui.cli.text_table import Column, clip, fit_table
 from ddptui.core.events import Event, Notice, plain_number
@@ -211,19 +211,14 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
     plan, state = run.read_plan()
     from ddptui.core.backends.factory import make_backend
     from ddptui.core.monitor.monitor import Monitor
+    from ddptui.core.session.collector import gather_stacks
 
     backend = make_backend(spec, run, lambda event: None)
     await backend.restore(state)
     try:
-        results = await asyncio.gather(
-            *(backend.stacks(c) for c in plan.commands), return_exceptions=True
-        )
+        reports = await gather_stacks(backend, plan.commands)
     finally:
         await backend.detach()
-    reports: dict[str, Any] = {
-        c.node: str(r) if isinstance(r, BaseException) else r
-        for c, r in zip(plan.commands, results, strict=True)
-    }
     return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ddptui.core.backends.base import Backend
@@ -22,7 +22,7 @@ from ddptui.core.diagnose.nccl_ras import RasReport, may_ask
 from ddptui.core.diagnose.nccl_ras import report as ras_report
 from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
 from ddptui.core.events import Event, RankChanged, RankState
-from ddptui.core.job.plan import LaunchPlan
+from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.monitor.monitor import Monitor
 
 PARALLEL = 8  # nodes asked at once
@@ -136,16 +136,25 @@ class NodeCollector:
             return await ask
 
     async def _reports(self, method: str | None) -> dict[str, Any]:
-        commands = self.plan.commands
-        results = await asyncio.gather(
-            *(self._bounded(self.backend.stacks(c, method)) for c in commands),
-            return_exceptions=True,
-        )
-        return {
-            c.node: str(r) if isinstance(r, BaseException) else r
-            for c, r in zip(commands, results, strict=True)
-        }
+        return await gather_stacks(self.backend, self.plan.commands, method, self._limit)
 
-    async def _bounded(self, ask: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-        async with self._limit:
-            return await ask
+
+async def gather_stacks(
+    backend: Backend,
+    commands: Sequence[NodeCommand],
+    method: str | None = None,
+    limit: asyncio.Semaphore | None = None,
+) -> dict[str, Any]:
+    """Every node's stacks report (with its flight-recorder dumps), or why there is none:
+    the one gatherer, for the console's collector and for `ddptui stacks`."""
+    bound = limit or asyncio.Semaphore(PARALLEL)
+
+    async def ask(command: NodeCommand) -> dict[str, Any]:
+        async with bound:
+            return await backend.stacks(command, method)
+
+    results = await asyncio.gather(*(ask(c) for c in commands), return_exceptions=True)
+    return {
+        c.node: str(r) if isinstance(r, BaseException) else r
+        for c, r in zip(commands, results, strict=True)
+    }
