@@ -8,6 +8,7 @@ session takes every rank's stacks; what they and the flight recorder say comes b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from ddptui.core.diagnose.board_view import BoardView, C
@@ -99,77 +100,117 @@ class StallWatch(Generic[C]):
     def stacks_taken(
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float
     ) -> list[Event]:
-        """What every node's collector sent (or why it could not): groups, suspects, gaps."""
-        ranks: list[RankStack] = []
-        methods: set[str] = set()
-        problems: list[str] = []
-        dumps: list[Mapping[str, Any]] = []
-        pyspy: set[str] = set()
-        for node, report in reports.items():
-            if isinstance(report, str):
-                problems.append(f"{node}: {report}")
-                continue
-            ranks += ranks_from_report(node, report)
-            if report.get("ranks"):
-                methods.add(str(report.get("method", "")))
-            if report.get("pyspy"):
-                pyspy.add(str(report["pyspy"]))
-            dumps += list(report.get("fr", []))
-        gaps = analyse(dumps)
-        blocked = blocked_in(dumps)
-        # the flight recorder's word is the sharper one: who never entered the collective
-        # (and did not wait in another one instead: then the groups wait on each other)
-        missing = culprits(gaps, blocked)
-        groups = group_stacks(ranks, missing, deadlock=bool(gaps) and not missing)
-        deadlock = is_deadlock(groups)
-        waits = {g.stack: "" if set(g.ranks) & missing else _collective(g, blocked) for g in groups}
-        method = "+".join(sorted(m for m in methods if m and m != "none")) or "none"
-        odd = set(suspects(groups))
+        """What every node's collector sent (or why it could not): read, judged, marked on
+        the ranks, reported."""
+        taken = _gather(reports)
+        judged = _judge(taken)
+        events = self._mark(judged)
+        return events + self._tell(taken, judged, now)
+
+    def _mark(self, judged: _Judgement) -> list[Event]:
+        """Each rank's part in the stall (suspect, in a collective, stalled) on the board."""
         events: list[Event] = []
-        waiting = {r for g in groups if g.in_collective or waits[g.stack] for r in g.ranks}
         for cell in self.board.all_cells():
             if cell.rank is None:
                 continue
-            suspect = cell.rank in odd
-            if self.stalled and deadlock:
+            suspect = cell.rank in judged.odd
+            if self.stalled and judged.deadlock:
                 cell.stall_cause = DEADLOCK if suspect else STALLED
             elif self.stalled:
-                cell.stall_cause = (
-                    SUSPECT if suspect else IN_COLLECTIVE if cell.rank in waiting else STALLED
-                )
+                waiting = cell.rank in judged.waiting
+                cell.stall_cause = SUSPECT if suspect else IN_COLLECTIVE if waiting else STALLED
             if suspect != cell.suspect:
                 cell.suspect = suspect
+                deadlock = judged.deadlock
                 why = "deadlock: waits on another group" if deadlock else "suspect: odd stack"
                 events.append(cell.changed(why if suspect else ""))
+        return events
+
+    def _tell(self, taken: _Taken, judged: _Judgement, now: float) -> list[Event]:
+        """The stacks' report, and the stall's again where what it says changed."""
+        groups, waits = judged.groups, judged.waits
         texts = tuple(
-            (r.rank, r.node, r.local_rank, _text(r.threads)) for r in sorted(ranks, key=_rank)
+            (r.rank, r.node, r.local_rank, _text(r.threads)) for r in sorted(taken.ranks, key=_rank)
         )
         views = tuple(
             StackView(g.ranks, g.label, g.stack, g.suspect, waits[g.stack]) for g in groups
         )
-        gap_lines = tuple(g.describe() for g in gaps)
-        events.append(
+        gap_lines = tuple(g.describe() for g in judged.gaps)
+        events: list[Event] = [
             StacksReport(
-                method,
+                judged.method,
                 views,
                 texts,
                 gap_lines,
-                tuple(problems),
-                deadlock,
-                tuple(sorted(pyspy)),
+                tuple(taken.problems),
+                judged.deadlock,
+                tuple(sorted(taken.pyspy)),
                 ts=now,
             )
-        )
-        self._method = method
-        self._suspects = tuple(sorted(odd))
+        ]
+        self._method = judged.method
+        self._suspects = tuple(sorted(judged.odd))
         self._groups = tuple(StallGroup(g.ranks, g.stack, waits[g.stack]) for g in groups)
-        self._deadlock, self._gaps = deadlock, gap_lines
+        self._deadlock, self._gaps = judged.deadlock, gap_lines
         if self.stalled:
             before = self.last
             stall = self._report(now)
             if before is None or _told(before) != _told(stall):
                 events.append(stall)
         return events
+
+
+@dataclass
+class _Taken:
+    """What the nodes sent: every rank's stack, the methods, the dumps, what went wrong."""
+
+    ranks: list[RankStack] = field(default_factory=list)
+    methods: set[str] = field(default_factory=set)
+    problems: list[str] = field(default_factory=list)
+    dumps: list[Mapping[str, Any]] = field(default_factory=list)
+    pyspy: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class _Judgement:
+    """What the stacks and the flight recorder say: groups, suspects, where each group waits."""
+
+    groups: list[StackGroup]
+    gaps: list[Any]
+    odd: set[int]
+    waiting: set[int]
+    waits: dict[tuple[str, ...], str]
+    deadlock: bool
+    method: str
+
+
+def _gather(reports: Mapping[str, Mapping[str, Any] | str]) -> _Taken:
+    taken = _Taken()
+    for node, report in reports.items():
+        if isinstance(report, str):
+            taken.problems.append(f"{node}: {report}")
+            continue
+        taken.ranks += ranks_from_report(node, report)
+        if report.get("ranks"):
+            taken.methods.add(str(report.get("method", "")))
+        if report.get("pyspy"):
+            taken.pyspy.add(str(report["pyspy"]))
+        taken.dumps += list(report.get("fr", []))
+    return taken
+
+
+def _judge(taken: _Taken) -> _Judgement:
+    gaps = analyse(taken.dumps)
+    blocked = blocked_in(taken.dumps)
+    # the flight recorder's word is the sharper one: who never entered the collective
+    # (and did not wait in another one instead: then the groups wait on each other)
+    missing = culprits(gaps, blocked)
+    groups = group_stacks(taken.ranks, missing, deadlock=bool(gaps) and not missing)
+    waits = {g.stack: "" if set(g.ranks) & missing else _collective(g, blocked) for g in groups}
+    method = "+".join(sorted(m for m in taken.methods if m and m != "none")) or "none"
+    waiting = {r for g in groups if g.in_collective or waits[g.stack] for r in g.ranks}
+    odd = set(suspects(groups))
+    return _Judgement(groups, list(gaps), odd, waiting, waits, is_deadlock(groups), method)
 
 
 def _told(report: StallReport) -> tuple[Any, ...]:
