@@ -50,7 +50,10 @@ def _core_tier(tier: str, nodes: list[str], chunks: list[tuple[str, bytes]]) -> 
 
     if tier.startswith("prototype"):
         return _batched_floor(chunks)
-    monitor = Monitor(nodes, 1, metrics=os.environ.get("FLOOD_METRICS", "1") != "0")
+    try:
+        monitor = Monitor(nodes, 1, metrics=os.environ.get("FLOOD_METRICS", "1") != "0")
+    except TypeError:  # a tree from before metrics were read (a --baseline)
+        monitor = Monitor(nodes, 1)
     relay = SessionRelay(lambda _: None) if "Relay" in tier or "view" in tier else None
     merged = _MergedRows(fold="folding" in tier) if "view" in tier else None
     count = 0

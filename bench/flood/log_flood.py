@@ -116,8 +116,12 @@ def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
     from ddptui.core.job.spec import make_spec
 
     apart = {NODES_APART: "1"} if os.environ.get(NODES_APART) else {}
+    from ddptui.core.job.spec import JobSpec
+
+    # a tree from before metrics were read (a --baseline) has no such field
+    read = {"read_metrics": os.environ.get(METRICS, "1") != "0"}
     return make_spec(
-        read_metrics=os.environ.get(METRICS, "1") != "0",
+        **(read if "read_metrics" in JobSpec.model_fields else {}),
         env=apart,
         backend="local",
         nodes=NODES,
@@ -135,7 +139,11 @@ def _on_disk(run_path: Path) -> int:
 
 def headless_child(lines_per_node: int, rate: int, workdir: Path) -> dict[str, Any]:
     from ddptui.core.events import NodeLines
-    from ddptui.core.session.session import Session
+
+    try:
+        from ddptui.core.session.session import Session
+    except ImportError:  # a tree from before the session was a package (a --baseline)
+        from ddptui.core.session import Session  # type: ignore[attr-defined,no-redef]
 
     ingest = Ingest()
 
