@@ -38,6 +38,11 @@ class LineBuffer:
         self._window = LineWindow()
         self._lock = threading.Lock()  # the session appends in its thread, the screen takes
 
+    @property
+    def held(self) -> int:
+        """The lines waiting for the next take."""
+        return self._window.count
+
     def append(self, batch: NodeLines) -> None:
         with self._lock:
             self._window.append(batch, self.limit)

@@ -82,6 +82,10 @@ def feed(screen: JobScreen, events: list[Event]) -> None:
     phases.phase = RunPhase.RUNNING
     screen.job_panel.fold(True)  # as a launch does
     for event in events:
+        if isinstance(event, RunSummary):  # the session says the last phase just before it
+            ended = phases.ended(event)
+            if ended is not None:
+                screen.relay.emit(ended)
         screen.relay.emit(event)
         change = phases.seen(event)
         if change is not None:

@@ -33,7 +33,7 @@ def test_lines_emitted_from_another_thread_are_each_shown_or_counted_skipped_onc
     thread.start()
     shown: dict[str, list[int]] = {node: [] for node in NODES}
     skipped = dict.fromkeys(NODES, 0)
-    while thread.is_alive() or relay._buffer._batches:
+    while thread.is_alive() or relay._buffer.held:
         entries, dropped = relay.drain()
         for entry in entries:
             shown[entry.node].append(int(entry.text.split()[1]))
