@@ -129,8 +129,8 @@ CATALOGUE: dict[str, Bad] = {
     "--nodes 0": Bad([*RUN, "--nodes", "0", SCRIPT], "nodes: Input should be greater than"),
     "--backend nope": Bad([*RUN, "--backend", "nope", SCRIPT], "unknown backend 'nope'"),
     "script missing": Bad([*RUN, "missing.py"], "script not found: missing.py"),
-    "more GPUs than the machine has": Bad(
-        [*RUN, SCRIPT],
+    "more GPUs than the machine has": Bad(  # an explicit shape: the default one is fitted
+        [*RUN, "--nodes", "2", "--nproc-per-node", "2", SCRIPT],
         "the job needs 4 GPUs (2 pseudo-nodes x 2 processes), this machine has 2: use --nodes 1 "
         "--nproc-per-node 2, --nodes 2 --nproc-per-node 1, or run on the CPU with "
         "--env CUDA_VISIBLE_DEVICES=",
