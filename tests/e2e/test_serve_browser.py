@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import sync_playwright
 
 from testbed.browser import (
     Served,
     alive,
     cell_background,
+    launch_browser,
     open_console,
     page_text,
     serve,
@@ -86,15 +88,19 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
 
 
 @pytest.fixture(scope="module")
-def chromium(browser_type: Any, browser_type_launch_args: dict[str, Any]) -> Iterator[Any]:
-    """A browser of this module's own (pytest-playwright's is shared): the last test closes
-    it, as a user closes theirs."""
-    launched = browser_type.launch(**browser_type_launch_args)
-    try:
-        yield launched
-    finally:
-        if launched.is_connected():
-            launched.close()
+def chromium() -> Iterator[Any]:
+    """A browser of this module's own: the last test closes it, as a user closes theirs.
+
+    Playwright's sync API runs an event loop on this thread while it is started, so it is
+    started here and stopped with the module: the asyncio tests after it need the thread
+    free of a running loop (a session-wide Playwright breaks every one of them)."""
+    with sync_playwright() as playwright:
+        launched = launch_browser(playwright)
+        try:
+            yield launched
+        finally:
+            if launched.is_connected():
+                launched.close()
 
 
 def _status(url: str, headers: dict[str, str] | None = None) -> int:
