@@ -17,7 +17,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from nvidia_resiliency_ext import straggler
+
+try:  # 0.7 keeps it under `attribution`; older releases at the top
+    from nvidia_resiliency_ext.attribution import straggler
+except ImportError:
+    from nvidia_resiliency_ext import straggler  # type: ignore[no-redef]
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 THRESHOLD = 0.75  # NVRx's default

@@ -17,6 +17,7 @@ Writes OUT_DIR/nvrx_side_by_side.md (the table) and .json, and prints the table.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
@@ -31,11 +32,22 @@ SCRIPT = ROOT / "tests" / "data" / "straggler" / "slow_rank_ddp.py"
 NVRX_JOB = ROOT / "bench" / "gpu" / "nvrx_ddp.py"
 
 
+def _cupti_dirs() -> list[str]:
+    """Where a libcupti lies (CUDA's own tree or the CUDA wheels beside torch): NVRx's CUDA
+    profiling module loads it."""
+    roots = [Path(p) for p in sys.path if p.endswith("site-packages")]
+    roots += [Path(p) for p in glob.glob("/usr/local/cuda*")]
+    found = {str(lib.parent) for root in roots for lib in root.glob("**/libcupti.so*")}
+    return sorted(found)
+
+
 def torchrun(nproc: int, script: Path, job: list[str]) -> tuple[float, list[str]]:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     argv += [f"--nproc-per-node={nproc}", str(script), *job]
+    libs = ":".join([*_cupti_dirs(), os.environ.get("LD_LIBRARY_PATH", "")])
+    env = {**os.environ, "LD_LIBRARY_PATH": libs}
     began = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False, env=env)
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
     return began, done.stdout.splitlines()
@@ -107,15 +119,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path)
     p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--cost", default="", help="bench/straggler/cost.py's summary line")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     job = ["--steps", str(args.steps), "--step-s", "0.1", "--slow-rank", "1", "--slow", "1.4"]
     job += ["--width", "2048"]
     try:
-        import nvidia_resiliency_ext  # noqa: F401
-    except ImportError:
+        from nvidia_resiliency_ext.attribution import straggler  # noqa: F401
+    except ImportError as exc:
+        print(f"NVRx does not import: {exc}", file=sys.stderr)
         nvrx = {"named": "not installed", "after_s": None, "after_step": None, "cost": None}
         nvrx |= {"step_s": None, "step_s_off": None, "code_change": "-", "reports": []}
     else:

@@ -49,6 +49,7 @@ def run_case(out: Path, name: str, nproc: int, job: list[str]) -> dict:
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
     events = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
     summary = events[-1] if events else {}
+    live = _live(events)
     run_dir = Path(summary.get("run_dir", state))
     timeline, nodes, records = CollectiveTimeline(world_size=nproc), {}, []
     for debug in sorted((run_dir / "nodes").glob("*.debug")):
@@ -76,6 +77,7 @@ def run_case(out: Path, name: str, nproc: int, job: list[str]) -> dict:
         "ok": summary.get("ok"),
         "steps": len(steps),
         "step_s": median(s.period_s for s in steps) if steps else None,
+        "live": live,
         "method": last.method,
         "named": list(last.ranks),
         "nodes": list(last.nodes),
@@ -93,6 +95,26 @@ def run_case(out: Path, name: str, nproc: int, job: list[str]) -> dict:
     }
     (out / f"straggler_{name}.json").write_text(json.dumps(report, indent=1) + "\n")
     return report
+
+
+def _live(events: list[dict]) -> dict:
+    """What the console itself said while the job ran: its straggler events, the first that
+    named a rank (seconds after the job's `running` phase) and the summary's last one."""
+    said = [e for e in events if e.get("event") == "straggler"]
+    running = next(
+        (e["ts"] for e in events if e.get("event") == "phase" and e.get("phase") == "running"),
+        events[0].get("ts") if events else None,
+    )
+    first = next((e for e in said if e.get("ranks")), None)
+    summary = events[-1].get("straggler") if events else None
+    return {
+        "events": said,
+        "first_named": first["ranks"] if first else [],
+        "first_named_after_s": (
+            round(first["ts"] - running, 1) if first and first.get("ts") and running else None
+        ),
+        "summary": summary,
+    }
 
 
 def main() -> None:
@@ -117,6 +139,12 @@ def main() -> None:
             f"{r['case']}: ok={r['ok']} steps={r['steps']} step={r['step_s']} method={r['method']}"
             f" named={r['named']} nodes={r['nodes']} first after {r['first_named_after_steps']}"
             f" steps; sampler dump {r['sampler']['dump_ms_median']} ms median"
+        )
+        live = r["live"]
+        print(
+            f"   live: first named {live['first_named']} {live['first_named_after_s']} s after"
+            f" running; {len(live['events'])} straggler events; summary's last:"
+            f" {(live['summary'] or {}).get('ranks')}"
         )
         for line in r["evidence"]:
             print("   ", line)

@@ -24,7 +24,7 @@ from statistics import median
 
 from ddptui.core.node import worker_hook_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "data" / "straggler" / "slow_rank_ddp.py"
 
 

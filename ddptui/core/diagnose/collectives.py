@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
@@ -99,12 +99,14 @@ def sample_from_data(data: Any) -> CollectiveSample | None:
 @dataclass(frozen=True)
 class StepTimes:
     """One step as every rank lived it: its length and each rank's wait for the others at
-    the collective that ended it (`waits`: rank -> s)."""
+    the collective that ended it (`waits`: rank -> s), and the time each rank's own clock
+    says passed between its enqueues of the step's ends (`intervals`: rank -> s)."""
 
     seq: int
     period_s: float
     waits: dict[int, float]
     method: str
+    intervals: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -265,8 +267,8 @@ def _step(prev: _Final, cur: _Final, members: Sequence[_Final] = ()) -> StepTime
     """One step's length and each rank's wait in it. Durations (NCCL) are summed over every
     collective of the step (`members`, the last one `cur`): the wait falls in whichever
     bucket's kernel the late rank is late to, not always the step's last (seen on H200s)."""
-    lengths = [cur.own[r] - prev.own[r] for r in cur.own if r in prev.own]
-    period_s = median(lengths) / 1e9 if lengths else 0.0
+    intervals = {r: (cur.own[r] - prev.own[r]) / 1e9 for r in cur.own if r in prev.own}
+    period_s = median(intervals.values()) if intervals else 0.0
     members = list(members) or [cur]
     waits: dict[int, float] = {r: 0.0 for r in cur.arrivals}
     if all(len(m.durations) == len(m.arrivals) for m in members):
@@ -274,11 +276,11 @@ def _step(prev: _Final, cur: _Final, members: Sequence[_Final] = ()) -> StepTime
             fastest = min(m.durations.values())
             for r, d in m.durations.items():
                 waits[r] = waits.get(r, 0.0) + (d - fastest) / 1e9
-        return StepTimes(cur.seq, period_s, waits, "duration")
+        return StepTimes(cur.seq, period_s, waits, "duration", intervals)
     # Arrivals: a rank late to the step's first bucket is as late to the rest, and the
     # others wait for it once: the step's last collective says it.
     waits = {r: (cur.last_ns - a) / 1e9 for r, a in cur.arrivals.items()}
-    return StepTimes(cur.seq, period_s, waits, "arrival")
+    return StepTimes(cur.seq, period_s, waits, "arrival", intervals)
 
 
 def read_samples(lines: Iterable[str | bytes]) -> list[CollectiveSample]:

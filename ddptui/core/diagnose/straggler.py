@@ -31,6 +31,7 @@ from typing import Any
 from ddptui.core.diagnose.collectives import StepTimes
 
 THRESHOLD = 0.8
+RUN_AHEAD = 0.9  # a rank whose enqueues come this much faster than the slowest's runs ahead
 UNITS = {"step": "s", "compute": "s", "wait": "s", "util": "%", "power": "W", "temp": "C"}
 UNITS["sm_clock"] = "MHz"
 
@@ -99,13 +100,20 @@ class StragglerScorer:
         if len(window) < self.min_steps:
             return StragglerResult((), (), (), "", (), len(window), self.threshold)
         ranks = sorted(set().union(*(step.waits for step in window)))
-        periods = [step.period_s for step in window]
         waits = {r: [step.waits.get(r) for step in window] for r in ranks}
         compute, wait_of = {}, {}
+        own = _own_intervals(window, ranks)
+        longest = max(own.values(), default=0.0)
         for rank, column in waits.items():
+            periods = [step.intervals.get(rank, step.period_s) for step in window]
             lengths = [p - w for p, w in zip(periods, column, strict=True) if w is not None]
             compute[rank] = max(1e-6, median(lengths))
             wait_of[rank] = median(w for w in column if w is not None)
+            if rank in own and own[rank] < RUN_AHEAD * longest:
+                # Its CPU runs ahead of its GPU (no sync each step): its collectives wait on
+                # the GPU while its CPU works on, so a GPU wait overlaps its own work; the
+                # time between its own enqueues is that work.
+                compute[rank] = max(1e-6, own[rank])
         best_now = min(compute.values())
         full = len(window) >= self.window_steps  # a rank's best is of whole windows only
         scores = []
@@ -142,6 +150,16 @@ class StragglerScorer:
         ]
         ranks = tuple(s.rank for s in slow)
         return StragglerResult(ranks, nodes, scores, method, tuple(evidence), steps, self.threshold)
+
+
+def _own_intervals(window: Sequence[StepTimes], ranks: Sequence[int]) -> dict[int, float]:
+    """Each rank's median time between its own enqueues of a step's end (its clock only)."""
+    own = {}
+    for rank in ranks:
+        column = [step.intervals[rank] for step in window if rank in step.intervals]
+        if len(column) * 2 >= len(window):
+            own[rank] = median(column)
+    return own
 
 
 def rounded_scores(s: RankScore) -> dict[str, float]:

@@ -60,7 +60,7 @@ def main() -> None:
         opt.step()
         if step % 20 == 0 or step == args.steps - 1:
             took = time.perf_counter() - start
-            msg = f"rank {rank} step {step} loss {loss.item():.4f} elapsed {took:.1f}s\n"
+            msg = f"rank {rank} step {step} loss {loss.item():.4f} elapsed {took:.3f}s\n"
             os.write(1, msg.encode())
     dist.barrier()
     dist.destroy_process_group()
