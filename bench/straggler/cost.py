@@ -7,7 +7,11 @@ is the most expensive one), with the worker hook installed as the job helper ins
 DDPTUI_COLLECTIVES_S=1 (on) or 0 (off). Reports the median wall time of the run's steps
 per mode and the sampler's own account from its records (dump time, CPU, period).
 
-    python3 -m bench.straggler.cost [--reps 3] [--steps 1500] [--nproc 2]
+    python3 -m bench.straggler.cost [--reps 3] [--steps 1500] [--nproc 2] [--step-s 0]
+
+Off: the flight recorder only (the stall watch's, there in both modes); on: NCCL's GPU
+timing (TORCH_NCCL_ENABLE_TIMING=1) and the sampler too, which is what the straggler watch
+adds to a job.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "data" / "straggler" / "slow_rank_ddp.py"
 
 
-def one_run(on: bool, steps: int, nproc: int, port: int, extra: list[str]) -> dict:
+def one_run(on: bool, steps: int, nproc: int, port: int, extra: list[str], step_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         (base / "hook").mkdir()
@@ -37,12 +41,22 @@ def one_run(on: bool, steps: int, nproc: int, port: int, extra: list[str]) -> di
             **os.environ,
             "DDPTUI_DEBUG_DIR": str(base),
             "PYTHONPATH": str(base / "hook"),
-            "TORCH_FR_BUFFER_SIZE": "2000",
-            "TORCH_NCCL_ENABLE_TIMING": "1",
+            "TORCH_FR_BUFFER_SIZE": "2000",  # the stall watch's, on in both modes
             "DDPTUI_COLLECTIVES_S": "1" if on else "0",
         }
+        if on:  # the straggler watch's own: NCCL's GPU timing and the sampler
+            env["TORCH_NCCL_ENABLE_TIMING"] = "1"
+        else:
+            env.pop("TORCH_NCCL_ENABLE_TIMING", None)
         argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
-        argv += [f"--master_port={port}", str(SCRIPT), "--steps", str(steps), "--step-s", "0"]
+        argv += [
+            f"--master_port={port}",
+            str(SCRIPT),
+            "--steps",
+            str(steps),
+            "--step-s",
+            str(step_s),
+        ]
         done = subprocess.run(argv + extra, env=env, capture_output=True, text=True, timeout=600)
         found = re.findall(rf"step {steps - 1} loss \S+ elapsed ([\d.]+)s", done.stdout)
         if not found:
@@ -58,11 +72,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--step-s", type=float, default=0.0, help="sleep a step (data loading)")
     args, extra = parser.parse_known_args()
     runs: dict[str, list[dict]] = {"off": [], "on": []}
     for rep in range(args.reps):
         for mode in ("off", "on") if rep % 2 == 0 else ("on", "off"):
-            run = one_run(mode == "on", args.steps, args.nproc, 29650 + rep, extra)
+            run = one_run(mode == "on", args.steps, args.nproc, 29650 + rep, extra, args.step_s)
             runs[mode].append(run)
             print(f"rep {rep} {mode}: {run['elapsed']:.2f} s", flush=True)
     off = median(r["elapsed"] for r in runs["off"])

@@ -28,7 +28,6 @@ from testbed.browser import (
     Served,
     alive,
     cell_background,
-    launch_browser,
     open_console,
     page_text,
     serve,
@@ -88,14 +87,15 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """A browser of this module's own: the last test closes it, as a user closes theirs.
+def chromium(browser_type_launch_args: dict[str, Any]) -> Iterator[Any]:
+    """A browser of this module's own, launched with pytest-playwright's arguments: the last
+    test closes it, as a user closes theirs.
 
     Playwright's sync API runs an event loop on this thread while it is started, so it is
     started here and stopped with the module: the asyncio tests after it need the thread
     free of a running loop (a session-wide Playwright breaks every one of them)."""
     with sync_playwright() as playwright:
-        launched = launch_browser(playwright)
+        launched = playwright.chromium.launch(**browser_type_launch_args)
         try:
             yield launched
         finally:
