@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 NODES = 16
+SCREEN_ROWS = 50  # the rows a following merged view draws each tick
 
 
 def _batched_floor(chunks: list[tuple[str, bytes]]) -> int:
@@ -132,6 +133,7 @@ class _MergedRows:
         self.fold, self.filter, self.folder = fold, LogFilter(), LineFolder()
         self.rows: list[Any] = []
         self.texts: list[str] = []
+        self.stale: dict[int, Any] = {}
 
     def append(self, entries: list[Any]) -> None:
         from ddptui.ui.widgets.logs.log_fold import rank_set
@@ -143,5 +145,10 @@ class _MergedRows:
         rows, texts = rows_for(entries, self.filter, merged=True, timestamps=False, width=0)
         self.rows += rows
         self.texts += texts
-        for row, group in joined.items():  # as LogView._refold: the rank set as the prefix
-            self.texts[row] = f"[{rank_set(group.ranks)}] {self.rows[row][1]}"
+        self.stale.update(joined)
+        # As LogView: a following view draws its bottom rows each tick, and a folded row is
+        # made into its text (the rank set, the numbers' ranges) when it is drawn.
+        for row in range(max(0, len(self.rows) - SCREEN_ROWS), len(self.rows)):
+            group = self.stale.pop(row, None)
+            if group is not None:
+                self.texts[row] = f"[{rank_set(group.ranks)}] {group.text()}"

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ddptui.core.metrics.formats import FORMATS, parse_line
 from ddptui.core.metrics.reader import MetricReader
-from ddptui.core.metrics.shapes import fold_shapes, shape_of
+from ddptui.core.metrics.shapes import ShapeFolder, fold_shapes, shape_of
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # What the readers look for, mixed with anything at all.
@@ -63,3 +63,26 @@ def test_the_shape_fold_never_raises_and_keeps_every_line(lines: list[tuple[int,
         assert rank in group.ranks
         if group.lines == 1:
             assert group.text() == text.replace("\x00", "\ufffd")
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.one_of(st.none(), st.integers(0, 8)), LINES), max_size=40))
+def test_the_views_folder_keeps_every_line_and_a_batch_folds_as_one_by_one(
+    lines: list[tuple[int | None, str]],
+) -> None:
+    """Each line starts a row or joins one a line of another rank started, never both; the
+    rows' texts are read without raising; a batch folds exactly as its lines one at a time."""
+    texts, ranks = [t for _, t in lines], [r for r, _ in lines]
+    kept, joined = ShapeFolder(window=16).fold(texts, ranks, 100)
+    singly, at = ShapeFolder(window=16), 100
+    rows_singly: dict[int, str] = {}
+    for rank, text in lines:
+        group = singly.join(text, rank, at) if rank is not None else None
+        if group is None:
+            at += 1
+        else:
+            rows_singly[group.row] = group.render()
+    assert len(kept) == at - 100
+    assert {row: group.render() for row, group in joined.items()} == rows_singly
+    joins = sum(group.lines - 1 for group in joined.values())
+    assert len(kept) + joins == len(lines)

@@ -43,3 +43,24 @@ def test_the_folder_joins_other_ranks_and_a_repeating_rank_starts_a_row() -> Non
     later = folder.join("step 2 loss 1.8", 1, row=3)
     assert later is not None and later.row == 2 and later.render() == "[r0-1] step 2 loss 1.8..1.9"
     assert folder.join("step 3 loss 1.0", 2, row=500) is None  # too far back to fold into
+
+
+def test_a_line_whose_digits_sit_otherwise_joins_the_row_not_its_ranges() -> None:
+    """`5.` and `5.5` differ only in a digit, so they share a row; the ranges are the first
+    line's form's (the second's numbers sit elsewhere), its rank is in the set."""
+    folder = ShapeFolder(window=100)
+    assert folder.join("took 5. s", 0, row=0) is None
+    group = folder.join("took 5.5 s", 1, row=1)
+    assert group is not None and group.render() == "[r0-1] took 5. s"
+    assert folder.join("took 7. s", 2, row=2) is group
+    assert group.render() == "[r0-2] took 5..7. s" and group.lines == 3
+
+
+def test_a_batch_reads_no_number_until_its_rows_are_asked_for() -> None:
+    folder = ShapeFolder(window=100)
+    texts = [f"step {s} loss {1 / (s + r + 1):.3f}" for s in range(3) for r in range(4)]
+    kept, joined = folder.fold(texts, [r for _ in range(3) for r in range(4)], 0)
+    assert kept == [0, 4, 8] and sorted(joined) == [0, 1, 2]
+    assert all(not group.numbers for group in joined.values())  # nothing parsed yet
+    assert joined[1].render() == "[r0-3] step 1 loss 0.200..0.500"
+    assert joined[1].numbers and not joined[2].numbers

@@ -44,17 +44,7 @@ class LineFolder:
         """The entries that start a line of their own (the first on `first_row`, counted from
         the view's start, one row each), and the groups the others joined, by their row.
         Before the rows are made: a line that joins a group costs no formatting at all."""
-        kept: list[LogEntry] = []
-        joined: dict[int, FoldGroup] = {}
-        at = first_row
-        keep, join = kept.append, self._shapes.join
-        for entry in entries:
-            rank = entry.rank
-            if rank is not None and not entry.note:
-                group = join(entry.text, rank, at)
-                if group is not None:
-                    joined[group.row] = group
-                    continue
-            keep(entry)
-            at += 1
-        return kept, joined
+        entries = list(entries)
+        ranks = [None if e.note else e.rank for e in entries]
+        kept, joined = self._shapes.fold([e.text for e in entries], ranks, first_row)
+        return [entries[i] for i in kept], joined

@@ -95,6 +95,7 @@ class LogView(FollowingView):
         self.agent_lines = False  # torchrun's own lines: on disk, shown on request
         self.fold = False
         self._folder = LineFolder()
+        self._stale: dict[int, FoldGroup] = {}  # folded rows not redrawn yet, by row
         self._dropped = 0  # rows pruned since the view was last emptied
         self._pass_style: Style | None = None  # while render_lines draws
 
@@ -134,13 +135,18 @@ class LogView(FollowingView):
         self._rows.extend(rows)
         self._lines.extend(texts)
         self.lines_written += len(texts)
-        for group in joined.values():
-            self._refold(group)
+        self._stale.update(joined)  # each made into its row when drawn or read (_settle)
         self._prune()
         self._width = max(self._width, widest(texts))
         self.set_content_size(Size(self._width, len(self._lines)))
         if self.is_on_screen:  # a hidden view is drawn whole when it shows
             self.refresh()
+
+    def _settle(self) -> None:
+        """Make every folded row that changed since it was drawn into its text now."""
+        stale, self._stale = self._stale, {}
+        for group in stale.values():
+            self._refold(group)
 
     def _refold(self, group: FoldGroup) -> None:
         """Give a group's row its rank set and its numbers' ranges: `[r0-15] Steps: 31..34`."""
@@ -161,6 +167,8 @@ class LogView(FollowingView):
             self._dropped += remove
             del self._rows[:remove]
             del self._lines[:remove]
+            if len(self._stale) > self.max_lines:  # rows pruned before they were drawn
+                self._stale = {r: g for r, g in self._stale.items() if r >= self._dropped}
             if self.match_row is not None:
                 self.match_row = self.match_row - remove if self.match_row >= remove else None
 
@@ -168,6 +176,7 @@ class LogView(FollowingView):
         self._rows.clear()
         self._lines.clear()
         self._folder.clear()
+        self._stale.clear()
         self._dropped = 0
         self._width = 0
         self.match_row = None
@@ -178,6 +187,7 @@ class LogView(FollowingView):
     @property
     def lines(self) -> Sequence[str]:
         """The rows' texts, oldest first (read only)."""
+        self._settle()
         return self._lines
 
     @property
@@ -225,6 +235,7 @@ class LogView(FollowingView):
 
     def visible_text(self) -> list[str]:
         """Every line the view holds as it shows them, wrapped rows joined again."""
+        self._settle()
         return joined_rows(self._rows, self._lines)
 
     # -- search and jumps -------------------------------------------------------------------
@@ -244,6 +255,7 @@ class LogView(FollowingView):
 
     def match_count(self) -> int:
         pattern = self.search_pattern
+        self._settle()
         return 0 if pattern is None else sum(1 for t in self._lines if pattern.search(t))
 
     def find(self, direction: int, start: int | None = None) -> bool:
@@ -253,6 +265,7 @@ class LogView(FollowingView):
         here = start if start is not None else self.match_row
         if here is None:
             here = int(self.scroll_y) - 1 if direction > 0 else int(self.scroll_y)
+        self._settle()
         row = next_match(self._lines, self.search_pattern, here, direction)
         if row is not None:
             self.match_row = row
@@ -320,6 +333,10 @@ class LogView(FollowingView):
         return strip.crop_extend(scroll_x, scroll_x + width, base).apply_offsets(scroll_x, index)
 
     def _row_strip(self, index: int, base: Style) -> Strip:
+        if self._stale:
+            group = self._stale.pop(index + self._dropped, None)
+            if group is not None:
+                self._refold(group)
         line = printable(self._lines[index])
         selection = self.text_selection
         if selection is not None:
@@ -337,6 +354,7 @@ class LogView(FollowingView):
         )
 
     def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        self._settle()
         return selection.extract("\n".join(self._lines)), "\n"
 
     def _changed(self) -> None:
