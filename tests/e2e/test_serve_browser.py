@@ -9,8 +9,10 @@ once its tab is.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -171,6 +173,79 @@ def test_b_grid_green_log_keys_read_only(live: LiveRun, chromium: Any, tmp_path:
     assert live.run.poll() is None  # the run goes on without its viewer
 
 
+def _workers_of(marker: Path) -> list[int]:
+    """The PIDs whose command line names `marker` (a run's own trigger path)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(marker).encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+    return found
+
+
+def test_b_allow_control_gives_one_tab_the_teardown(tmp_path: Path, chromium: Any) -> None:
+    """`--allow-control` on a detached run: the first tab gets the run as `ddptui attach`
+    gives it (teardown in its footer), a second tab follows it read-only; a teardown asked
+    and answered no changes nothing, answered yes from the page stops every process."""
+    state, trigger = tmp_path / "state", tmp_path / "never"
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(state)}
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", str(SCRIPT)]
+    run = subprocess.Popen(
+        [*argv, "--when", str(trigger), "--limit", "900"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    try:
+        run_id = until_running(run)
+        run.send_signal(signal.SIGUSR1)  # detached: the run is nobody's until a tab takes it
+        assert run.wait(timeout=60) == 0
+        workers = _workers_of(trigger)
+        assert len(workers) >= 4  # the ranks (and their launchers) run on
+        with serve(state, run_id, "--allow-control") as served:
+            assert "control given to the token holder" in "\n".join(served.lines)
+            first = open_console(chromium, served.url)
+            wait_for_text(first, "running 4")
+            first.locator(".xterm-screen").click()
+            wait_for_text(first, "Tear down")  # offered in its footer
+            second = open_console(chromium, served.url)
+            wait_for_text(second, "another browser tab controls this run")
+            second.locator(".xterm-screen").click()
+            wait_for_text(second, "Quit")
+            assert "Tear down" not in page_text(second)
+
+            first.locator(".xterm-screen").click()
+            first.keyboard.press("t")
+            wait_for_text(first, "Tear down run")
+            first.keyboard.press("n")
+            deadline = time.monotonic() + 60
+            while "Tear down run" in page_text(first) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "Tear down run" not in page_text(first)
+            assert all(alive(pid) for pid in workers)  # no: nothing stopped
+
+            first.keyboard.press("t")
+            wait_for_text(first, "Tear down run")
+            first.keyboard.press("y")
+            wait_for_text(first, "stopped", timeout_s=120)
+            wait_for_text(second, "stopped", timeout_s=120)  # the follower sees it too
+            deadline = time.monotonic() + 60
+            while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not [pid for pid in workers if alive(pid)], "the teardown left processes"
+            started, _ = served.viewer_pids()
+            for page in (first, second):
+                page.close()
+            for pid in started:
+                _ended(served, pid)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        for pid in _workers_of(trigger):  # a test that failed part way: its run's own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any) -> None:
     pages = [open_console(chromium, live.served.url) for _ in range(2)]
     for page in pages:
@@ -194,7 +269,7 @@ def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any)
 
 def test_d_closing_the_browser_leaves_no_console(live: LiveRun, chromium: Any) -> None:
     started, _ = live.served.viewer_pids()
-    assert len(started) == 3
+    assert len(started) == 3  # this server's: b's tab and c's two
     chromium.close()
     for pid in started:
         _ended(live.served, pid)

@@ -73,7 +73,8 @@ class RunFollower:
         return self.run.run_id
 
     async def serve(self) -> RunSummary | None:
-        """Follow the run until its summary is written (returned) or this is cancelled."""
+        """Follow the run until its summary is written (returned) or this is cancelled. A
+        detached run's summary is not its end: the follower goes on with whoever attaches."""
         try:
             return await asyncio.shield(asyncio.to_thread(self.follow))
         except asyncio.CancelledError:
@@ -104,6 +105,8 @@ class RunFollower:
             for log in self._logs:
                 self._read_log(log, now)
             for event in self._events.new():
+                if isinstance(event, RunSummary) and event.detached:
+                    continue  # its session left, the job runs on: whoever attaches writes on
                 if isinstance(event, RunSummary):
                     for log in self._logs:
                         self._end_node(log, None, now)

@@ -123,3 +123,27 @@ def test_a_log_written_again_from_its_start_is_not_shown_twice(tmp_path: Path) -
     follower.step(3.0)
     lines = [t for e in seen if isinstance(e, NodeLines) for t, *_ in e.lines]
     assert lines == ["one", "two", "three"]
+
+
+def test_a_detached_run_is_followed_on_through_whoever_attaches_next(tmp_path: Path) -> None:
+    """Its session's detached summary is not the run's end: a follower (a read-only tab)
+    goes on reading the logs and ends only with the summary of the session that ends it."""
+    run = _run(tmp_path)
+    seen: list[Event] = []
+    follower = RunFollower(run.read_spec(), seen.append, run)
+    detached = RunSummary(False, 4, (), str(run.path), "r1", "detached", detached=True)
+    run.record(detached)
+    log0 = run.node_log(0, "local0")
+    log0.write_bytes(b"[ddptui:0:0]:before\n")
+    assert follower.step(1.0) is None
+    with open(log0, "ab") as f:
+        f.write(b"[ddptui:0:0]:after the detach\n")
+    run.record(PhaseChanged(RunPhase.TEARING_DOWN, "operator"))
+    assert follower.step(2.0) is None
+    lines = [t for e in seen if isinstance(e, NodeLines) for t, *_ in e.lines]
+    assert lines == ["before", "after the detach"]
+    assert not any(isinstance(e, RunSummary) for e in seen)
+    stopped = RunSummary(False, 4, (), str(run.path), "r1", "torn down", stopped_by="operator")
+    run.record(stopped)
+    assert follower.step(3.0) == stopped
+    run.close()
