@@ -9,10 +9,16 @@ pages are real Chromium tabs (Debian's package, Playwright); each tab times, in 
 when its terminal first shows `running K` in the Ranks panel (xterm's onWriteParsed, the
 page's clock: the same machine's). Latency = that time - the time the node wrote the line.
 Viewers' CPU is read from /proc (utime + stime over the stepping), memory as VmRSS.
+
+With `--remote N`, N viewers are measured as a team has them: one tab here (it times) and
+N-1 viewers whose browsers are elsewhere, each a websocket of the page's own protocol read
+to its end, so the server runs a console for each and streams its screen, and no browser
+but the one tab competes for this machine's cores.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from playwright.sync_api import sync_playwright
 
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_ms
@@ -158,16 +165,70 @@ class Round:
     left: int  # consoles still running after their tabs closed
     browser_cpu: float  # every Chromium process (on a real team's laptops, not here)
     load: float  # the machine's 1-minute load average as the stepping began
+    remote: bool = False  # one tab here, the other viewers' browsers elsewhere
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.viewers} (1 tab here, {self.viewers - 1} remote)"
+            if self.remote
+            else (str(self.viewers))
+        )
+
+
+class RemoteViewers:
+    """Viewers whose browsers are elsewhere (a team's laptops): each a websocket of the
+    served page's own protocol, read to its end as a page reads it, so the server starts a
+    console for each and streams its screen; nothing of a browser runs on this machine."""
+
+    def __init__(self, base: str, token: str, count: int) -> None:
+        self.url = f"{base.replace('http', 'ws', 1)}/ws?token={token}&width=140&height=45"
+        self.count = count
+        self.received = [0] * count
+        self.loop = asyncio.new_event_loop()
+        self.stopped = asyncio.Event()
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(self._run(),))
+        self.thread.start()
+
+    async def _run(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(self._view(session, i) for i in range(self.count)))
+
+    async def _view(self, session: aiohttp.ClientSession, index: int) -> None:
+        async with session.ws_connect(self.url) as ws:
+            reading = asyncio.ensure_future(self._read(ws, index))
+            await self.stopped.wait()
+            await ws.close()
+            reading.cancel()
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse, index: int) -> None:
+        async for message in ws:
+            self.received[index] += len(message.data or b"")
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.stopped.set)
+        self.thread.join(timeout=60)
 
 
 def measure(
-    browser: Any, state: Path, viewers: int, nodes: int, nproc: int, step_s: float
+    browser: Any,
+    state: Path,
+    viewers: int,
+    nodes: int,
+    nproc: int,
+    step_s: float,
+    remote: bool = False,
 ) -> Round:
+    """`viewers` tabs in Chromium here; with `remote`, one tab here (it times) and the
+    others `RemoteViewers`."""
     run = make_run(state, nodes, nproc)
     ranks = nodes * nproc
+    tabs = 1 if remote else viewers
     with serve(state, run.run.run_id) as served:
+        token = served.url.split("token=", 1)[1]
+        others = RemoteViewers(served.base, token, viewers - 1) if remote else None
         pages = []
-        for _ in range(viewers):  # all opened at once, each its own browser (context)
+        for _ in range(tabs):  # all opened at once, each its own browser (context)
             context = browser.new_context(viewport={"width": 1200, "height": 800})
             page = context.new_page()
             page.add_init_script(TERMINAL_HOOK)
@@ -202,6 +263,9 @@ def measure(
         serve_rss = rss_mib(served.process.pid)
         for page in pages:
             page.context.close()
+        if others is not None:
+            others.close()
+            assert all(others.received), "a remote viewer got nothing"
         for pid in pids:
             with contextlib.suppress(AssertionError):
                 served.wait_for(rf"viewer ended: pid {pid}\b", timeout_s=30)
@@ -209,7 +273,7 @@ def measure(
     latencies, worst, missed = [], [], 0
     for k, at in written.items():
         times = [s[str(k)] / 1000 - at for s in seen if str(k) in s]
-        missed += viewers - len(times)
+        missed += tabs - len(times)
         latencies += times
         if times:
             worst.append(max(times))
@@ -217,8 +281,9 @@ def measure(
     serve_cpu = 100 * (after[served.process.pid] - before[served.process.pid]) / CLK_TCK / wall
     browser_cpu = sum(100 * (after[p] - before[p]) / CLK_TCK / wall for p in browser_pids)
     return Round(
-        viewers, latencies, worst, missed, cpu, rss, serve_cpu, serve_rss, left, browser_cpu, load
-    )
+        viewers, latencies, worst, missed, cpu, rss, serve_cpu, serve_rss, left, browser_cpu, load,
+        remote,
+    )  # fmt: skip
 
 
 def main() -> None:
@@ -227,6 +292,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=6)
     parser.add_argument("--nproc", type=int, default=8)
     parser.add_argument("--step-s", type=float, default=0.5, help="between two rank changes")
+    parser.add_argument(
+        "--remote",
+        default="",
+        help="viewer counts measured with one tab here and the others remote (websockets)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.nodes, args.nproc, args.viewers = 2, 2, "1,2"
@@ -241,16 +311,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as playwright:
         # Every page is some user's page in sight: no tab is throttled as a hidden one.
         browser = launch_browser(playwright, extra_args=UNTHROTTLED)
-        for viewers in counts:
-            print(f"-- {viewers} viewer(s) --", flush=True)
-            rounds.append(measure(browser, Path(tmp), viewers, args.nodes, args.nproc, args.step_s))
+        plan = [(v, False) for v in counts]
+        plan += [(int(v), True) for v in args.remote.split(",") if v]
+        for viewers, remote in plan:
+            print(f"-- {viewers} viewer(s){' (remote)' if remote else ''} --", flush=True)
+            rounds.append(
+                measure(browser, Path(tmp), viewers, args.nodes, args.nproc, args.step_s, remote)
+            )
         browser.close()
     ranks = args.nodes * args.nproc
     report.section(f"Latency: {ranks} rank changes ({args.nodes} nodes x {args.nproc})")
     table = Table(["viewers", "load", "samples", "p50", "p99", "max", "slowest page p50", "missed"])
     for r in rounds:
         table.add(
-            r.viewers,
+            r.label,
             f"{r.load:.0f}",
             len(r.latencies),
             fmt_ms(median(r.latencies)),
@@ -268,7 +342,7 @@ def main() -> None:
     )  # fmt: skip
     for r in rounds:
         table.add(
-            r.viewers,
+            r.label,
             f"{median(r.cpu_per_viewer):.1f}%",
             f"{sum(r.cpu_per_viewer):.1f}%",
             f"{median(r.rss_per_viewer):.0f} MiB",
