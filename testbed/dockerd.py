@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -131,6 +132,7 @@ class DockerDaemon:
         _require_dockerd()
         self.root.mkdir(parents=True, exist_ok=True)
         docker = Podman(self.root, self.podman.image, engine="docker")
+        _end_leftover(self.root)
         (self.root / "docker.sock").unlink(missing_ok=True)
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - dockerd writes it
         self.proc = subprocess.Popen(
@@ -159,6 +161,31 @@ class DockerDaemon:
         _stop(self.proc)
         for mount in sorted((self.root / "exec" / "netns").glob("*")):
             subprocess.run(["umount", str(mount)], capture_output=True, check=False)
+
+
+def _end_leftover(root: Path) -> None:
+    """A dockerd of this root left by a suite that was killed before its teardown (its
+    pidfile names a live process whose command line has this root's pidfile): SIGTERM by
+    PID, as its own teardown would have; a pidfile of a process gone is removed."""
+    pidfile = root / "docker.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        pidfile.unlink(missing_ok=True)
+        return
+    if str(pidfile).encode() not in cmdline:
+        pidfile.unlink(missing_ok=True)  # the PID is another process's now
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if Path(f"/proc/{pid}").exists():
+        os.kill(pid, signal.SIGKILL)
+    for mount in sorted((root / "exec" / "netns").glob("*")):
+        subprocess.run(["umount", str(mount)], capture_output=True, check=False)
+    pidfile.unlink(missing_ok=True)
 
 
 def _stop(proc: subprocess.Popen[Any], *, signalled: bool = False) -> None:

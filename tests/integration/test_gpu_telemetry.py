@@ -74,6 +74,8 @@ def test_gpu_events_map_ranks_and_teardown_proves_gpus_free(tmp_path: Path) -> N
         "temp_c": 38,
         "ranks": first[0]["ranks"],
         "uuid": GPU0,
+        "sm_mhz": None,  # the stand-in's query has no clock column
+        "throttle": [],
     }
     # once the workers run, each local rank is on the GPU its LOCAL_RANK names
     mapped = [e for e in gpu if any(g["ranks"] for g in e["gpus"])]
