@@ -17,6 +17,9 @@ from ddptui.core.monitor.framing import Attributed
 # rank printing a metric on every line of a flood costs one read per interval.
 METRIC_INTERVAL_S = 0.05
 KEEP_LOOKBACK = 256
+KEEP_SHAPES = 3  # a rank's last lines of this many shapes (a loss line, a throughput line)
+SHAPE_LOOKBACK = 16  # looked for this many lines before a rank's last metric line at most
+_DIGITS = str.maketrans("", "", "0123456789")
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -44,10 +47,11 @@ class MetricWatch:
     """Reads the ranks' lines for metrics, keeps them (`store`) and checks the losses.
 
     While a rank is inside its interval its lines are not parsed (but a rank's first NaN or
-    Inf is read at once), and the last one that may hold a metric is kept and read once the
-    interval is over (at its next line, at the
-    monitor's tick, or when its node's output ends): the last line of a burst, a final
-    throughput line after the last step, is never the one left out.
+    Inf is read at once), and its last lines that may hold a metric, one of each shape (a
+    line's text without its digits: the last step's loss line, then the throughput line
+    printed after it), are kept and read once the interval is over (at its next line, at the
+    monitor's tick, or when its node's output ends): neither the last step nor a final
+    throughput line after it is left out.
     """
 
     def __init__(
@@ -56,7 +60,7 @@ class MetricWatch:
         self.reader = MetricReader(patterns, interval)
         self.store = MetricStore()
         self.check = WrongNumberCheck()
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, list[_Pending]] = {}  # rank -> kept lines, oldest first
         self._broken: set[int] = set()  # ranks whose NaN or Inf was reported already
 
     def block(
@@ -75,7 +79,7 @@ class MetricWatch:
         active: set[int] = set()
         for rank in ranks:
             if not reader.quiet(rank, now) and not (
-                rank in pending and self._read(rank, pending.pop(rank), now, found)
+                rank in pending and self._read_kept(rank, pending.pop(rank), now, found)
             ):
                 active.add(rank)
         after: dict[int, int] = dict.fromkeys(ranks - active, -1)  # rank -> lines kept after
@@ -119,35 +123,69 @@ class MetricWatch:
     def _keep_last(
         self, node: str, lines: list[Attributed], first: int, after: dict[int, int]
     ) -> None:
-        """For each rank, its last line in the block that looks like a metric (after the
-        one read, if any), kept to read once its interval is over; found from the end
-        (under a flood, a few lines back), at most KEEP_LOOKBACK lines back: a block of
-        lines with none costs no more than that."""
+        """For each rank, its last lines in the block that look like a metric (after the
+        one read, if any), one of each shape and at most KEEP_SHAPES, kept to read once its
+        interval is over; found from the end (under a flood, a few lines back), at most
+        KEEP_LOOKBACK lines back: a block of lines with none costs no more than that. They
+        replace what the rank had kept: its newer lines of each shape."""
         may_report = self.reader.may_report
         wanted = dict(after)
+        kept: dict[int, tuple[dict[str, _Pending], int]] = {}  # rank -> shapes, look to
         for offset in range(len(lines) - 1, max(len(lines) - KEEP_LOOKBACK, 0) - 1, -1):
             line, rank, local_rank = lines[offset]
             if rank in wanted:
                 assert rank is not None
                 if offset <= wanted[rank]:
                     del wanted[rank]
+                elif rank in kept and offset < kept[rank][1]:
+                    del wanted[rank]  # the lines a burst ends with are behind: enough
                 elif may_report(line):
-                    self._pending[rank] = _Pending(node, local_rank, line, first + offset)
-                    del wanted[rank]
+                    shapes, _ = kept.setdefault(rank, ({}, offset - SHAPE_LOOKBACK))
+                    shape = line.translate(_DIGITS)
+                    if shape not in shapes:
+                        shapes[shape] = _Pending(node, local_rank, line, first + offset)
+                        if len(shapes) >= KEEP_SHAPES:
+                            del wanted[rank]
                 if not wanted:
-                    return
+                    break
+        for rank, (shapes, _) in kept.items():
+            newest = {p.text.translate(_DIGITS): p for p in self._pending.get(rank, [])}
+            newest.update(shapes)
+            ordered = sorted(newest.values(), key=lambda p: p.seq)
+            self._pending[rank] = ordered[-KEEP_SHAPES:]
 
     def due(self, now: float, node: str | None = None) -> list[Sampled]:
         """The kept lines whose rank's interval is over; with `node`, every one of that
         node's (its output ended)."""
         found: list[Sampled] = []
         for rank, kept in list(self._pending.items()):
-            if (node is not None and kept.node == node) or (
+            if (node is not None and kept[0].node == node) or (
                 node is None and not self.reader.quiet(rank, now)
             ):
                 del self._pending[rank]
-                self._read(rank, kept, now, found, force=node is not None)
+                self._read_kept(rank, kept, now, found, force=node is not None)
         return found
+
+    def _read_kept(
+        self, rank: int, kept: list[_Pending], now: float, found: list[Sampled], force: bool = False
+    ) -> bool:
+        """Read a rank's kept lines as one sample, at the step of the last (a later value of
+        a name over an earlier one): the rank's rate holds, and no older line of a rank is
+        read after another rank's newer one. Whether the rank is now inside its interval."""
+        *older, last = kept
+        if not older:
+            return self._read(rank, last, now, found, force=force)
+        values: dict[str, float] = {}
+        step = None
+        for line in kept:  # oldest first: the reader's step for a line with none moves along
+            sample = self.reader.read(rank, line.text, now, force=True)
+            if sample is not None:
+                values.update(sample.values)
+                step = sample.step
+        if step is None:
+            return False
+        self._record(rank, last, MetricSample(rank, step, values, now), found)
+        return self.reader.min_interval > 0.0
 
     def _read(
         self, rank: int, line: _Pending, now: float, found: list[Sampled], force: bool = False
@@ -156,9 +194,14 @@ class MetricWatch:
         sample = self.reader.read(rank, line.text, now, force=force)
         if sample is None:
             return False
+        self._record(rank, line, sample, found)
+        return self.reader.min_interval > 0.0
+
+    def _record(
+        self, rank: int, line: _Pending, sample: MetricSample, found: list[Sampled]
+    ) -> None:
         self.store.add(sample)
         wrong = tuple(self.check.check(sample))
         if any(w.kind is WrongNumberKind.NAN_OR_INF for w in wrong):
             self._broken.add(rank)
         found.append(Sampled(line.node, line.local_rank, sample, line.text, line.seq, wrong))
-        return self.reader.min_interval > 0.0

@@ -116,3 +116,17 @@ def test_a_ranks_first_nan_is_read_inside_its_interval() -> None:
     assert kinds == [NAN_OR_INF]
     steps = [e.step for e in events if isinstance(e, MetricSampled)]
     assert steps[:2] == [4, 5]  # step 6's NaN is sampled away: said once already
+
+
+def test_a_bursts_last_step_and_the_throughput_line_after_it_are_both_read_as_one() -> None:
+    """Thirty steps and a throughput line inside one interval: the last step's loss is not
+    left out for the line after it; both come as one sample at step 30, at the rank's rate."""
+    monitor = Monitor(["n0"], 1)  # the session's 50 ms
+    burst = [(0, f"rank 0 step={i} loss={1.0 / i:.4f}") for i in range(1, 31)]
+    burst.append((0, "rank 0 throughput: 912.5 samples/s (30 steps in 1.052 s)"))
+    events = monitor.feed("n0", _lines(*burst), now=10.0)
+    events += monitor.tick(10.2, 0)
+    samples = [e for e in events if isinstance(e, MetricSampled)]
+    assert [s.step for s in samples] == [1, 30]
+    last = samples[-1].to_dict()["values"]
+    assert last == {"loss": round(1 / 30, 4), "samples/s": 912.5}
