@@ -81,8 +81,9 @@ def reap_step_source() -> bytes:
 
 
 def step_task_source() -> bytes:
-    """The task of one Slurm step for every node (`python3 -S -`, step_task.py)."""
-    return resources.files(__name__).joinpath("step_task.py").read_bytes()
+    """The task of one Slurm step for every node (`python3 -S -`: netinfo.py, for who holds
+    a rendezvous port, then step_task.py)."""
+    return _joined("netinfo.py", "step_task.py")
 
 
 def worker_hook_source() -> bytes:

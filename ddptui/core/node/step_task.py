@@ -15,6 +15,8 @@ import os
 import signal
 import sys
 
+from ddptui.core.node.netinfo import port_report  # sent ahead of this program
+
 JOB = ""  # the console puts the job here (base64 JSON), never on the command line
 
 MARK = b"\x1eddptui-step "  # the same as step.MARK
@@ -116,18 +118,15 @@ def _ifname_holding(address: str) -> str | None:
 
 
 def _port_taken(address: str, port: int) -> str | None:
-    """Why the rendezvous port cannot be bound here (as c10d's store binds it), else None."""
-    import _socket
-
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-    try:
-        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
-        s.bind((address, int(port)))
-    except OSError as exc:
-        return str(exc.strerror)
-    finally:
-        s.close()
-    return None
+    """Why the rendezvous port cannot be bound here (as c10d's store binds it: who holds it,
+    where that can be told), else None."""
+    report = port_report(address, port)
+    if report["free"]:
+        return None
+    why = str(report["why"])
+    if report.get("holders"):
+        return why
+    return why.removeprefix("not available (").removesuffix(")")
 
 
 def _stop_step() -> None:
