@@ -32,7 +32,7 @@ def test_ssh_a_rank_30_percent_slower_is_named_with_its_host(
         "node[1-2]",
         str(SCRIPT),
         "--steps",
-        "600",
+        "400",  # about 70 s: longer than the 60 s it must be named within
         "--slow-rank",
         "3",
         "--slow",
@@ -62,7 +62,7 @@ def test_slurm_a_rank_30_percent_slower_is_named_with_its_node(
         tmp_path,
         str(SCRIPT),
         "--steps",
-        "600",
+        "400",  # about 70 s: longer than the 60 s it must be named within
         "--slow-rank",
         "3",
         "--slow",
