@@ -93,7 +93,8 @@ def test_a_slow_node_is_named_as_a_node(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)
 def test_a_balanced_job_of_three_minutes_names_nobody(tmp_path: Path) -> None:
-    events = _run(tmp_path, "--steps", "1500", timeout=600)
+    # 1,850 steps of at least 0.1 s of sleep each: over 3 minutes however fast the machine
+    events = _run(tmp_path, "--steps", "1850", timeout=600)
     running = [e["ts"] for e in events if e["event"] == "rank" and e["state"] == "running"]
     summary = events[-1]
     assert summary["ts"] - min(running) >= 180, "the job ran for less than 3 minutes"

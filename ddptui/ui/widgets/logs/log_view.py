@@ -160,6 +160,9 @@ class LogView(FollowingView):
         self._lines[y] = prefix + displayable(group.text())
         self._width = max(self._width, len(self._lines[y]))
 
+    def _sync_size(self) -> None:
+        self.set_content_size(Size(self._width, len(self._lines)))
+
     def _prune(self) -> None:
         """Drop the oldest rows beyond `max_lines`; the search's row moves with them."""
         remove = len(self._lines) - self.max_lines
@@ -336,7 +339,10 @@ class LogView(FollowingView):
         if self._stale:
             group = self._stale.pop(index + self._dropped, None)
             if group is not None:
+                width = self._width
                 self._refold(group)
+                if self._width > width:  # wider now: the scroll range follows, after this frame
+                    self.call_after_refresh(self._sync_size)
         line = printable(self._lines[index])
         selection = self.text_selection
         if selection is not None:
