@@ -24,7 +24,13 @@ from typing import Any
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_ms, verdict
 from bench.common.trees import ROOT
 from bench.flood.core_tier import NODES
-from bench.flood.log_flood import CORE_LINES_PER_NODE, METRICS, _child, _lines_per_node
+from bench.flood.log_flood import (
+    CORE_LINES_PER_NODE,
+    METRICS,
+    NODES_APART,
+    _child,
+    _lines_per_node,
+)
 from bench.flood.rates import RATES, format_rate
 
 MODES = ("off", "on")
@@ -80,7 +86,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--rates", nargs="*", choices=list(RATES), default=["max", "100k/s"])
     parser.add_argument("--name", default="metrics_flood", help="the report's file name")
+    parser.add_argument(
+        "--nodes-apart",
+        action="store_true",
+        help="as log_flood's: each pseudo-node's processes at the lowest priority, standing "
+        "for nodes that are other machines (they get the CPU the console leaves)",
+    )
     args = parser.parse_args()
+    if args.nodes_apart:
+        os.environ[NODES_APART] = "1"  # the children's specs pass it to the nodes
     reps = args.reps  # --quick cuts the lines only: the off/on pairs are the point
     core_lines = CORE_LINES_PER_NODE // (5 if args.quick else 1)
     cores: dict[str, list[float]] = {m: [] for m in MODES}
