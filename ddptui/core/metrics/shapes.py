@@ -137,6 +137,11 @@ class ShapeGroup:
 _DIGITS = str.maketrans("", "", "0123456789")
 
 
+def fold_key(text: str) -> str:
+    """A line's fold key: its text without its digits (`fold_keys` for a batch)."""
+    return text.translate(_DIGITS)
+
+
 def fold_keys(texts: list[str]) -> list[str]:
     """The folder's keys of `texts`, each its text without its digits: lines that differ
     only in their digits share one. One pass of C over the batch, not a pattern per line
@@ -147,7 +152,7 @@ def fold_keys(texts: list[str]) -> list[str]:
     keys = "\n".join(texts).translate(_DIGITS).split("\n")
     if len(keys) == len(texts):
         return keys
-    return [text.translate(_DIGITS) for text in texts]  # a text held a newline of its own
+    return [fold_key(text) for text in texts]  # a text held a newline of its own
 
 
 def fold_shapes(lines: Iterable[tuple[int, str]]) -> list[ShapeGroup]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ddptui.core.metrics.reader import MetricReader, spells_nan_or_inf
 from ddptui.core.metrics.sample import MetricSample
+from ddptui.core.metrics.shapes import fold_key
 from ddptui.core.metrics.store import MetricStore
 from ddptui.core.metrics.wrong_numbers import WrongNumber, WrongNumberCheck, WrongNumberKind
 from ddptui.core.monitor.framing import Attributed
@@ -19,7 +20,6 @@ METRIC_INTERVAL_S = 0.05
 KEEP_LOOKBACK = 256
 KEEP_SHAPES = 3  # a rank's last lines of this many shapes (a loss line, a throughput line)
 SHAPE_LOOKBACK = 16  # looked for this many lines before a rank's last metric line at most
-_DIGITS = str.maketrans("", "", "0123456789")
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -141,7 +141,7 @@ class MetricWatch:
                     del wanted[rank]  # the lines a burst ends with are behind: enough
                 elif may_report(line):
                     shapes, _ = kept.setdefault(rank, ({}, offset - SHAPE_LOOKBACK))
-                    shape = line.translate(_DIGITS)
+                    shape = fold_key(line)
                     if shape not in shapes:
                         shapes[shape] = _Pending(node, local_rank, line, first + offset)
                         if len(shapes) >= KEEP_SHAPES:
@@ -149,7 +149,7 @@ class MetricWatch:
                 if not wanted:
                     break
         for rank, (shapes, _) in kept.items():
-            newest = {p.text.translate(_DIGITS): p for p in self._pending.get(rank, [])}
+            newest = {fold_key(p.text): p for p in self._pending.get(rank, [])}
             newest.update(shapes)
             ordered = sorted(newest.values(), key=lambda p: p.seq)
             self._pending[rank] = ordered[-KEEP_SHAPES:]
