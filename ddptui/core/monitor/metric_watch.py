@@ -19,7 +19,7 @@ from ddptui.core.monitor.framing import Attributed
 METRIC_INTERVAL_S = 0.05
 KEEP_LOOKBACK = 256
 KEEP_SHAPES = 3  # a rank's last lines of this many shapes (a loss line, a throughput line)
-SHAPE_LOOKBACK = 16  # looked for this many lines before a rank's last metric line at most
+SHAPE_LOOKBACK = 16  # a rank's own lines looked at before its newest kept metric line, at most
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -123,32 +123,42 @@ class MetricWatch:
     def _keep_last(
         self, node: str, lines: list[Attributed], first: int, after: dict[int, int]
     ) -> None:
-        """For each rank, its last lines in the block that look like a metric (after the
-        one read, if any), one of each shape and at most KEEP_SHAPES, kept to read once its
+        """For each rank, its last lines in the block that hold a metric (after the one
+        read, if any), one of each shape and at most KEEP_SHAPES, kept to read once its
         interval is over; found from the end (under a flood, a few lines back), at most
-        KEEP_LOOKBACK lines back: a block of lines with none costs no more than that. They
-        replace what the rank had kept: its newer lines of each shape."""
-        may_report = self.reader.may_report
+        KEEP_LOOKBACK lines back: a block of lines with none costs no more than that. A
+        rank's search ends SHAPE_LOOKBACK of its own lines before the newest it kept (the
+        lines a burst ends with are behind), and a line of a new shape is kept only if it
+        reads (a traceback's `loss` line takes no place). They replace what the rank had
+        kept: its newer lines of each shape."""
+        may_report, read_text = self.reader.may_report, self.reader.read_text
         wanted = dict(after)
-        kept: dict[int, tuple[dict[str, _Pending], int]] = {}  # rank -> shapes, look to
+        kept: dict[int, dict[str, _Pending]] = {}  # rank -> its kept lines by shape
+        left: dict[int, int] = {}  # rank -> its own lines still looked at
+        duds: set[str] = set()  # shapes that looked like a metric and did not read
         for offset in range(len(lines) - 1, max(len(lines) - KEEP_LOOKBACK, 0) - 1, -1):
             line, rank, local_rank = lines[offset]
-            if rank in wanted:
-                assert rank is not None
-                if offset <= wanted[rank]:
-                    del wanted[rank]
-                elif rank in kept and offset < kept[rank][1]:
-                    del wanted[rank]  # the lines a burst ends with are behind: enough
-                elif may_report(line):
-                    shapes, _ = kept.setdefault(rank, ({}, offset - SHAPE_LOOKBACK))
-                    shape = fold_key(line)
-                    if shape not in shapes:
+            if rank not in wanted:
+                continue
+            assert rank is not None
+            if offset <= wanted[rank] or left.get(rank, 1) <= 0:
+                del wanted[rank]
+            else:
+                if rank in left:
+                    left[rank] -= 1
+                shapes = kept.get(rank, {})
+                if may_report(line) and (shape := fold_key(line)) not in shapes:
+                    if shape in duds or read_text(line) is None:
+                        duds.add(shape)
+                    else:
                         shapes[shape] = _Pending(node, local_rank, line, first + offset)
+                        kept[rank] = shapes
+                        left.setdefault(rank, SHAPE_LOOKBACK)
                         if len(shapes) >= KEEP_SHAPES:
                             del wanted[rank]
-                if not wanted:
-                    break
-        for rank, (shapes, _) in kept.items():
+            if not wanted:
+                break
+        for rank, shapes in kept.items():
             newest = {fold_key(p.text): p for p in self._pending.get(rank, [])}
             newest.update(shapes)
             ordered = sorted(newest.values(), key=lambda p: p.seq)

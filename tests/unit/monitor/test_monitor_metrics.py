@@ -130,3 +130,29 @@ def test_a_bursts_last_step_and_the_throughput_line_after_it_are_both_read_as_on
     assert [s.step for s in samples] == [1, 30]
     last = samples[-1].to_dict()["values"]
     assert last == {"loss": round(1 / 30, 4), "samples/s": 912.5}
+
+
+def test_a_ranks_last_step_is_read_behind_another_ranks_lines_and_its_traceback() -> None:
+    """One block: rank 1's twelve steps, then rank 0's, then both tracebacks (a `loss` word
+    in them that reads as no metric); each rank's last step is read when the output ends,
+    though the other rank's lines lie between it and the end."""
+    monitor = Monitor(["n0"], 2)
+    values = {1: "1.0975", 2: "1548322378629513216.0", 3: "inf", 4: "inf", 5: "inf"}
+    lines = [
+        (r, f"rank {r} step={s} loss={values.get(s, 'nan')}") for r in (1, 0) for s in range(1, 13)
+    ]
+    for r in (0, 1):  # as the script's traceback prints
+        lines += [
+            (r, f"[rank{r}]: Traceback (most recent call last):"),
+            (r, f'[rank{r}]:   File "diverging_sgd.py", line 38, in <module>'),
+            (r, f"[rank{r}]:     main()"),
+            (r, f'[rank{r}]:   File "diverging_sgd.py", line 32, in main'),
+            (r, f'[rank{r}]:     raise FloatingPointError(f"the loss is {{loss.item()}}")'),
+            (r, f"[rank{r}]: FloatingPointError: the loss is nan after 12 steps"),
+        ]
+    events = monitor.feed("n0", _lines(*lines), now=10.0)
+    events += monitor.end_of_output("n0")
+    last = {e.rank: e for e in events if isinstance(e, MetricSampled)}
+    assert {rank: s.step for rank, s in last.items()} == {0: 12, 1: 12}
+    assert all(math.isnan(s.values["loss"]) for s in last.values())
+    assert math.isnan(monitor.summary().metrics["loss.last"])
