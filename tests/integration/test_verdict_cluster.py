@@ -4,6 +4,7 @@ stalls once and stays stalled for three minutes; a size mismatch gets one verdic
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -63,5 +64,6 @@ def test_a_gloo_size_mismatch_gets_one_verdict(clean_testbed: Testbed, tmp_path:
     assert final, [e["event"] for e in run.events][-8:]
     assert final[-1]["signature"] == "collective_mismatch"
     assert run.summary["verdict"]["signature"] == "collective_mismatch"
-    for mismatch in run.of("mismatch"):  # the odd rank's records, where they came
-        assert mismatch["culprits"] == [1] and final[-1]["rank"] == 1
+    mismatches = run.of("mismatch")  # the odd rank's records, where they came
+    for mismatch in mismatches:
+        assert mismatch["culprits"] == [1] and final[-1]["rank"] == 1, json.dumps(mismatches)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ddptui.core.diagnose.collective_record import CollectiveRecord
+from ddptui.core.diagnose.collective_record import CollectiveRecord, known_fields
 
 CLOSED_KEPT = 4096  # closed collectives remembered for a rank that comes after the others
 
@@ -79,15 +79,26 @@ class CollectiveMismatch:
         return f"{who + ': ' if who else ''}{self.kind} mismatch in {where}"
 
 
-def _kind(odd: CollectiveRecord, usual: CollectiveRecord) -> MismatchKind:
-    """Torch's order: the op first, then sizes, dtypes, and the group's ranks."""
+def _kind(odd: CollectiveRecord, usual: CollectiveRecord, fields: Sequence[str]) -> MismatchKind:
+    """Torch's order: the op first, then sizes, dtypes, and the group's ranks (of the
+    optional fields, those both records know)."""
     if odd.collective != usual.collective:
         return MismatchKind.OP
-    if (odd.input_sizes, odd.output_sizes) != (usual.input_sizes, usual.output_sizes):
+    if odd.input_sizes != usual.input_sizes or (
+        "output_sizes" in fields and odd.output_sizes != usual.output_sizes
+    ):
         return MismatchKind.SIZE
-    if (odd.input_dtypes, odd.output_dtypes) != (usual.input_dtypes, usual.output_dtypes):
+    if odd.input_dtypes != usual.input_dtypes or (
+        "output_dtypes" in fields and odd.output_dtypes != usual.output_dtypes
+    ):
         return MismatchKind.DTYPE
     return MismatchKind.RANKS
+
+
+def _same(one: CollectiveRecord, other: CollectiveRecord) -> bool:
+    """Whether two records agree on what both know."""
+    fields = known_fields((one, other))
+    return one.signature_of(fields) == other.signature_of(fields)
 
 
 @dataclass
@@ -114,7 +125,7 @@ class CollectiveAudit:
         self._newest: dict[tuple[str, int], int] = {}  # (pg, rank) -> its highest number
         self._seen: dict[str, set[int]] = {}  # pg -> the ranks that have recorded in it
         self._last: dict[int, CollectiveRecord] = {}  # rank -> the record it entered last
-        self._history: dict[tuple[int, str, str], tuple[object, ...]] = {}
+        self._history: dict[tuple[int, str, str], CollectiveRecord] = {}
         self._active: set[tuple[int, str]] = set()  # (rank, pg) with a judged record
         self.mismatches: list[CollectiveMismatch] = []
 
@@ -186,9 +197,10 @@ class CollectiveAudit:
         expected = self.expected(key[0], slot.values())
         unknown = len(self._missing(key[0], key[1], slot))
         complete = bool(expected) and unknown == 0
+        fields = known_fields(slot.values())  # a live row and a dump's entry agree on these
         sides: dict[tuple[object, ...], list[int]] = {}
         for rank, record in sorted(slot.items()):
-            sides.setdefault(record.signature, []).append(rank)
+            sides.setdefault(record.signature_of(fields), []).append(rank)
         if len(sides) == 1:
             if complete:
                 for record in slot.values():
@@ -201,18 +213,18 @@ class CollectiveAudit:
         sizes = sorted((len(ranks) for ranks in sides.values()), reverse=True)
         majority = [ranks for ranks in sides.values() if len(ranks) == sizes[0]]
         unbeaten = len(majority) == 1 and (not expected or sizes[0] > sizes[1] + unknown)
-        culprits = self._odd(slot, sides, majority[0] if unbeaten else [])
+        culprits = self._odd(slot, fields, majority[0] if unbeaten else [])
         if not (complete or unbeaten or culprits):
             return None  # the ranks still to come may side with either
         usual_rank = next((r for r in sorted(slot) if r not in culprits), min(slot))
         usual = slot[usual_rank]
         odd = slot[culprits[0]] if culprits else next(r for r in slot.values() if r != usual)
-        kind = _kind(odd, usual)
+        kind = _kind(odd, usual, fields)
         after = (key[0], key[1] + 1)
         closed = self._closed.get(after)
         nxt = [*self._open.get(after, {}).values(), *([closed[0]] if closed else [])]
         if kind != MismatchKind.RANKS and any(
-            other.signature == odd.signature for other in nxt if other.rank != odd.rank
+            _same(other, odd) for other in nxt if other.rank != odd.rank
         ):
             kind = MismatchKind.SKIPPED  # its next collective is the others' next: it skipped
         for record in slot.values():
@@ -232,7 +244,7 @@ class CollectiveAudit:
     def _odd(
         self,
         slot: Mapping[int, CollectiveRecord],
-        sides: Mapping[tuple[object, ...], list[int]],
+        fields: Sequence[str],
         majority: list[int],
     ) -> list[int]:
         """The minority; on a tie, the ranks that changed what they pass at this call site (or
@@ -242,20 +254,20 @@ class CollectiveAudit:
         changed, steady = [], []
         for rank, record in slot.items():
             before = self._history.get((rank, record.pg, record.site or record.op))
-            if before == record.signature:
+            if before is not None and _same(before, record):
                 steady.append(rank)
             elif before is not None or (rank, record.pg) in self._active:
                 changed.append(rank)  # a new call site, or a new size at an old one
         if changed and steady:
-            changed_sides = {slot[r].signature for r in changed}
-            steady_sides = {slot[r].signature for r in steady}
+            changed_sides = {slot[r].signature_of(fields) for r in changed}
+            steady_sides = {slot[r].signature_of(fields) for r in steady}
             if not changed_sides & steady_sides:
                 return sorted(changed)
         return []
 
     def _remember(self, record: CollectiveRecord) -> None:
         self._active.add((record.rank, record.pg))
-        self._history[(record.rank, record.pg, record.site or record.op)] = record.signature
+        self._history[(record.rank, record.pg, record.site or record.op)] = record
 
     @staticmethod
     def _detail(

@@ -10,7 +10,7 @@ containers, or the node collector's trimmed copy of its newest entries; all read
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,13 +46,16 @@ class CollectiveRecord:
 
     @property
     def signature(self) -> tuple[object, ...]:
+        return self.signature_of(OPTIONAL)
+
+    def signature_of(self, fields: Sequence[str]) -> tuple[object, ...]:
+        """What must agree across ranks: the op, input sizes and dtypes, and of the optional
+        fields (`OPTIONAL`) those named."""
         return (
             self.collective,
             self.input_sizes,
-            self.output_sizes,
             self.input_dtypes,
-            self.output_dtypes,
-            self.ranks,
+            *(getattr(self, name) for name in fields),
         )
 
     def describe(self) -> str:
@@ -60,6 +63,17 @@ class CollectiveRecord:
         sizes = ", ".join("x".join(map(str, s)) or "scalar" for s in self.input_sizes)
         dtypes = "/".join(dict.fromkeys(self.input_dtypes + self.output_dtypes))
         return " ".join(p for p in (self.collective, f"[{sizes}]", dtypes) if p)
+
+
+# What one source of records may not know: the live rows have no output dtypes, gloo's dumps
+# and the live rows no group ranks. Records are compared on the fields all of them know.
+OPTIONAL = ("output_sizes", "output_dtypes", "ranks")
+
+
+def known_fields(records: Iterable[CollectiveRecord]) -> tuple[str, ...]:
+    """The optional fields every one of `records` knows (not empty)."""
+    records = list(records)
+    return tuple(name for name in OPTIONAL if all(getattr(r, name) for r in records))
 
 
 def _sizes(value: Any) -> Sizes:

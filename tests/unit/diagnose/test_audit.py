@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ddptui.core.diagnose.audit import CollectiveAudit, MismatchKind
@@ -126,6 +128,24 @@ def test_ranks_that_disagree_on_who_takes_part() -> None:
     records = [rec(0, 1, pg="7", ranks=(0, 1, 2)), rec(1, 1, pg="7", ranks=(0, 1, 2))]
     [mismatch] = audit.feed([*records, rec(2, 1, pg="7", ranks=(0, 2))])
     assert mismatch.kind == MismatchKind.RANKS and mismatch.culprits == (2,)
+
+
+def _live(record: CollectiveRecord) -> CollectiveRecord:
+    """The record as the live channel's row gives it: no output dtypes, no group ranks."""
+    return replace(record, output_dtypes=(), ranks=())
+
+
+def test_records_from_the_live_rows_and_from_a_dump_agree_on_what_both_know() -> None:
+    """Ranks 0-2 came as live rows, rank 3 from its dump at the failure (output dtypes and
+    the group's ranks known): no mismatch; a size that differs is still one."""
+    audit = CollectiveAudit(world=(0, 1, 2, 3))
+    group = (0, 1, 2, 3)
+    for seq in range(1, 6):
+        assert audit.feed([*(_live(rec(r, seq)) for r in range(3)), rec(3, seq, ranks=group)]) == []
+    assert audit.pending() == [] and audit.mismatches == []
+    [mismatch] = audit.feed([_live(rec(0, 6)), _live(rec(1, 6, size=8)), _live(rec(2, 6))])
+    assert (mismatch.kind, mismatch.culprits) == (MismatchKind.SIZE, (1,))
+    assert audit.feed([rec(3, 6, ranks=group)]) == []
 
 
 def test_repeated_records_cost_nothing_and_say_nothing() -> None:
