@@ -93,6 +93,8 @@ def test_the_nodes_are_asked_who_holds_the_port_while_no_world_forms() -> None:
     assert check.probe_due(100.0 + PROBE_AFTER_S + 2) == ["node1", "node2", "node3"]
     local = WorldCheck(_plan(("127.0.0.1", "127.0.0.1")), 0.0)  # pseudo-nodes share the host
     assert local.probe_due(PROBE_AFTER_S) == ["node1"]
+    apart = WorldCheck(_plan(("127.0.0.2", "127.0.0.3")), 0.0)  # the local backend's: one host
+    assert apart.probe_due(PROBE_AFTER_S) == ["node1"]
 
 
 def test_who_holds_the_port_names_a_squatter_or_a_node_serving_itself() -> None:
@@ -109,6 +111,8 @@ def test_who_holds_the_port_names_a_squatter_or_a_node_serving_itself() -> None:
     split = check.holders_seen({"node1": [ours], "node2": [itself]})
     assert split is not None and (split.node, split.cause) == ("node2", WorldCause.SPLIT_WORLD)
     assert split.explanation.startswith("node2 serves a rendezvous of its own on port 29400")
+    # node2's agent bound the port first on a host it shares with node1: the one store
+    assert check.holders_seen({"node1": [itself], "node2": [itself]}) is None
 
 
 def test_an_elastic_world_is_judged_by_its_floor() -> None:

@@ -152,7 +152,7 @@ class WorldCheck:
         apart = [
             c.node
             for c in self.plan.commands[1:]
-            if c.address != head.address and c.node not in self.joined
+            if not _same_host(c.address, head.address) and c.node not in self.joined
         ]
         start = self._rotation % len(apart) if apart else 0
         self._rotation += PROBE_AT_MOST
@@ -166,6 +166,9 @@ class WorldCheck:
         agent listening means it serves a rendezvous of its own."""
         tags = {c.node: c.tag for c in self.plan.commands}
         ours = {c.tag for c in self.plan.commands}
+        # A listener the head sees too is the one store of a host they share (pseudo-nodes
+        # of one machine): whichever agent bound the port first serves it for all.
+        shared = {h.get("pid") for h in holders.get(self.head, ())} - {None}
         for node, found in holders.items():
             if node == self.head:
                 foreign = [h for h in found if h.get("tag") not in ours]
@@ -177,7 +180,7 @@ class WorldCheck:
                         ": the job's rendezvous cannot be served there (the agent joined "
                         "that process as a client and waits); choose another with --rdzv-port",
                     )
-            elif any(h.get("tag") == tags.get(node) for h in found):
+            elif any(h.get("tag") == tags.get(node) and h.get("pid") not in shared for h in found):
                 return WorldProblem(
                     node,
                     WorldCause.SPLIT_WORLD,
@@ -187,3 +190,9 @@ class WorldCheck:
                     "itself (a localhost fallback, or a name that resolves to the node)",
                 )
         return None
+
+
+def _same_host(one: str, other: str) -> bool:
+    """Two addresses of one host as far as the plan tells: equal, or both loopback (the
+    local backend's pseudo-nodes, 127.0.0.2, 127.0.0.3, ...: one network namespace)."""
+    return one == other or (one.startswith("127.") and other.startswith("127."))
