@@ -96,6 +96,10 @@ class Backend(ABC):
         `method` "fr": the dumps alone (else the job's stacks method)."""
         raise BackendError(f"{self.name} cannot take stacks")
 
+    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
+        """Fault injection: SIGKILL one worker of the node; what was killed, in words."""
+        raise BackendError(f"{self.name} cannot kill one rank")
+
     async def ended(self, command: NodeCommand) -> int | None:
         """A run left detached, asked how it is: the node's exit code once its job has
         ended, None while it runs; BackendError when the node cannot tell."""
@@ -297,6 +301,25 @@ class HelperBackend(Backend):
         except (TransportError, IndexError, ValueError) as exc:
             raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
         return report
+
+    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
+        """Fault injection: SIGKILL one worker of the node (the job helper's `kill_rank`);
+        what was killed, in words."""
+        argv = self._argv("kill_rank", command.tag, str(local_rank))
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=30
+            )
+            killed = json.loads(result.stdout.strip().splitlines()[-1])["killed"]
+        except (TransportError, IndexError, ValueError, KeyError) as exc:
+            raise BackendError(
+                f"{command.node}: could not kill local rank {local_rank}: {exc}"
+            ) from None
+        if not killed:
+            raise BackendError(f"{command.node}: no worker of local rank {local_rank} runs")
+        return (
+            f"killed local rank {local_rank} on {command.node} (pid {', '.join(map(str, killed))})"
+        )
 
     async def reap_tag(
         self, transport: Transport, tag: str, gpu_before: str = ""

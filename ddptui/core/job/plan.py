@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.core.job.elastic import nnodes_for
 from ddptui.core.job.secret_env import mask_env
 from ddptui.core.job.spec import JobSpec
 
@@ -128,7 +129,7 @@ class LaunchPlan:
 
 
 def torchrun_argv(
-    spec: JobSpec, nnodes: int, rdzv_id: str, endpoint: str, local_addr: str | None
+    spec: JobSpec, nnodes: int | str, rdzv_id: str, endpoint: str, local_addr: str | None
 ) -> list[str]:
     """The torchrun line of the manual procedure, plus --tee so worker lines carry their rank."""
     argv = [
@@ -240,6 +241,8 @@ def build_plan(
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
+    spares = spec.spares if len(nodes) > spec.nodes else 0
+    nnodes = nnodes_for(spec, len(nodes) - spares)
     commands = []
     for index, node in enumerate(nodes):
         if only is not None and index != only:
@@ -248,9 +251,7 @@ def build_plan(
         ifname = (socket_ifnames or {}).get(node.name)
         env = node_environment(spec, ifname)
         env.update((node_env or {}).get(node.name, {}))
-        argv = torchrun_argv(
-            spec, len(nodes), run_id, endpoint, node.address if local_addrs else None
-        )
+        argv = torchrun_argv(spec, nnodes, run_id, endpoint, node.address if local_addrs else None)
         if spec.container and spec.container.engine != "pyxis":
             host = None
             if container_hosts and node.name in container_hosts:

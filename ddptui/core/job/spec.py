@@ -9,7 +9,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ddptui.core.job.secret_env import MASK, mask_env, secret_names, secret_values
 
@@ -67,7 +74,9 @@ class JobSpec(_Model):
 
     profile: str = "local"
     backend: Backend = "local"
-    nodes: int = Field(2, ge=1)
+    nodes: int = Field(2, ge=1)  # MAX of an elastic job (`--nodes MIN:MAX`: job/elastic.py)
+    min_nodes: int | None = Field(None, ge=1)  # MIN of an elastic job; None: a fixed count
+    spares: int = Field(0, ge=0)  # extra hosts (SSH) started when a node of the job is lost
     nproc_per_node: int = Field(2, ge=1)
     script: str
     script_args: tuple[str, ...] = ()
@@ -95,6 +104,12 @@ class JobSpec(_Model):
     progress_pattern: str = DEFAULT_PROGRESS_PATTERN
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> JobSpec:
+        if self.min_nodes is not None and self.min_nodes > self.nodes:
+            raise ValueError(f"MIN {self.min_nodes} is above MAX {self.nodes} (--nodes MIN:MAX)")
+        return self
 
     @field_validator("progress_pattern")
     @classmethod

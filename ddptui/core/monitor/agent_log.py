@@ -31,6 +31,8 @@ class Assigned:
     local_ranks: tuple[int, ...]
     global_ranks: tuple[int, ...]
     restart_count: int
+    group_world_size: int = 0  # nodes in this rendezvous round (0: not logged)
+    master: str = ""  # master_addr:master_port of the round: one round, one master
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,8 @@ class AgentLogParser:
                     local_ranks=tuple(ast.literal_eval(result["local_ranks"])),
                     global_ranks=tuple(ast.literal_eval(result["global_ranks"])),
                     restart_count=int(result.get("restart_count", "0")),
+                    group_world_size=int(result.get("group_world_size", "0")),
+                    master=f"{result.get('master_addr', '')}:{result.get('master_port', '')}",
                 )
             ]
         except (ValueError, SyntaxError, KeyError):

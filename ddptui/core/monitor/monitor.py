@@ -36,6 +36,7 @@ from ddptui.core.monitor.agent_log import (
     WorkerFailed,
 )
 from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.cycles import CycleWatch, MembershipChange, RestartCycle
 from ddptui.core.monitor.framing import (
     WORKER_ENDED,
     Attributed,
@@ -68,6 +69,7 @@ class MonitorSummary:
     culprit: RankSummary | None
     stall: StallReport | None = None
     recorder: FlightRecorderReport | None = None
+    cycles: tuple[RestartCycle, ...] = ()
 
 
 class Monitor:
@@ -78,11 +80,13 @@ class Monitor:
         nodes: Sequence[str],
         nproc_per_node: int,
         progress_pattern: str | None = DEFAULT_PROGRESS_PATTERN,
+        max_restarts: int = 0,
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
         self.recorder = RecorderWatch(self.board)
         self.gpu = GpuWatch(self.board)
+        self.cycles = CycleWatch(max_restarts)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
 
@@ -135,6 +139,8 @@ class Monitor:
         self, node: str, exit_code: int | None, by_teardown: bool = False
     ) -> list[Event]:
         """The node's agent ended: its ranks not yet final end with it."""
+        if exit_code != 0 and not by_teardown and not self.board.tearing_down:
+            self.cycles.node_left(node, MembershipChange.LOST, exit_code)
         return self.board.node_exited(node, exit_code, by_teardown)
 
     def step_rate(self, node: str, local_rank: int, now: float | None = None) -> float | None:
@@ -156,6 +162,7 @@ class Monitor:
             first.summary(culprit=True) if first else None,
             self.stall.last,
             self.recorder.last,
+            self.cycles.final(),
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -219,10 +226,14 @@ class Monitor:
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
         if self._progress is not None:
+            best = None
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
+                    best = value if best is None or value > best else best
+            if best is not None:
+                self.cycles.step(int(best))
         return events
 
     def _line_by_line(
@@ -276,8 +287,10 @@ class Monitor:
 
     def _agent_fact(self, node: str, fact: AgentFact, now: float) -> list[Event]:
         if isinstance(fact, Assigned):
-            return self.board.assign(node, fact, now)
+            return self.board.assign(node, fact, now) + self.cycles.assigned(node, fact, now)
         if isinstance(fact, WorkerFailed):
+            if not self.board.tearing_down:
+                self.cycles.worker_failed(node, fact)
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:
                 events += self.board.record_failure(node, fact)

@@ -7,6 +7,7 @@ from typing import Any
 
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain
+from ddptui.core.monitor.cycles import RestartCycle
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class RunSummary(Event):
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own
+    cycles: tuple[RestartCycle, ...] = ()  # the rendezvous rounds (restart cycles), in order
 
     kind = "summary"
 
