@@ -177,14 +177,19 @@ def cli_fields(
     if script:
         fields["script"] = script
         fields["script_args"] = tuple(script_args)
-    found = rules.problems(
-        {
-            "backend": args.backend or "slurm",  # the backend is checked once it is known
-            "container_image": args.container_image,
-            "container_engine": args.container_engine,
-            "container_mounts": args.container_mount,
-        }
-    )
+    found = [  # the container's flags alone: the rest is checked once the profile is in
+        problem
+        for problem in rules.problems(
+            {
+                "backend": args.backend or "slurm",  # the backend is checked once it is known
+                "hosts": hosts,
+                "container_image": args.container_image,
+                "container_engine": args.container_engine,
+                "container_mounts": args.container_mount,
+            }
+        )
+        if problem.field.startswith("container")
+    ]
     if found:
         raise SpecError(found[0].message)
     if args.container_image:

@@ -54,9 +54,16 @@ class DdpApp(App[int]):
     ]
 
     def __init__(
-        self, spec: JobSpec, keymap_path: str | Path | None = None, attach: RunDir | None = None
+        self,
+        spec: JobSpec,
+        keymap_path: str | Path | None = None,
+        attach: RunDir | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
+        # Read-only (k9s's --readonly): every action that changes the job or runs anything on
+        # the nodes is hidden; the screens ask `read_only` in their check_action.
+        self.read_only = read_only
         self._gc_thresholds = gc.get_threshold()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # No sliding tab underlines or smooth scrolls: under a log flood each costs a
@@ -176,6 +183,8 @@ class DdpApp(App[int]):
     # -- the job: edit, check, past runs -------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.read_only and action in ("edit_job", "preflight"):
+            return False
         if action in ("edit_job", "preflight", "history"):
             if self.screen is not self.job_screen:
                 return False  # hidden on the other screens

@@ -102,6 +102,8 @@ class JobSpec(_Model):
     gpu_sample_ms: int = Field(1000, ge=0)
     # What a rank's progress lines look like (first number = step), for straggler detection.
     progress_pattern: str = DEFAULT_PROGRESS_PATTERN
+    # The console hides every action that changes the job (`--read-only`, k9s's readonly).
+    read_only: bool = False
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
 
