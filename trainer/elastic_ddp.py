@@ -56,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    d = _dist.setup()
+    d = _dist.setup(elastic=True)  # a rank of any round of an elastic job (round_store)
     rank = d.ident.rank
     _dist.say(f"Start running basic DDP example on rank {rank}.")
     model = ToyModel().to(d.device)

@@ -63,6 +63,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
     job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
     job.add_argument(
+        "--rdzv-conf",
+        metavar="K=V,...",
+        help="torchrun --rdzv_conf, e.g. last_call_timeout=5 (how long an elastic job's "
+        "rendezvous waits for more than MIN nodes)",
+    )
+    job.add_argument(
         "--no-gpu-split",
         dest="gpu_split",
         action="store_const",
@@ -166,6 +172,7 @@ def cli_fields(
             "activate": args.activate,
             "socket_ifname": args.socket_ifname,
             "max_restarts": args.max_restarts,
+            "rdzv_conf": args.rdzv_conf,
             "gpu_split": args.gpu_split,
             "hang_timeout": args.hang_timeout,
             "flight_recorder": args.flight_recorder,

@@ -16,7 +16,7 @@ from tests.integration.sshrun import TRAINER, popen_headless, read_until
 
 HOSTS = ["node1", "node2", "node3"]
 # c10d waits `last_call_timeout` (30 s) for more nodes once MIN have joined: short here
-LAUNCHER = "torchrun --rdzv_conf=last_call_timeout=2"
+RDZV_CONF = "last_call_timeout=2"
 
 
 def _run_with_a_kill(
@@ -34,8 +34,8 @@ def _run_with_a_kill(
         *extra,
         "--nproc-per-node",
         "1",
-        "--launcher",
-        LAUNCHER,
+        "--rdzv-conf",
+        RDZV_CONF,
         "--hang-timeout",
         "0",
         str(TRAINER / "elastic_ddp.py"),
@@ -77,9 +77,10 @@ def test_a_killed_node_leaves_an_elastic_job_running_on_two(
     proc, events = _run_with_a_kill(testbed, tmp_path, "2:3", "node3")
     summary = events[-1]
     plan = next(e for e in events if e["event"] == "plan")
-    assert all(
-        "--nnodes=2:3" in line and "--max-restarts=3" in line for _, line in plan["commands"]
-    )
+    lines = [line for _, line in plan["commands"]]
+    assert all("--nnodes=2:3" in line and "--max-restarts=3" in line for line in lines)
+    assert "is_host=true" in lines[0] and all("is_host=false" in line for line in lines[1:])
+    assert all("last_call_timeout=2" in line for line in lines)
     lost = [e for e in events if e["event"] == "membership"]
     assert [(e["node"], e["change"]) for e in lost] == [("node3", "killed")]
     assert sorted(lost[0]["nodes"]) == ["node1", "node2"]

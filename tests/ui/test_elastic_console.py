@@ -25,7 +25,7 @@ def elastic_spec(steps: int = 30) -> object:
         max_restarts=3,
         nproc_per_node=1,
         hang_timeout=0,
-        launcher="torchrun --rdzv_conf=last_call_timeout=2",
+        rdzv_conf="last_call_timeout=2",
     )
 
 

@@ -129,7 +129,12 @@ class LaunchPlan:
 
 
 def torchrun_argv(
-    spec: JobSpec, nnodes: int | str, rdzv_id: str, endpoint: str, local_addr: str | None
+    spec: JobSpec,
+    nnodes: int | str,
+    rdzv_id: str,
+    endpoint: str,
+    local_addr: str | None,
+    is_host: bool | None = None,
 ) -> list[str]:
     """The torchrun line of the manual procedure, plus --tee so worker lines carry their rank."""
     argv = [
@@ -144,6 +149,11 @@ def torchrun_argv(
         argv.append(f"--local-addr={local_addr}")
     if spec.max_restarts:
         argv.append(f"--max-restarts={spec.max_restarts}")
+    conf = [spec.rdzv_conf] if spec.rdzv_conf else []
+    if is_host is not None:  # pseudo-nodes share one address: say which serves the store
+        conf.append(f"is_host={str(is_host).lower()}")
+    if conf:
+        argv.append(f"--rdzv_conf={','.join(conf)}")
     argv += ["--tee=3", spec.script, *spec.script_args]
     return argv
 

@@ -92,6 +92,9 @@ class JobSpec(_Model):
     container: ContainerSpec | None = None
     socket_ifname: str | None = None
     max_restarts: int = Field(0, ge=0)
+    # torchrun's --rdzv_conf (`last_call_timeout=5,join_timeout=600`); an elastic job's
+    # nodes get `is_host` too, so the first node always serves the rendezvous
+    rdzv_conf: str | None = None
     # Local pseudo-nodes on a GPU machine: a disjoint CUDA_VISIBLE_DEVICES each (job/gpus.py).
     gpu_split: bool = True
     # No rank progressed for this long: the job is stalled (its stacks are taken); 0: off.
