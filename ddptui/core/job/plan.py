@@ -261,7 +261,12 @@ def build_plan(
         ifname = (socket_ifnames or {}).get(node.name)
         env = node_environment(spec, ifname)
         env.update((node_env or {}).get(node.name, {}))
-        argv = torchrun_argv(spec, nnodes, run_id, endpoint, node.address if local_addrs else None)
+        # An elastic job's rendezvous store must live on the first node, whose address is
+        # the endpoint: c10d lets whichever agent binds first serve it (pseudo-nodes share
+        # one address), and losing the node that serves it ends the job.
+        is_host = (index == 0) if ":" in nnodes else None
+        address = node.address if local_addrs else None
+        argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
         if spec.container and spec.container.engine != "pyxis":
             host = None
             if container_hosts and node.name in container_hosts:
