@@ -44,6 +44,9 @@ async def test_read_only_hides_every_action_that_changes_the_job() -> None:
         await pilot.press("l")
         await pilot.pause(0.3)
         assert screen.session is None  # the key did nothing
+        await screen.run_binding("job.launch")  # nor does `:launch`
+        await pilot.pause(0.3)
+        assert screen.session is None
     writable = DdpApp(elastic_spec())  # type: ignore[arg-type]
     async with writable.run_test(size=SIZE):
         assert job_screen(writable).check_action("launch", ()) is True
