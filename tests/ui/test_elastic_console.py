@@ -66,7 +66,7 @@ async def test_kill_a_node_from_the_console_and_the_job_goes_on() -> None:
         assert screen.session is not None
         run_id = screen.session.run_id
         screen.go_to("local2")
-        await pilot.press("x")
+        await pilot.press("ctrl+k")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         await pilot.press("y")
         await wait_for(pilot, lambda: 1 in screen.cycles.cycles, "a second round", RUN_TIMEOUT)

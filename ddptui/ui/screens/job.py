@@ -100,7 +100,7 @@ class JobScreen(LogScreen):
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
         Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
         Binding("r", "toggle_cycles", "Restarts", show=False, id="elastic.cycles"),
-        Binding("x", "node_action('kill')", "Kill node", show=False, id="elastic.kill_node"),
+        Binding("ctrl+k", "node_action('kill')", "Kill node", show=False, id="elastic.kill_node"),
         Binding("ctrl+n", "node_action('drain')", "Drain node", show=False, id="elastic.drain"),
         Binding(
             "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
