@@ -38,6 +38,7 @@ def _run_with_a_kill(
         RDZV_CONF,
         "--hang-timeout",
         "0",
+        "--lines",
         str(TRAINER / "elastic_ddp.py"),
         "--steps",
         "16",
@@ -45,15 +46,16 @@ def _run_with_a_kill(
         "0.5",
     )
     started = int(nodes.split(":")[1])
-    running: set[int] = set()
+    stepped: set[int] = set()
 
-    def all_run(e: dict[str, Any]) -> bool:
-        if e["event"] == "rank" and e["state"] == "running" and e["rank"] is not None:
-            running.add(e["rank"])
-        return len(running) == started or e["event"] == "summary"
+    def all_stepping(e: dict[str, Any]) -> bool:
+        """Every rank printed its second step (the round reached step 2)."""
+        if e["event"] == "line" and e["rank"] is not None and " step=2 " in e["text"]:
+            stepped.add(e["rank"])
+        return len(stepped) == started or e["event"] == "summary"
 
-    events = read_until(proc, all_run)
-    assert len(running) == started, (events[-5:], proc.stderr and proc.stderr.read())
+    events = read_until(proc, all_stepping)
+    assert len(stepped) == started, (events[-5:], proc.stderr and proc.stderr.read())
     run_id = next(e["run_id"] for e in events if e["event"] == "plan")
     (state / "runs" / run_id / "control").write_text(f"kill {victim}\n")
     proc.send_signal(signal.SIGUSR2)
@@ -91,7 +93,7 @@ def test_a_killed_node_leaves_an_elastic_job_running_on_two(
     assert sorted(m["node"] for m in second["members"]) == ["node1", "node2"]
     assert second["world_size"] == 2 and second["failed_node"] == "node3"
     assert second["cause"] == "node node3 agent killed by the operator (fault injection)"
-    assert second["step_before"] is not None and second["step_before"] >= 1
+    assert second["step_before"] is not None and second["step_before"] >= 2
     assert second["step_reached"] == 16  # the two went on to the end
     assert summary["ok"] is True and proc.returncode == 0, summary["detail"]
     assert "after 1 restart cycle" in summary["detail"]

@@ -187,8 +187,8 @@ class Session:
         self.plan = self.backend.plan(nodes, port)
         self.run.write_plan(self.plan, self.backend.state())
         self._announce_plan(self.plan)
+        first = self.membership.split(self.plan.commands)  # the spares wait: not followed
         self._start_monitor(self.plan)
-        first = self.membership.split(self.plan.commands)
         started = await asyncio.gather(
             *(self._start_node(c) for c in first), return_exceptions=True
         )
