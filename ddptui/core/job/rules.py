@@ -23,7 +23,8 @@ class JobProblem:
 def problems(fields: Mapping[str, Any]) -> list[JobProblem]:
     """Every cross-field rule `fields` break, in the order an operator would fix them.
 
-    `fields` uses the launch form's flat names: backend, nodes, min_nodes, spares, hosts,
+    `fields` uses the launch form's flat names: backend, nodes, min_nodes, spares, max_restarts,
+    hosts,
     workdir, slurm_mode, container_image, container_engine, container_mounts (absent or None:
     not given).
     """
@@ -65,12 +66,13 @@ def problems(fields: Mapping[str, Any]) -> list[JobProblem]:
                 "spare hosts are SSH hosts",
             )
         )
-    elif spares and not fields.get("min_nodes"):
+    elif spares and not fields.get("min_nodes") and not fields.get("max_restarts"):
         found.append(
             JobProblem(
                 "spares",
-                "--spares join an elastic job when a node is lost: give --nodes MIN:MAX",
-                "needs nodes MIN:MAX",
+                "--spares replace a lost node in the agents' next round: give --nodes MIN:MAX "
+                "or --max-restarts N",
+                "needs nodes MIN:MAX or max restarts",
             )
         )
     image, engine = fields.get("container_image"), fields.get("container_engine")

@@ -59,6 +59,8 @@ class Membership:
 
     @property
     def elastic(self) -> bool:
+        """Whether the job's size may change (MIN:MAX); a fixed job with spares keeps its
+        size by replacing a lost node."""
         return self.range.elastic
 
     def split(self, commands: Sequence[NodeCommand]) -> tuple[NodeCommand, ...]:
@@ -93,7 +95,8 @@ class Membership:
         running = tuple(n for n, code in node_exit.items() if code is None and n != node)
         spare = self.spares[0] if self.spares else None
         after = len(running) + (1 if spare is not None else 0)
-        if not self.elastic or self.spec.max_restarts == 0 or after < self.range.min_nodes:
+        replaceable = self.elastic or spare is not None  # a fixed job waits for its spare
+        if not replaceable or self.spec.max_restarts == 0 or after < self.range.min_nodes:
             if self.elastic:
                 self._emit(
                     Notice(
@@ -127,8 +130,8 @@ class Membership:
         self, cycles: Sequence[RestartCycle], node_exit: Mapping[str, int | None]
     ) -> bool | None:
         """An elastic run's own success: every node of its last round exited 0 (the nodes
-        lost on the way are its history, not its outcome); None for a fixed job."""
-        if not self.elastic or not cycles:
+        lost on the way are its history, not its outcome); None for a fixed job without spares."""
+        if not (self.elastic or self.spec.spares) or not cycles:
             return None
         last = cycles[-1].nodes
         return bool(last) and all(node_exit.get(n) == 0 for n in last)

@@ -54,6 +54,7 @@ def test_spares_need_ssh_an_elastic_job_and_hosts() -> None:
     assert said(backend="ssh", hosts=("a", "b"), nodes=2, spares=1, min_nodes=1) == ["spares"]
     assert said(backend="ssh", hosts=("a", "b", "c"), nodes=2, spares=1) == ["spares"]
     assert said(backend="ssh", hosts=("a", "b", "c"), nodes=2, spares=1, min_nodes=1) == []
+    assert said(backend="ssh", hosts=("a", "b", "c"), nodes=2, spares=1, max_restarts=3) == []
 
 
 def test_the_plan_runs_nnodes_min_max_and_the_first_node_hosts() -> None:
@@ -81,6 +82,17 @@ def test_membership_goes_on_while_min_nodes_remain_and_a_spare_joins() -> None:
     assert membership.node_left("b", exits) == (False, None)  # one left: fewer than 2
     assert isinstance(said[-1], Notice) and "fewer than the 2" in said[-1].message
     assert goes_on(spec, 2) and not goes_on(spec, 1)
+
+
+def test_a_fixed_job_with_a_spare_goes_on_when_the_spare_joins() -> None:
+    said: list[Event] = []
+    spec = make_spec(script="t.py", nodes=2, max_restarts=3, spares=1)
+    membership = Membership(spec, said.append)
+    commands = build_plan(spec, [NodeTarget(n, n) for n in ("a", "b", "c")], "run", 29400).commands
+    assert [c.node for c in membership.split(commands)] == ["a", "b"]
+    goes, spare = membership.node_left("b", {"a": None, "b": None})
+    assert goes and spare is not None and spare.node == "c"
+    assert membership.node_left("a", {"a": None, "b": -15}) == (False, None)  # none left
 
 
 def test_a_fixed_job_never_goes_on_and_drain_is_remembered() -> None:
