@@ -18,6 +18,7 @@ from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
 
 STORM_RESTARTS = 3  # this many restart cycles ...
 STORM_WINDOW_S = 600.0  # ... within this long is a restart storm
+STEP_REPORT_S = 5.0  # the current round's step reached is told again at most this often
 
 
 class MembershipChange:
@@ -124,6 +125,8 @@ class CycleWatch:
     _pending: _Pending = field(default_factory=_Pending)
     _restart_times: deque[float] = field(default_factory=deque)
     _stormed: bool = False
+    _told: tuple[int, int | None] | None = None  # (index, step) the last report carried
+    _told_at: float = 0.0
 
     @property
     def current(self) -> RestartCycle | None:
@@ -212,6 +215,17 @@ class CycleWatch:
         )
         self.alarms.append(alarm)
         return [alarm]
+
+    def tick(self, now: float) -> list[Event]:
+        """The current round again when its step reached moved (at most every few seconds),
+        so the timeline shows the steps as they are reached."""
+        current = self.current
+        if current is None or now - self._told_at < STEP_REPORT_S:
+            return []
+        if (current.index, current.step_reached) == self._told:
+            return []
+        self._told, self._told_at = (current.index, current.step_reached), now
+        return [CycleReport(current, ts=now)]
 
     def step(self, value: int) -> None:
         """A rank printed progress: the current round reached at least this step."""

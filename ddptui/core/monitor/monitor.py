@@ -103,7 +103,7 @@ class Monitor:
         """
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
-        return events + self.board.check_stragglers(now)
+        return events + self.board.check_stragglers(now) + self.cycles.tick(now)
 
     def stacks_taken(
         self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None

@@ -121,3 +121,15 @@ def test_a_round_that_steps_further_raises_no_alarm() -> None:
     watch.step(3)  # round 3 gets no further than round 2 ...
     alarm = watch.assigned("a", Assigned(0, (0,), (0,), 4, 1, "h:100"), 3.0)
     assert [e.alarm for e in alarm if isinstance(e, RestartAlarm)] == ["no_progress"]
+
+
+def test_the_current_rounds_steps_are_told_as_they_move_not_every_tick() -> None:
+    watch = CycleWatch(max_restarts=1)
+    watch.assigned("a", Assigned(0, (0,), (0,), 0, 1, "h:1"), 0.0)
+    watch.step(3)
+    told = watch.tick(10.0)
+    assert [e.cycle.step_reached for e in told if isinstance(e, CycleReport)] == [3]
+    watch.step(9)
+    assert watch.tick(12.0) == []  # too soon after the last report
+    assert [e.cycle.step_reached for e in watch.tick(16.0) if isinstance(e, CycleReport)] == [9]
+    assert watch.tick(30.0) == []  # nothing moved since
