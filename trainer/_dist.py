@@ -234,8 +234,31 @@ class Dist:
     device: torch.device
 
 
-def setup(timeout_s: float | None = None, ident: Identity | None = None) -> Dist:
-    """Join the process group through ``env://``.
+def round_store(ident: Identity) -> object | None:
+    """Under torchrun's agent store, a store prefix every worker of one rendezvous round
+    agrees on; None elsewhere (then ``env://`` as usual).
+
+    Workers find each other under ``/worker/attempt_<TORCHELASTIC_RESTART_COUNT>``, but the
+    count is each agent's own: when a node is lost, an agent whose workers failed counts a
+    restart and one that restarts them for the membership change does not, so the ranks of
+    the new round look under different prefixes (a hang) or read the last round's addresses
+    (gloo: "Connection refused"). Each rank instead counts how often a rank of its number
+    joined a world of its size; every rank of a round gets the same count.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    import torch.distributed as dist
+
+    assert ident.master_addr is not None and ident.master_port is not None
+    store = dist.TCPStore(ident.master_addr, int(ident.master_port), is_master=False)
+    joined = store.add(f"ddptui/join/{ident.world_size}/{ident.rank}", 1)
+    return dist.PrefixStore(f"/ddptui/world{ident.world_size}/join{joined}", store)
+
+
+def setup(
+    timeout_s: float | None = None, ident: Identity | None = None, elastic: bool = False
+) -> Dist:
+    """Join the process group through ``env://`` (`elastic`: through `round_store`).
 
     The identity is exported back as RANK/WORLD_SIZE/... so code that reads
     torchrun's variables also works under srun. ``env://`` keeps torchrun's
@@ -262,9 +285,11 @@ def setup(timeout_s: float | None = None, ident: Identity | None = None) -> Dist
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    store = round_store(ident) if elastic else None
     dist.init_process_group(
         backend=backend,
-        init_method="env://",
+        init_method=None if store is not None else "env://",
+        store=store,  # type: ignore[arg-type]
         rank=ident.rank,
         world_size=ident.world_size,
         timeout=None if timeout_s is None else timedelta(seconds=timeout_s),

@@ -42,6 +42,12 @@ class ToyModel(nn.Module):
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=10, help="optimizer steps (default: 10)")
+    p.add_argument(
+        "--step-time",
+        type=float,
+        default=0.0,
+        help="seconds to sleep after each step, so a run lasts long enough to lose a node",
+    )
     args = p.parse_args(argv)
     if args.steps < 0:
         p.error("--steps must be >= 0")
@@ -50,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    d = _dist.setup()
+    d = _dist.setup(elastic=True)  # a rank of any round of an elastic job (round_store)
     rank = d.ident.rank
     _dist.say(f"Start running basic DDP example on rank {rank}.")
     model = ToyModel().to(d.device)
@@ -67,6 +73,8 @@ def main() -> int:
         loss.backward()
         optimizer.step()
         _dist.say(f"rank {rank} step={step} loss={loss.item():.6f}")
+        if args.step_time:
+            time.sleep(args.step_time)
     if d.device.type == "cuda":
         torch.cuda.synchronize(d.device)
     secs = time.perf_counter() - start

@@ -9,10 +9,33 @@ from typing import TextIO
 
 from ddptui.cli.gc_policy import end_startup
 from ddptui.core.diagnose.speed import SpeedRound
-from ddptui.core.events import Event, NodeLines
+from ddptui.core.events import Event, NodeLines, Notice
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.session.membership import parse_action
 from ddptui.core.session.session import Session
+
+CONTROL_FILE = "control"
+
+
+def act_on_control_file(session: Session) -> None:
+    """The operator's actions on nodes, for scripts and tests: each line of the run
+    directory's `control` file (`kill NODE`, `drain NODE`, `kill_rank NODE LOCAL_RANK`) is
+    done, then the file is removed; SIGUSR2 asks for it."""
+    path = session.run.path / CONTROL_FILE
+    try:
+        text = path.read_text()
+        path.unlink()
+    except OSError as exc:
+        session.emit(Notice("warning", f"SIGUSR2: no control file to act on ({exc})"))
+        return
+    for line in text.splitlines():
+        action = parse_action(line)
+        if action is None:
+            if line.strip():
+                session.emit(Notice("warning", f"control file: not an action: {line!r}"))
+            continue
+        session.request_node_action(action)
 
 
 def run_headless(
@@ -27,6 +50,7 @@ def run_headless(
 
     With `detach`, return once every node is launched and leave the job running (exit 0 if
     it launched); SIGUSR1 detaches at any time. `ddptui attach RUN_ID` follows it later.
+    SIGUSR2 acts on the run directory's `control` file (`act_on_control_file`).
     """
 
     def emit(event: Event) -> None:
@@ -47,6 +71,7 @@ def run_headless(
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, session.request_teardown)
         loop.add_signal_handler(signal.SIGUSR1, session.request_detach)
+        loop.add_signal_handler(signal.SIGUSR2, lambda: act_on_control_file(session))
         summary = await session.run_job()
         if summary.detached:
             return 0 if summary.detail.startswith("detached") else 1

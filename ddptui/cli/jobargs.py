@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ddptui.core.job import rules
+from ddptui.core.job.elastic import parse_nodes
 from ddptui.core.job.hosts import expand_hosts, read_hostfile
 from ddptui.core.job.profiles import ProfileSet
 from ddptui.core.job.resolve import resolve_job
@@ -21,7 +22,20 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         "flags given here override it",
     )
     job.add_argument("--backend", help=f"where the nodes come from: {', '.join(BACKENDS)}")
-    job.add_argument("--nodes", type=int, help="number of nodes (default 2 local, or #hosts)")
+    job.add_argument(
+        "--nodes",
+        type=_node_count,
+        metavar="N|MIN:MAX",
+        help="number of nodes (default 2 local, or #hosts); MIN:MAX: an elastic job, MAX "
+        "started, going on while MIN remain",
+    )
+    job.add_argument(
+        "--spares",
+        type=int,
+        metavar="N",
+        help="extra hosts (SSH, elastic jobs) started when a node is lost: the hosts listed "
+        "after the first MAX",
+    )
     job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
     job.add_argument(
         "--env",
@@ -48,6 +62,12 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument("--container-mount", action="append", default=[], metavar="SRC:DST")
     job.add_argument("--socket-ifname", help="GLOO/NCCL_SOCKET_IFNAME on the nodes")
     job.add_argument("--max-restarts", type=int, help="torchrun --max-restarts")
+    job.add_argument(
+        "--rdzv-conf",
+        metavar="K=V,...",
+        help="torchrun --rdzv_conf, e.g. last_call_timeout=5 (how long an elastic job's "
+        "rendezvous waits for more than MIN nodes)",
+    )
     job.add_argument(
         "--no-gpu-split",
         dest="gpu_split",
@@ -144,6 +164,15 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--slurm-arg", action="append", default=[], help="extra salloc/sbatch arg")
 
 
+def _node_count(text: str) -> int | str:
+    """`3` as a number, `2:3` kept as the range (the job's resolution reads it)."""
+    try:
+        shape = parse_nodes(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return shape.max_nodes if not shape.elastic else shape.nnodes()
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], ())}
 
@@ -177,6 +206,7 @@ def cli_fields(
         {
             "backend": args.backend,
             "nodes": args.nodes,
+            "spares": getattr(args, "spares", None),
             "nproc_per_node": args.nproc_per_node or slots,
             "env": parse_env_pairs(args.env),
             "secret_env": tuple(args.secret_env),
@@ -188,6 +218,7 @@ def cli_fields(
             "activate": args.activate,
             "socket_ifname": args.socket_ifname,
             "max_restarts": args.max_restarts,
+            "rdzv_conf": args.rdzv_conf,
             "gpu_split": args.gpu_split,
             "hang_timeout": args.hang_timeout,
             "stop_signals": tuple(args.stop_signal),

@@ -11,6 +11,7 @@ from ddptui.cli.early import open_from_argv
 from ddptui.cli.gc_policy import begin_startup, end_startup
 
 if TYPE_CHECKING:
+    from ddptui.core.job.spec import JobSpec
     from ddptui.core.runs.run_dir import RunDir
 
 # The core is imported inside the functions, after `begin_startup`: its imports (pydantic,
@@ -18,6 +19,12 @@ if TYPE_CHECKING:
 
 
 WIDE_HELP = "every column at full width (a terminal's table is fitted to it; a pipe's is not)"
+
+
+READ_ONLY_HELP = (
+    "the console shows the job but hides every action that changes it (launch, teardown, "
+    "detach, stacks, kill/drain a node), as k9s --readonly does"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUN_ID",
         help="lay this past run's curves over the metrics view's plot (M)",
     )
+    parser.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
@@ -49,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         help="headless: return once launched, leave the job running",
     )
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
+    run.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     run.add_argument(
         "script", nargs="?", help="the training script (or the profile's; none: the default job)"
     )
@@ -121,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         help="hand the run to the token holder: teardown, detach and stacks offered (one tab "
         "at a time holds control; the others follow read-only)",
     )
+    attach.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     return parser
 
 
@@ -169,7 +179,7 @@ def _main(argv: list[str] | None) -> int:
                 from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, attach=run_dir)
-            return _console(spec, None, attach=run_dir)
+            return _console(spec, None, attach=run_dir, read_only=args.read_only)
         if args.command == "serve":
             return _serve(args)
         if args.command == "stacks":
@@ -210,9 +220,9 @@ def _main(argv: list[str] | None) -> int:
                 from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, detach=args.detach)
-            return _console(spec, args.keymap, compare=args.compare_run)
+            return _console(spec, args.keymap, compare=args.compare_run, read_only=args.read_only)
         spec = spec_from_args(args, None, [])
-        return _console(spec, args.keymap, compare=args.compare_run)
+        return _console(spec, args.keymap, compare=args.compare_run, read_only=args.read_only)
     except (SpecError, BackendError, FileNotFoundError) as exc:
         print(f"ddptui: error: {exc}", file=sys.stderr)
         return 2
@@ -280,11 +290,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _console(
-    spec: object, keymap: str | None, attach: RunDir | None = None, compare: str | None = None
+    spec: JobSpec,
+    keymap: str | None,
+    attach: RunDir | None = None,
+    compare: str | None = None,
+    read_only: bool = False,
 ) -> int:
     from ddptui.ui.app import DdpApp
 
-    app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare)  # type: ignore[arg-type]
+    read_only = read_only or spec.read_only  # the flag, or the profile's `read_only = true`
+    app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare, read_only=read_only)
     end_startup()
     return app.run() or 0
 

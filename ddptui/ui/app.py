@@ -80,10 +80,14 @@ class DdpApp(App[int]):
         attach: RunDir | None = None,
         follow: bool = False,
         compare: str | None = None,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         self.follow = follow
         self.greeting = ""  # said once the console shows
+        # Read-only (k9s's --readonly): every action that changes the job or runs anything on
+        # the nodes is hidden; the screens ask `read_only` in their check_action.
+        self.read_only = read_only
         self._gc_thresholds = gc.get_threshold()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # No sliding tab underlines or smooth scrolls: under a log flood each costs a
@@ -216,6 +220,8 @@ class DdpApp(App[int]):
     # -- the job: edit, check, past runs -------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.read_only and action in ("edit_job", "preflight"):
+            return False
         if action in ("edit_job", "preflight", "history"):
             if self.follow:
                 return False

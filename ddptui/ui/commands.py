@@ -32,6 +32,10 @@ COMMANDS: dict[str, str] = {
     "commands": "job.commands",
     "agent": "logs.agent",
     "fold": "logs.fold",
+    "restarts": "elastic.cycles",
+    "kill": "elastic.kill_node",
+    "drain": "elastic.drain",
+    "killrank": "elastic.kill_rank",
 }
 # commands that take the rest of the line as their argument
 ARGUMENT_COMMANDS = ("filter", "search", "node", "goto")

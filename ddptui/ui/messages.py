@@ -22,6 +22,7 @@ from ddptui.core.events import (
     RankChanged,
     TeardownReport,
 )
+from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAlarm
 from ddptui.core.runs.summary import RunSummary
 
 
@@ -154,11 +155,32 @@ class StragglerUpdate(SessionMessage):
     event: StragglerReport
 
 
+class CycleUpdate(SessionMessage):
+    """A rendezvous round began, grew or ended (an elastic run's restart story)."""
+
+    event: CycleReport
+
+
+class MembershipUpdate(SessionMessage):
+    """A node left an elastic job or joined it."""
+
+    event: MembershipChanged
+
+
+class RestartAlarmUpdate(SessionMessage):
+    """A restart storm, or restarts without progress."""
+
+    event: RestartAlarm
+
+
 _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     SpeedRound: SpeedUpdate,
     StragglerReport: StragglerUpdate,
     VerdictReport: VerdictUpdate,
     MismatchReport: MismatchUpdate,
+    CycleReport: CycleUpdate,
+    MembershipChanged: MembershipUpdate,
+    RestartAlarm: RestartAlarmUpdate,
     FlightRecorderReport: RecorderUpdate,
     StallReport: StallUpdate,
     StacksReport: StacksUpdate,

@@ -119,8 +119,9 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    async def reap(self, command: NodeCommand) -> TeardownReport:
-        """Stop every process of the job on the node and list what is left (should be none)."""
+    async def reap(self, command: NodeCommand, lost: bool = False) -> TeardownReport:
+        """Stop every process of the job on the node and list what is left (should be none);
+        `lost`: one node of a running job, its agent stopped too (reap_args)."""
 
     async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
         """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect);
@@ -130,6 +131,10 @@ class Backend(ABC):
     async def ras(self, command: NodeCommand, timeout_s: float = 5.0) -> str:
         """NCCL RAS's text answer on the node (core/node/ras_query.py), asked once."""
         raise BackendError(f"{self.name} cannot ask NCCL RAS")
+
+    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
+        """Fault injection: SIGKILL one worker of the node; what was killed, in words."""
+        raise BackendError(f"{self.name} cannot kill one rank")
 
     async def ended(self, command: NodeCommand) -> int | None:
         """A run left detached, asked how it is: the node's exit code once its job has
@@ -396,8 +401,27 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: NCCL RAS: {answer.get('error', '?')}")
         return str(answer["text"])
 
+    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
+        """Fault injection: SIGKILL one worker of the node (the job helper's `kill_rank`);
+        what was killed, in words."""
+        argv = self._argv("kill_rank", command.tag, str(local_rank))
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=30
+            )
+            killed = json.loads(result.stdout.strip().splitlines()[-1])["killed"]
+        except (TransportError, IndexError, ValueError, KeyError) as exc:
+            raise BackendError(
+                f"{command.node}: could not kill local rank {local_rank}: {exc}"
+            ) from None
+        if not killed:
+            raise BackendError(f"{command.node}: no worker of local rank {local_rank} runs")
+        return (
+            f"killed local rank {local_rank} on {command.node} (pid {', '.join(map(str, killed))})"
+        )
+
     async def reap_tag(
-        self, transport: Transport, tag: str, gpu_before: str = ""
+        self, transport: Transport, tag: str, gpu_before: str = "", lost: bool = False
     ) -> dict[str, Any]:
         """Run the node shim's `reap` through `transport`: {"found", "killed", "leftover",
         "names", "container" when the node's command runs in one, "gpu" on a node with
@@ -406,14 +430,14 @@ class HelperBackend(Backend):
         Raises TransportError, or IndexError/ValueError when the shim printed no report.
         """
         result = await transport.run(
-            self._argv("reap", *reap_args(self.spec, tag, gpu_before)),
+            self._argv("reap", *reap_args(self.spec, tag, gpu_before, lost)),
             stdin=self._reaper_source,
             timeout=reap_timeout(self.spec),
         )
         report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
         return report
 
-    async def reap(self, command: NodeCommand) -> TeardownReport:
+    async def reap(self, command: NodeCommand, lost: bool = False) -> TeardownReport:
         launch = self._launches.pop(command.node, None)
         if launch is not None:  # started, never followed (another node failed to start)
             await launch.close()
@@ -421,12 +445,12 @@ class HelperBackend(Backend):
         if ahead is not None:  # started ahead, never taken by `start`
             await self._settle(ahead[1])
         try:
-            report = await self._reap_node(command)
+            report = await self._reap_node(command, lost)
         except (TransportError, IndexError, ValueError) as exc:
             return TeardownReport(command.node, False, (), f"could not check the node: {exc}")
         return teardown_report(command.node, report)
 
-    async def _reap_node(self, command: NodeCommand) -> dict[str, Any]:
+    async def _reap_node(self, command: NodeCommand, lost: bool = False) -> dict[str, Any]:
         """The node's reap over its held connection; where that connection was lost (a node
         too busy to answer keepalives, a restarted sshd, a blip in the network), once more
         over a new one: a reap is safe to repeat. One that ran out of time is not repeated,
@@ -434,12 +458,13 @@ class HelperBackend(Backend):
         before = self.gpu_before.get(command.node, "")
         transport = self.transport(command.node)
         try:
-            return await self.reap_tag(transport, command.tag, before)
+            return await self.reap_tag(transport, command.tag, before, lost)
         except TransportTimeout:
             raise
-        except TransportError as lost:
-            self.emit(Notice("warning", f"{lost}; checking the node again over a new connection"))
+        except TransportError as dropped:
+            again = f"{dropped}; checking the node again over a new connection"
+            self.emit(Notice("warning", again))
             try:
-                return await self.reap_tag(transport, command.tag, before)
+                return await self.reap_tag(transport, command.tag, before, lost)
             except TransportError as exc:
-                raise TransportError(f"{exc} (the held connection was lost: {lost})") from None
+                raise TransportError(f"{exc} (the held connection was lost: {dropped})") from None

@@ -22,12 +22,15 @@ def teardown_report(node: str, report: dict[str, Any]) -> TeardownReport:
     return TeardownReport(node, clean, tuple(report["leftover"]), detail, gpu)
 
 
-def reap_args(spec: JobSpec, tag: str, gpu_before: str = "") -> list[str]:
+def reap_args(spec: JobSpec, tag: str, gpu_before: str = "", lost: bool = False) -> list[str]:
     """The node shim's `reap` arguments: the tag, the grace, the node's container, each
     GPU's memory before the job (`0:503,1:503`, MiB) when it is known, and the stop signals
-    (reaper.reap)."""
+    (reaper.reap). `lost`: the node is stopped as a lost node's would be (the operator's kill
+    or drain of one node of a running job): SIGTERM to its agent and workers at once, so
+    that the agent ends rather than restart its workers and rejoin."""
     container = node_container(spec, tag) or ("", "")
-    return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
+    signals = "TERM" if lost else ",".join(spec.stop_signals)
+    return [tag, str(spec.grace), *container, gpu_before, signals, "agents" if lost else ""]
 
 
 def reap_timeout(spec: JobSpec) -> float:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddptui.core.job.elastic import nnodes_for
 from ddptui.core.job.secret_env import mask_env
 from ddptui.core.job.spec import JobSpec
 
@@ -128,7 +129,12 @@ class LaunchPlan:
 
 
 def torchrun_argv(
-    spec: JobSpec, nnodes: int, rdzv_id: str, endpoint: str, local_addr: str | None
+    spec: JobSpec,
+    nnodes: int | str,
+    rdzv_id: str,
+    endpoint: str,
+    local_addr: str | None,
+    is_host: bool | None = None,
 ) -> list[str]:
     """The torchrun line of the manual procedure, plus --tee so worker lines carry their rank."""
     argv = [
@@ -143,6 +149,11 @@ def torchrun_argv(
         argv.append(f"--local-addr={local_addr}")
     if spec.max_restarts:
         argv.append(f"--max-restarts={spec.max_restarts}")
+    conf = [spec.rdzv_conf] if spec.rdzv_conf else []
+    if is_host is not None:  # pseudo-nodes share one address: say which serves the store
+        conf.append(f"is_host={str(is_host).lower()}")
+    if conf:
+        argv.append(f"--rdzv_conf={','.join(conf)}")
     argv += ["--tee=3", spec.script, *spec.script_args]
     return argv
 
@@ -240,6 +251,8 @@ def build_plan(
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
+    spares = spec.spares if len(nodes) > spec.nodes else 0
+    nnodes = nnodes_for(spec, len(nodes) - spares)
     commands = []
     for index, node in enumerate(nodes):
         if only is not None and index != only:
@@ -248,9 +261,12 @@ def build_plan(
         ifname = (socket_ifnames or {}).get(node.name)
         env = node_environment(spec, ifname)
         env.update((node_env or {}).get(node.name, {}))
-        argv = torchrun_argv(
-            spec, len(nodes), run_id, endpoint, node.address if local_addrs else None
-        )
+        # An elastic job's rendezvous store must live on the first node, whose address is
+        # the endpoint: c10d lets whichever agent binds first serve it (pseudo-nodes share
+        # one address), and losing the node that serves it ends the job.
+        is_host = (index == 0) if ":" in nnodes else None
+        address = node.address if local_addrs else None
+        argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
         if spec.container and spec.container.engine != "pyxis":
             host = None
             if container_hosts and node.name in container_hosts:

@@ -27,6 +27,7 @@ from typing import Any
 import platformdirs
 from pydantic import ValidationError
 
+from ddptui.core.job.elastic import split_node_range
 from ddptui.core.job.hosts import expand_hosts, read_hostfile
 from ddptui.core.job.spec import ContainerSpec, JobSpec, SlurmSpec, SpecError, SshSpec
 
@@ -218,6 +219,11 @@ def check_profile(name: str, table: Any, source: str) -> Profile:
     if isinstance(table.get("hosts"), list):
         spec_part["hosts"] = table["hosts"]
     spec_part.setdefault("script", "placeholder.py")
+    try:
+        spec_part = split_node_range(spec_part)  # nodes = "2:3": an elastic job
+    except SpecError as exc:
+        problems.append(str(exc))
+        spec_part.pop("nodes")
     try:
         JobSpec.model_validate_json(json.dumps(spec_part, default=str), strict=True)
     except ValidationError as exc:

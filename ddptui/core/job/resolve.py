@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddptui.core.job import rules
+from ddptui.core.job.elastic import split_node_range
 from ddptui.core.job.gpus import CUDA_VISIBLE, fit_default_shape, machine_gpus
 from ddptui.core.job.profiles import (
     BUILTIN,
@@ -22,7 +23,13 @@ from ddptui.core.job.profiles import (
     compose,
     load_profiles,
 )
-from ddptui.core.job.spec import BACKENDS, JobSpec, SpecError, check_local_script, make_spec
+from ddptui.core.job.spec import (
+    BACKENDS,
+    JobSpec,
+    SpecError,
+    check_local_script,
+    make_spec,
+)
 from ddptui.core.job.ssh_config import check_ssh_config
 
 
@@ -54,12 +61,21 @@ def resolve_job(
     nodes = cli.get("nodes", len(cli["hosts"]) if "hosts" in cli else fields.get("nodes"))
     if nodes is None:
         nodes = len(hosts) or 2
+    if (
+        isinstance(nodes, str) and ":" in nodes
+    ):  # MIN:MAX (job/elastic.py): nodes is MAX from here on
+        fields = split_node_range({**fields, "nodes": nodes})
+        nodes = fields["nodes"]
+    spares = int(fields.get("spares") or 0)
     container = fields.get("container") or {}
     found = rules.problems(
         {
             "backend": backend,
             "nodes": nodes,
             "hosts": hosts,
+            "spares": spares,
+            "min_nodes": fields.get("min_nodes"),
+            "max_restarts": fields.get("max_restarts"),
             "container_image": container.get("image"),
             "container_engine": container.get("engine"),
             "container_mounts": container.get("mounts"),
@@ -67,7 +83,8 @@ def resolve_job(
     )
     if found:
         raise SpecError(found[0].message)
-    fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:nodes]))
+    kept = nodes + spares if isinstance(nodes, int) else len(hosts)
+    fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:kept]))
     fields.setdefault("profile", "cli" if "script" in cli else "local")
     fields.setdefault("script", bundled_trainer())
     spec = make_spec(**fields)
@@ -116,7 +133,10 @@ def check_job(spec: JobSpec) -> None:
         {
             "backend": spec.backend,
             "nodes": spec.nodes,
-            "hosts": spec.hosts or ("-",) * spec.nodes,
+            "hosts": spec.hosts or ("-",) * (spec.nodes + spec.spares),
+            "spares": spec.spares,
+            "min_nodes": spec.min_nodes,
+            "max_restarts": spec.max_restarts,
             "workdir": spec.workdir,
             "slurm_mode": spec.slurm.mode,
             "container_image": container.image if container else None,

@@ -23,13 +23,16 @@ class JobProblem:
 def problems(fields: Mapping[str, Any]) -> list[JobProblem]:
     """Every cross-field rule `fields` break, in the order an operator would fix them.
 
-    `fields` uses the launch form's flat names: backend, nodes, hosts, workdir, slurm_mode,
-    container_image, container_engine, container_mounts (absent or None: not given).
+    `fields` uses the launch form's flat names: backend, nodes, min_nodes, spares, max_restarts,
+    hosts,
+    workdir, slurm_mode, container_image, container_engine, container_mounts (absent or None:
+    not given).
     """
     found: list[JobProblem] = []
     backend = fields.get("backend") or "local"
     hosts: Sequence[str] = fields.get("hosts") or ()
     nodes = fields.get("nodes")
+    spares = int(fields.get("spares") or 0)
     if backend == "ssh" and not hosts:
         found.append(
             JobProblem(
@@ -44,6 +47,32 @@ def problems(fields: Mapping[str, Any]) -> list[JobProblem]:
                 "nodes",
                 f"--nodes {nodes} but only {len(hosts)} host(s) given",
                 f"only {len(hosts)} host(s) listed",
+            )
+        )
+    elif backend == "ssh" and isinstance(nodes, int) and nodes + spares > len(hosts):
+        found.append(
+            JobProblem(
+                "spares",
+                f"--nodes {nodes} and --spares {spares} need {nodes + spares} hosts, "
+                f"{len(hosts)} given",
+                f"{len(hosts)} host(s) listed: {len(hosts) - nodes} spare(s) at most",
+            )
+        )
+    if spares and backend != "ssh":
+        found.append(
+            JobProblem(
+                "spares",
+                f"--spares start extra hosts over SSH: use it with --backend ssh, not {backend}",
+                "spare hosts are SSH hosts",
+            )
+        )
+    elif spares and not fields.get("min_nodes") and not fields.get("max_restarts"):
+        found.append(
+            JobProblem(
+                "spares",
+                "--spares replace a lost node in the agents' next round: give --nodes MIN:MAX "
+                "or --max-restarts N",
+                "needs nodes MIN:MAX or max restarts",
             )
         )
     image, engine = fields.get("container_image"), fields.get("container_engine")

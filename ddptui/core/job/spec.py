@@ -9,7 +9,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
 from ddptui.core.job.secret_env import MASK, mask_env, secret_names, secret_values
@@ -84,7 +91,9 @@ class JobSpec(_Model):
 
     profile: str = "local"
     backend: Backend = "local"
-    nodes: int = Field(2, ge=1)
+    nodes: int = Field(2, ge=1)  # MAX of an elastic job (`--nodes MIN:MAX`: job/elastic.py)
+    min_nodes: int | None = Field(None, ge=1)  # MIN of an elastic job; None: a fixed count
+    spares: int = Field(0, ge=0)  # extra hosts (SSH) started when a node of the job is lost
     nproc_per_node: int = Field(2, ge=1)
     script: str
     script_args: tuple[str, ...] = ()
@@ -100,6 +109,9 @@ class JobSpec(_Model):
     container: ContainerSpec | None = None
     socket_ifname: str | None = None
     max_restarts: int = Field(0, ge=0)
+    # torchrun's --rdzv_conf (`last_call_timeout=5,join_timeout=600`); an elastic job's
+    # nodes get `is_host` too, so the first node always serves the rendezvous
+    rdzv_conf: str | None = None
     # Local pseudo-nodes on a GPU machine: a disjoint CUDA_VISIBLE_DEVICES each (job/gpus.py).
     gpu_split: bool = True
     # Why the job has the shape it has, when ddptui chose it (job/gpus.py fit_default_shape):
@@ -122,8 +134,16 @@ class JobSpec(_Model):
     # number (`{"ppl" = 'perplexity (\\S+)'}`); they win over the formats for their names.
     metric_patterns: dict[str, str] = Field(default_factory=dict)
     read_metrics: bool = True  # the ranks' lines read for metrics (off: `--no-metrics`)
+    # The console hides every action that changes the job (`--read-only`, k9s's readonly).
+    read_only: bool = False
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> JobSpec:
+        if self.min_nodes is not None and self.min_nodes > self.nodes:
+            raise ValueError(f"MIN {self.min_nodes} is above MAX {self.nodes} (--nodes MIN:MAX)")
+        return self
 
     @field_validator("progress_pattern")
     @classmethod

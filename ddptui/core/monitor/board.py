@@ -165,6 +165,8 @@ class RankBoard:
             if cell is None:
                 continue
             restarted = fact.restart_count > cell.restarts
+            renumbered = cell.rank is not None and cell.rank != rank
+            was = cell.rank
             cell.rank, cell.restarts = rank, fact.restart_count
             self.last_progress = max(self.last_progress, time.time() if now is None else now)
             if cell.state == RankState.PENDING or restarted:
@@ -177,6 +179,8 @@ class RankBoard:
                     RankState.ASSIGNED,
                     detail=f"restart {fact.restart_count}" if restarted else "",
                 )
+            elif renumbered:  # a new round gave it another number (an elastic job's)
+                events.append(cell.changed(f"rank {was} is now rank {rank}"))
         return events
 
     def saw_output(

@@ -57,6 +57,7 @@ from ddptui.core.monitor.agent_log import (
     WorkerFailed,
 )
 from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.cycles import CycleWatch, MembershipChange, RestartCycle
 from ddptui.core.monitor.framing import (
     WORKER_ENDED,
     Attributed,
@@ -94,6 +95,7 @@ class MonitorSummary:
     recorder: FlightRecorderReport | None = None
     straggler: StragglerReport | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # MetricStore.summary()
+    cycles: tuple[RestartCycle, ...] = ()
 
 
 def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) -> Diagnosis:
@@ -118,6 +120,7 @@ class Monitor:
         metric_patterns: Mapping[str, str] | None = None,
         metrics: bool = True,
         metric_interval: float = METRIC_INTERVAL_S,
+        max_restarts: int = 0,
     ) -> None:
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
@@ -127,6 +130,7 @@ class Monitor:
         self.verdicts = VerdictWatch(self.board)
         self._nccl: tuple[int, ...] | None = None
         self.speed = SpeedWatch(len(nodes) * nproc_per_node or None)
+        self.cycles = CycleWatch(max_restarts)
         self._readers = {n: _NodeReader() for n in nodes}
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
         self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
@@ -147,7 +151,7 @@ class Monitor:
         events += self.speed.check(now, self.gpu.latest)
         if self.metric_watch is not None:
             events += self._metric_events(self.metric_watch.due(now))
-        return events + self.board.check_stragglers(now)
+        return events + self.board.check_stragglers(now) + self.cycles.tick(now)
 
     def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
         """One line of a rank's collectives file, as the node's stream carried it: to the
@@ -261,6 +265,8 @@ class Monitor:
         self, node: str, exit_code: int | None, by_teardown: bool = False
     ) -> list[Event]:
         """The node's agent ended: its ranks not yet final end with it."""
+        if exit_code != 0 and not by_teardown and not self.board.tearing_down:
+            self.cycles.node_left(node, MembershipChange.LOST, exit_code)
         return self.board.node_exited(node, exit_code, by_teardown)
 
     def step_rate(self, node: str, local_rank: int, now: float | None = None) -> float | None:
@@ -284,6 +290,7 @@ class Monitor:
             self.recorder.last,
             self.speed.last,
             self.metric_watch.store.summary() if self.metric_watch else {},
+            self.cycles.final(),
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -355,10 +362,14 @@ class Monitor:
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
         if self._progress is not None:
+            best = None
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
+                    best = value if best is None or value > best else best
+            if best is not None:
+                self.cycles.step(int(best))
         if self.metric_watch is not None:
             found = self.metric_watch.block(node, lines, first, now, text)
             events += self._metric_events(found)
@@ -440,7 +451,7 @@ class Monitor:
                 RendezvousAsked(node, fact.run_id, fact.endpoint, fact.min_nodes, fact.max_nodes)
             ]
         if isinstance(fact, Assigned):
-            events = self.board.assign(node, fact, now)
+            events = self.board.assign(node, fact, now) + self.cycles.assigned(node, fact, now)
             if fact.nodes >= 0:
                 joined = WorldJoined(
                     node, fact.group_rank, fact.nodes, fact.world_size, fact.master_addr
@@ -448,6 +459,8 @@ class Monitor:
                 events.append(joined)
             return events
         if isinstance(fact, WorkerFailed):
+            if not self.board.tearing_down:
+                self.cycles.worker_failed(node, fact)
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:
                 events += self.board.record_failure(node, fact)

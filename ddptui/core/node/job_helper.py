@@ -344,12 +344,37 @@ def gpu(tag: str, gpu_ms: str, gone_s: str = "", tasks: str = "") -> int:
     return sample_alone(TAG_VAR, tag, int(gpu_ms), gone, tasks == "slurm")
 
 
+def kill_rank(tag: str, local_rank: str) -> int:
+    """Fault injection: SIGKILL the job's worker of this local rank (and what it started), as
+    the kernel's OOM killer would end it; its agent sees a worker die. Prints the PIDs."""
+    wants = (f"\0{TAG_VAR}={tag}\0".encode(), f"\0LOCAL_RANK={local_rank}\0".encode())
+    killed = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = b"\0" + f.read() + b"\0"
+        except OSError:
+            continue
+        # a worker (torchrun sets its TORCHELASTIC_RUN_ID), never the agent itself
+        if all(w in env for w in wants) and b"\0TORCHELASTIC_RUN_ID=" in env:
+            try:
+                os.kill(int(name), 9)
+                killed.append(int(name))
+            except OSError:
+                continue
+    sys.stdout.write(json.dumps({"killed": killed}) + "\n")
+    return 0 if killed else 1
+
+
 VERBS: dict[str, Any] = {
     "launch": launch,
     "start": start,
     "tail": tail,
     "gpu": gpu,
     "reap": reap,
+    "kill_rank": kill_rank,
     "status": status,
     "probe": probe,
     "port": port,

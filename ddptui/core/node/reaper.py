@@ -221,17 +221,29 @@ def gpu_proof(tag: str, job: set[int], before_arg: str) -> dict[str, Any] | None
     return snapshot
 
 
-def _stop(pids: list[int], tag: str, grace: float, signals: list[int]) -> list[int]:
+def _stop(
+    pids: list[int], tag: str, grace: float, signals: list[int], agents: bool = False
+) -> list[int]:
     """The stop signals to every worker directly (split_workers), none to the agents: an
     agent that saw its workers end ends on its own (AGENT_OWN_S), and only then is an agent
     still there sent SIGTERM (AGENT_GRACE_S before the SIGKILL). Why agents used to need
     SIGKILL: they were given 0.5 s once their workers were gone, and an agent needs its
     monitor's next look, its failure report and its rendezvous shutdown before it exits
     (1-3 s measured on a loaded 2-core machine: a 2-node job whose workers were stopped
-    this way ended with no agent killed). Returns what is left when the grace is over."""
+    this way ended with no agent killed). With `agents`, the signals go to every process at
+    once, agents too: an elastic agent whose workers alone were stopped would restart them.
+    Returns what is left when the grace is over."""
     import signal
 
-    workers, agents = split_workers(pids)
+    if agents:
+        for number in signals:
+            _signal_all(pids, number)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(REAP_POLL_S)
+            pids = _still_tagged(pids, tag)
+        return pids
+    workers, agents_of = split_workers(pids)
     parents = {_parent(p) for p in pids} & set(pids)  # agents, wrappers: they had children
     if workers:
         for number in signals:
@@ -247,7 +259,7 @@ def _stop(pids: list[int], tag: str, grace: float, signals: list[int]) -> list[i
         # Only agents left: named so, or parents of the job's processes none of whose
         # children is left (an agent whose workers are gone has nothing left to stop).
         alone = not any(_parent(p) in pids for p in pids)
-        if not all(p in agents or (alone and p in parents) for p in pids):
+        if not all(p in agents_of or (alone and p in parents) for p in pids):
             continue
         now = time.monotonic()
         agents_from = agents_from or now
@@ -267,10 +279,11 @@ def reap(
     name: str = "",
     gpu_before: str = "",
     signals: str = "TERM",
+    order: str = "",
 ) -> int:
     """The stop signals to the job's workers (`signals`: TERM, USR1, ... in order, see
     _stop), SIGKILL what remains after `grace` seconds, then list what is still there: the
-    proof the node is clean.
+    proof the node is clean. `order` "agents": the signals to the agents too, at once.
 
     On a node with GPUs the report holds the GPU proof too (gpu_proof), `gpu_before` being
     each GPU's memory before the job, as the console's first sample saw it.
@@ -293,7 +306,8 @@ def reap(
     found = len(pids)
     first = list(pids)
     seen = {p: _cmdline(p) for p in [*pids, *holders][:40]}
-    pids = _stop(pids, tag, grace, [_signum(n) for n in signals.split(",") if n] or [15])
+    numbers = [_signum(n) for n in signals.split(",") if n] or [15]
+    pids = _stop(pids, tag, grace, numbers, agents=order == "agents")
     # An empty list here came from a look at every process (_still_tagged); one that is not
     # gets another, for what started meanwhile; the proof at the end is such a look too.
     killed = [p for p in _tagged(tag) if is_alive(p)] if pids else []

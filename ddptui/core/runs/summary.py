@@ -9,6 +9,7 @@ from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
+from ddptui.core.monitor.cycles import RestartCycle
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class RunSummary(Event):
     # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
     # `samples/s.mean`, ...; a last value may be NaN (the run ended on a wrong number).
     metrics: dict[str, float] = field(default_factory=dict)
+    cycles: tuple[RestartCycle, ...] = ()  # the rendezvous rounds (restart cycles), in order
 
     kind = "summary"
 

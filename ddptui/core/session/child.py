@@ -35,6 +35,7 @@ from ddptui.core.session.line_window import LineWindow
 from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.core.session.session import Session
 from ddptui.core.session.wire import (
+    ActOnNode,
     AskRate,
     Cancel,
     Detach,
@@ -217,6 +218,8 @@ async def _serve(
                 session.request_detach()
             case TakeStacks():
                 session.request_stacks()
+            case ActOnNode(action):
+                session.request_node_action(action)
             case AskRate(node, local_rank):
                 monitor = session.monitor
                 rate = monitor.step_rate(node, local_rank) if monitor else None

@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ddptui.core.job.plan import LaunchPlan
     from ddptui.core.runs.run_dir import RunDir
+    from ddptui.core.session.membership import NodeAction
     from ddptui.core.session.process import SessionProcess
     from ddptui.core.session.session import Session
 
 
 class SessionHandle(Protocol):
     """One run's session, asked from above: stop it, leave it, take stacks, tune the
-    straggler watch; its run directory, id and plan (None until the backend made it)."""
+    straggler watch, act on a node; its run directory, id and plan (None until the backend
+    made it)."""
 
     run: RunDir
     plan: LaunchPlan | None
@@ -33,6 +35,8 @@ class SessionHandle(Protocol):
     def request_stacks(self) -> None: ...
 
     def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> None: ...
+
+    def request_node_action(self, action: NodeAction) -> None: ...
 
 
 def _both_are_handles(session: Session, process: SessionProcess) -> tuple[SessionHandle, ...]:

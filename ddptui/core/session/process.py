@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING
 
 from ddptui.core.events import Event, TeardownReport
 from ddptui.core.runs.run_dir import RunDir, new_run_id
+from ddptui.core.session.membership import NodeAction
 from ddptui.core.session.wire import (
+    ActOnNode,
     AskRate,
     Cancel,
     Detach,
@@ -196,6 +198,10 @@ class SessionProcess:
             self._send(PauseSpeed(paused))
         if threshold is not None:
             self._send(SetThreshold(threshold))
+
+    def request_node_action(self, action: NodeAction) -> None:
+        """Kill or drain a node, or kill one rank (the operator confirmed it)."""
+        self._send(ActOnNode(action))
 
     def step_rate(self, node: str, local_rank: int) -> float | None:
         """The rank's step rate as the session last told it (asks again for the next call)."""

@@ -43,6 +43,7 @@ from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
+from ddptui.core.session.membership import Membership, NodeAction, NodeActionKind
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
 
@@ -92,6 +93,9 @@ class Session:
         self.world: WorldCheck | None = None
         self._world_probe: asyncio.Future[None] | None = None
         self._launch_failure = ""
+        self.membership = Membership(spec, self.emit)
+        self._followers: list[asyncio.Future[None]] = []
+        self._followed = asyncio.Event()  # a follower was added (a spare joined)
 
     @property
     def run_id(self) -> str:
@@ -134,6 +138,37 @@ class Session:
         self._stop_reason = "detached"
         self._stop.set()
         self._phase_changed(self.phase.detach_asked())
+
+    def request_node_action(self, action: NodeAction) -> None:
+        """The operator's kill or drain of a node, or kill of one rank (fault injection);
+        the console asked for confirmation first. Refused unless the node runs."""
+        if self.plan is None or self._stop.is_set():
+            self.emit(Notice("warning", f"{action.kind} {action.node}: the job is not running"))
+            return
+        asyncio.ensure_future(self._node_action(action))
+
+    async def _node_action(self, action: NodeAction) -> None:
+        assert self.plan is not None
+        node = action.node
+        if node not in self.plan.node_names or self.node_exit.get(node, 0) is not None:
+            self.emit(Notice("warning", f"{action.kind} {node}: no agent of the job runs there"))
+            return
+        command = self.plan.command_for(node)
+        if action.kind == NodeActionKind.KILL_RANK:
+            try:
+                said = await self.backend.kill_rank(command, action.local_rank or 0)
+            except BackendError as exc:
+                self.emit(Notice("error", str(exc)))
+                return
+            self.emit(Notice("warning", f"fault injection: {said}"))
+            return
+        change = self.membership.operator_took(node, action)
+        if self.monitor is not None:
+            self.monitor.cycles.node_left(node, change, None)
+        self.emit(Notice("warning", f"{node}: {change} by the operator: stopping its agent"))
+        report = await self.backend.reap(command, lost=True)
+        proof = "nothing of the job left" if report.clean else f"left: {report.detail}"
+        self.emit(Notice("info", f"{node}: agent stopped ({proof})"))
 
     async def run_job(self) -> RunSummary:
         detail = ""
@@ -182,9 +217,10 @@ class Session:
         self.plan = self.backend.plan(nodes, port)
         self.run.write_plan(self.plan, self.backend.state())
         self._announce_plan(self.plan)
+        first = self.membership.split(self.plan.commands)  # the spares wait: not followed
         self._start_monitor(self.plan)
         started = await asyncio.gather(
-            *(self._start_node(c) for c in self.plan.commands), return_exceptions=True
+            *(self._start_node(c) for c in first), return_exceptions=True
         )
         errors = [e for e in started if isinstance(e, BaseException)]
         missing = [e for e in errors if isinstance(e, ScriptMissing)]
@@ -211,13 +247,17 @@ class Session:
             self.spec.progress_pattern,
             metric_patterns=self.spec.metric_patterns,
             metrics=self.spec.read_metrics,
+            max_restarts=self.spec.max_restarts,
         )
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
         for command in plan.commands:
-            self.node_exit[command.node] = None
-            self.emit(NodeChanged(command.node, NodeState.WAITING))
+            if self.membership.is_spare(command.node):
+                self.emit(NodeChanged(command.node, NodeState.WAITING, None, "spare"))
+            else:
+                self.node_exit[command.node] = None
+                self.emit(NodeChanged(command.node, NodeState.WAITING))
             if not self.backend.logs_written_locally:
                 path = self.run.node_log(command.index, command.node)
                 self._logs[command.node] = open_private(path, "wb" if self.attaching else "ab")
@@ -285,14 +325,24 @@ class Session:
 
     async def _watch(self) -> None:
         assert self.plan is not None
-        self._followers = [asyncio.ensure_future(self._follow(c)) for c in self.plan.commands]
+        self._followers = [
+            asyncio.ensure_future(self._follow(c))
+            for c in self.plan.commands
+            if c.node in self.node_exit
+        ]
         ticker = asyncio.ensure_future(self._tick())
         clocks = asyncio.ensure_future(self._clocks())
         stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
-        everything: asyncio.Future[Any] = asyncio.gather(*self._followers)
-        # Teardown drains or cancels the followers; their outcome is read there, not here.
-        everything.add_done_callback(lambda f: f.cancelled() or f.exception())
-        await asyncio.wait([stop, everything], return_when=asyncio.FIRST_COMPLETED)
+        while not stop.done():
+            # Teardown drains or cancels the followers; their outcome is read there, not here.
+            everything: asyncio.Future[Any] = asyncio.gather(*self._followers)
+            everything.add_done_callback(lambda f: f.cancelled() or f.exception())
+            added = asyncio.ensure_future(self._followed.wait())
+            await asyncio.wait([stop, everything, added], return_when=asyncio.FIRST_COMPLETED)
+            added.cancel()
+            if not self._followed.is_set():
+                break
+            self._followed.clear()  # a spare joined: wait for its follower too
         ticker.cancel()
         if self._world_probe is not None:
             self._world_probe.cancel()
@@ -400,22 +450,46 @@ class Session:
         for event in self.monitor.end_of_output(node):
             self.emit(event)
         self.node_exit[node] = code
-        stopped = self._stop_reason == "operator"
+        stopped = self._stop_reason == "operator" or self.membership.drained(node)
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         if stopped and code != 0:
             state = NodeState.STOPPED  # the operator's teardown ended it, not a failure
         self.emit(NodeChanged(node, state, code))
         for event in self.monitor.node_exited(node, code, stopped):
             self.emit(event)
-        if code != 0 and not stopped:
+        if code != 0 and self._stop_reason != "operator":
             self._node_failed(node)
 
     def _node_failed(self, node: str) -> None:
-        """torchrun's healthy agents would wait 300 s in their exit barrier: stop them."""
+        """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
+        unless the job is elastic and goes on without this node (a spare may join)."""
+        if not self._stop.is_set() and self._goes_on_without(node):
+            return
         if self._first_failed_node is None:
             self._first_failed_node = node
             self._stop_reason = self._stop_reason or "failure"
             self._grace = asyncio.ensure_future(self._stop_after_grace())
+
+    def _goes_on_without(self, node: str) -> bool:
+        goes_on, spare = self.membership.node_left(node, self.node_exit)
+        if spare is not None:
+            asyncio.ensure_future(self._join(spare))
+        return goes_on
+
+    async def _join(self, spare: NodeCommand) -> None:
+        """A spare host starts the job's command: it joins the agents' next round."""
+        self.node_exit[spare.node] = None
+        if self.monitor is not None:
+            self.monitor.cycles.node_joined(spare.node)
+        try:
+            await self._start_node(spare)
+        except BackendError as exc:
+            self.node_exit[spare.node] = 1
+            self.emit(Notice("error", f"spare {spare.node} could not start: {exc}"))
+            return
+        self.membership.joined(spare, self.node_exit)
+        self._followers.append(asyncio.ensure_future(self._follow(spare)))
+        self._followed.set()
 
     async def _stop_after_grace(self) -> None:
         """Stop the nodes still running once they had FAILURE_GRACE_S to report their own
@@ -434,7 +508,7 @@ class Session:
         self._stop.set()
 
     async def _release_followers(self) -> None:
-        for task in getattr(self, "_followers", []):
+        for task in self._followers:
             task.cancel()
         for node in self.node_exit:
             if self.node_exit[node] is None:
@@ -452,7 +526,7 @@ class Session:
                 if self.node_exit.get(c.node) is None:
                     self.emit(NodeChanged(c.node, NodeState.STOPPING))
             await asyncio.gather(*(self._reap(c) for c in self.plan.commands))
-            followers = getattr(self, "_followers", [])
+            followers = self._followers
             if followers:
                 _, pending = await asyncio.wait(followers, timeout=DRAIN_S)
                 for task in pending:
@@ -512,6 +586,15 @@ class Session:
             and all(r.state == RankState.DONE and r.exit_code == 0 for r in ranks)
             and clean
         )
+        cycles = told.cycles if told else ()
+        elastic_ok = self.membership.finished_ok(cycles, self.node_exit)
+        if elastic_ok is not None and not detail and not self._detach and not self._stop_reason:
+            ok = elastic_ok and clean  # the nodes lost on the way are history, not the outcome
+            if ok and len(cycles) > 1:
+                detail = (
+                    f"elastic: finished on {len(cycles[-1].nodes)} node(s) after "
+                    f"{len(cycles) - 1} restart cycle(s)"
+                )
         stopped_by = self._stop_reason or "finished"
         ended_by = self._scheduler_end()
         if ended_by and not self._detach:  # preempted, timed out: said first, whatever else
@@ -561,6 +644,7 @@ class Session:
             verdict=verdict.verdict if verdict else None,
             straggler=told.straggler if told else None,
             metrics=told.metrics if told else {},
+            cycles=cycles,
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

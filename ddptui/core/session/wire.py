@@ -2,9 +2,10 @@
 
 Each frame is one of the frozen dataclasses below, dispatched by type at either end: the
 console sends a `Start` and then requests (`Teardown`, `Detach`, `TakeStacks`, `AskRate`,
-`PauseSpeed`, `SetThreshold`, `Cancel`); the session process sends `Out` frames, each with a
-block of the nodes' lines and, in order, the events and its own items (`PlanKnown`,
-`RateTold`, `Done`, `Failed`).
+`PauseSpeed`, `SetThreshold`, `ActOnNode`, `Cancel`); the session process sends `Out` frames,
+each with a block of the nodes' lines and, in order, the events and its own items
+(`PlanKnown`, `RateTold`, `Done`, `Failed`).
+
 A frame is a 4-byte big-endian length, then that many bytes of a pickle. Both ends are this
 package at the same version (the console starts the session process from its own tree), and
 the pipes are the two processes' own (inherited descriptors, never a path another user
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ddptui.core.events import Event, NodeLines
+from ddptui.core.session.membership import NodeAction
 
 if TYPE_CHECKING:
     from ddptui.core.job.plan import LaunchPlan
@@ -99,11 +101,18 @@ class SetThreshold:
 
 
 @dataclass(frozen=True)
+class ActOnNode:
+    """The operator's kill or drain of a node, or kill of one rank (confirmed already)."""
+
+    action: NodeAction
+
+
+@dataclass(frozen=True)
 class Cancel:
     """The console gave up on the run: cancel the session (its teardown still runs)."""
 
 
-Request = Teardown | Detach | TakeStacks | AskRate | PauseSpeed | SetThreshold | Cancel
+Request = Teardown | Detach | TakeStacks | AskRate | PauseSpeed | SetThreshold | ActOnNode | Cancel
 
 
 # -- the session to its console -------------------------------------------------------------

@@ -24,17 +24,21 @@ from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.membership import NodeAction, NodeActionKind
 from ddptui.core.session.process import SessionProcess, prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
+    CycleUpdate,
     FailureUpdate,
     GpuUpdate,
+    MembershipUpdate,
     MismatchUpdate,
     NodeUpdate,
     NoticeUpdate,
     PhaseUpdate,
     RankUpdates,
     RecorderUpdate,
+    RestartAlarmUpdate,
     SpeedUpdate,
     StacksUpdate,
     StallUpdate,
@@ -51,6 +55,7 @@ from ddptui.ui.screens.log_screen import LogScreen
 from ddptui.ui.screens.metrics import MetricsScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.screens.run_controller import RunController
+from ddptui.ui.widgets.cycles_panel import CyclesPanel
 from ddptui.ui.widgets.footer import SteadyFooter
 from ddptui.ui.widgets.gpu_panel import GpuPanel
 from ddptui.ui.widgets.grid_cells import find_cell
@@ -68,6 +73,28 @@ FLUSH_INTERVAL_S = 1 / 15
 DETAILS_INTERVAL_S = 1.0  # the chosen rank's step rate moves without any state change
 NARROW_WIDTH, SHORT_HEIGHT = 120, 32
 PREVIEW_NOTE = "each node will run (run id and port are chosen at launch):"
+
+
+def action_question(action: NodeAction) -> tuple[str, str]:
+    """The confirmation's question and its button for an action on a node or a rank."""
+    node = action.node
+    if action.kind == NodeActionKind.KILL:
+        return (
+            f"Kill {node}'s agent (fault injection)? Its ranks end as a lost node's would; an "
+            f"elastic job goes on without it (a spare joins), a fixed one fails.",
+            "Kill node",
+        )
+    if action.kind == NodeActionKind.DRAIN:
+        return (
+            f"Drain {node}? Its agent is stopped and not started again; an elastic job goes "
+            f"on without it, a fixed one ends.",
+            "Drain node",
+        )
+    return (
+        f"Kill local rank {action.local_rank} on {node} (SIGKILL, fault injection)? Its agent "
+        f"restarts the workers if restarts are left.",
+        "Kill rank",
+    )
 
 
 class JobScreen(LogScreen):
@@ -89,7 +116,17 @@ class JobScreen(LogScreen):
         Binding("plus", "threshold(1)", "Threshold up", show=False, id="speed.threshold_up"),
         Binding("minus", "threshold(-1)", "Threshold down", show=False, id="speed.threshold_down"),
         Binding("M", "metrics", "Metrics", id="metrics.view"),
+        Binding("r", "toggle_cycles", "Restarts", show=False, id="elastic.cycles"),
+        Binding("ctrl+k", "node_action('kill')", "Kill node", show=False, id="elastic.kill_node"),
+        Binding("ctrl+n", "node_action('drain')", "Drain node", show=False, id="elastic.drain"),
+        Binding(
+            "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
+        ),
     ]
+    # What changes the job: hidden in read-only mode (`ddptui --read-only`), as k9s does.
+    CHANGING_ACTIONS: ClassVar[frozenset[str]] = frozenset(
+        {"launch", "teardown", "detach", "take_stacks", "node_action"}
+    )
 
     class RunEnded(Message):
         """The session's worker is over: the run finished, was torn down, or was detached."""
@@ -132,6 +169,7 @@ class JobScreen(LogScreen):
         self.speed = SpeedPanel(id="speed")
         self.speed_paused = False
         self.speed_threshold = THRESHOLD
+        self.cycles = CyclesPanel(id="cycles")
         self._gpu_flags: set[tuple[str, int | None, str]] = set()
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
@@ -159,6 +197,7 @@ class JobScreen(LogScreen):
                 yield self.details
                 yield self.gpus
                 yield self.speed
+                yield self.cycles
                 yield self.stacks
                 yield self.root_cause
                 yield self.outcome
@@ -203,9 +242,19 @@ class JobScreen(LogScreen):
     def relay(self) -> SessionRelay:
         return self.run.relay
 
+    @property
+    def read_only(self) -> bool:
+        """The app's read-only mode (or a console that follows the run): every action that
+        changes the job is hidden."""
+        return self.follow or bool(getattr(self.app, "read_only", False))
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.follow and action in self.CONTROL_ACTIONS:
             return False  # not offered: hidden from the footer, the help and the palette
+        if action in self.CHANGING_ACTIONS and self.read_only:
+            return False
+        if action == "node_action":
+            return True if self.job_active else None
         if action == "launch":
             return None if self.job_active else True
         if action in ("teardown", "detach"):
@@ -235,6 +284,7 @@ class JobScreen(LogScreen):
             self.grid.reset()
             self.logs.clear()
             self.root_cause.reset()
+            self.cycles.reset()
             self.ranks.clear()
             self.selected, self._jumps = None, 0
             self.details.show_rank(None)
@@ -271,6 +321,29 @@ class JobScreen(LogScreen):
         except (sqlite3.Error, OSError):
             past = []  # the history is a convenience: the live plot needs none of it
         self.app.push_screen(MetricsScreen(self.relay.metrics, run_id, past, self.compare))
+
+    def action_toggle_cycles(self) -> None:
+        """The restart timeline: each rendezvous round, its cause, members and steps."""
+        if self.cycles.toggle():
+            self.cycles.scroll_visible()
+
+    def action_node_action(self, kind: str) -> None:
+        """Kill or drain the chosen rank's node, or kill the chosen rank, once confirmed."""
+        if self.read_only or not self.job_active or self.session is None:
+            return
+        if self.selected is None:
+            self.notify("choose a rank first (click it, or go to it)", timeout=4)
+            return
+        node, local_rank = self.selected
+        action = NodeAction(NodeActionKind(kind), node, local_rank)
+        question, verb = action_question(action)
+        self.app.push_screen(
+            ConfirmScreen(question, verb), lambda yes: self._node_action_confirmed(yes, action)
+        )
+
+    def _node_action_confirmed(self, yes: bool | None, action: NodeAction) -> None:
+        if yes and not self.read_only:
+            self.run.act_on_node(action)
 
     def action_toggle_commands(self) -> None:
         self.job_panel.fold(not self.job_panel.folded)
@@ -466,6 +539,16 @@ class JobScreen(LogScreen):
             self.stacks.show_stall(None)
 
     # -- a stall: the Stacks panel, `s`, `K`, the flight recorder's word -------------------
+
+    def on_cycle_update(self, message: CycleUpdate) -> None:
+        self.cycles.show_cycle(message.event.cycle)
+
+    def on_membership_update(self, message: MembershipUpdate) -> None:
+        self.cycles.show_membership(message.event)
+
+    def on_restart_alarm_update(self, message: RestartAlarmUpdate) -> None:
+        self.cycles.show_alarm(message.event)
+        self.notify(message.event.detail, severity="warning", timeout=8)
 
     def on_stall_update(self, message: StallUpdate) -> None:
         event = message.event

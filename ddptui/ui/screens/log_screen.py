@@ -173,6 +173,10 @@ class LogScreen(Screen[None]):
         for node in (self, self.app, self.logs.active_view):
             for binding in declared_bindings(type(node)):
                 if binding.id == binding_id:
+                    name = binding.action.partition("(")[0]
+                    if node.check_action(name, ()) is False:  # hidden here (read-only, ...)
+                        self.notify(f"{binding_id} is not available here", severity="warning")
+                        return
                     await node.run_action(binding.action)
                     return
         self.notify(f"no action {binding_id!r}", severity="error")

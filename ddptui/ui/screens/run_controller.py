@@ -15,6 +15,7 @@ from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.membership import NodeAction
 from ddptui.core.session.process import SessionProcess, call_on_loop
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.widgets.run_outcome import StopRequest
@@ -109,6 +110,13 @@ class RunController:
         if self.process is None or not self.active:
             return False
         self.process.set_speed(paused, threshold)
+        return True
+
+    def act_on_node(self, action: NodeAction) -> bool:
+        """Kill or drain a node, or kill one rank (confirmed already; False: no running job)."""
+        if self.process is None or not self.active:
+            return False
+        self.process.request_node_action(action)
         return True
 
     def step_rate(self, node: str, local_rank: int) -> float | None:

@@ -556,8 +556,8 @@ class SlurmBackend(HelperBackend):
 
     # -- teardown (SlurmTeardown) -----------------------------------------------------------------
 
-    async def reap(self, command: NodeCommand) -> TeardownReport:
-        return await self.teardown.reap(command)
+    async def reap(self, command: NodeCommand, lost: bool = False) -> TeardownReport:
+        return await self.teardown.reap(command, lost)
 
     async def _reap_here(self, tag: str) -> list[int]:
         """The srun client this console started for the node (tagged too), if it lingers."""

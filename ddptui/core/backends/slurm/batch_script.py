@@ -20,6 +20,7 @@ from ddptui.core.backends.slurm.commands import (
     slurm_signal_name,
     step_name,
 )
+from ddptui.core.job.elastic import nnodes_for
 from ddptui.core.job.plan import container_argv, node_container, node_environment, torchrun_argv
 from ddptui.core.job.spec import JobSpec, SpecError
 
@@ -188,7 +189,9 @@ def _ifname_lines(spec: JobSpec, addr_var: str, indent: str) -> list[str]:
 
 
 def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]:
-    inner = torchrun_argv(spec, spec.nodes, run_id, f"{HEAD_ADDR_MARK}:{port}", NODE_ADDR_MARK)
+    inner = torchrun_argv(
+        spec, nnodes_for(spec, spec.nodes), run_id, f"{HEAD_ADDR_MARK}:{port}", NODE_ADDR_MARK
+    )
     if node_container(spec, run_id) is not None:  # podman/docker: torchrun in it, per node
         names = {**node_environment(spec, None), "GLOO_SOCKET_IFNAME": "", "NCCL_SOCKET_IFNAME": ""}
         inner = container_argv(spec, inner, names, spec.workdir, f"{run_id}.{NODE_INDEX_MARK}")

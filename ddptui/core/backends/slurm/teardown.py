@@ -64,12 +64,22 @@ class SlurmTeardown:
         self.reap_here = reap_here
         self.gpu_before = gpu_before  # the backend's, filled while nodes are followed
 
-    async def reap(self, command: NodeCommand) -> TeardownReport:
+    async def reap(self, command: NodeCommand, lost: bool = False) -> TeardownReport:
         """End the node's part of the job, then prove on the node, inside the job's own
-        allocation, that nothing is left (sbatch: the batch script's last step proves it)."""
+        allocation, that nothing is left (sbatch: the batch script's last step proves it).
+        `lost`: this node alone, the others running on (the operator's kill or drain)."""
         job = self.job
         if job.job_id is None:
             return TeardownReport(command.node, True, (), "no job was started")
+        if lost:
+            before = self.gpu_before.get(command.node, "")
+            try:
+                report = await self.helper(
+                    command.node, "reap", *reap_args(self.spec, command.tag, before, lost=True)
+                )
+            except SlurmError as exc:
+                return TeardownReport(command.node, False, (), f"could not stop it: {exc}")
+            return reap_report(command.node, "its agent stopped", report, ())
         if job.mode == "sbatch":
             return await self._reap_batch(command)
         # One step runs every node (srun direct, or a task per node: node/step.py).

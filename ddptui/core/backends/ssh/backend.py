@@ -42,7 +42,7 @@ class SshBackend(HelperBackend):
 
     def __init__(self, spec: JobSpec, run: RunDir, emit: Emit) -> None:
         super().__init__(spec, run, emit)
-        hosts = list(spec.hosts[: spec.nodes])
+        hosts = list(spec.hosts[: spec.nodes + spec.spares])  # spares: started on a loss
         # The first wave's TCP connects go out before the SSH engine is imported (0.1-0.2 s);
         # the command line may have opened them already, before the job's models loaded.
         self._early = EarlySockets()
@@ -150,7 +150,7 @@ class SshBackend(HelperBackend):
             finally:
                 if index == 0 and not head.done():
                     head.set_result(error is None and not failed)
-            if start_ahead and await head and not failed:
+            if start_ahead and await head and not failed and index < self.spec.nodes:
                 self._start_ahead(placeholders, index)
             return None
 

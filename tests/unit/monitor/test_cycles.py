@@ -1,0 +1,135 @@
+"""The restart story from real elastic torchrun output (tests/data/torchrun/README.md says how
+each capture was made): rounds, their causes and members, the storm and no-progress alarms."""
+
+from __future__ import annotations
+
+import re
+
+from ddptui.core.events import Event, RankChanged
+from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
+from ddptui.core.monitor.cycles import (
+    CycleReport,
+    CycleWatch,
+    MembershipChange,
+    RestartAlarm,
+)
+from ddptui.core.monitor.monitor import Monitor
+from tests.cases import TORCHRUN_CAPTURES as DATA
+
+_STAMP = re.compile(rb"^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+) ")
+
+
+def timed_lines(name: str) -> list[tuple[float, bytes]]:
+    """A node's log as (seconds, line): a worker's line takes its agent's last timestamp."""
+    now, out = 0.0, []
+    for line in (DATA / name).read_bytes().splitlines(keepends=True):
+        stamp = _STAMP.match(line)
+        if stamp:
+            h, m, s = stamp.groups()
+            now = int(h) * 3600 + int(m) * 60 + float(s)
+        out.append((now, line))
+    return out
+
+
+def replay(logs: dict[str, str], max_restarts: int = 3) -> tuple[Monitor, list[Event]]:
+    """Every node's lines fed in the order their agents logged them, as they arrived live."""
+    monitor = Monitor(list(logs), 1, max_restarts=max_restarts)
+    merged = sorted(
+        ((ts, index, node, line) for node, name in logs.items()
+         for index, (ts, line) in enumerate(timed_lines(name))),
+        key=lambda item: (item[0], item[2], item[1]),
+    )  # fmt: skip
+    events: list[Event] = []
+    for ts, _, node, line in merged:
+        events += monitor.feed(node, line, now=ts)
+    for node in logs:
+        events += monitor.end_of_output(node)
+    return monitor, events
+
+
+LOST = {f"n{i}": f"elastic_lost_node{i}.log" for i in range(3)}
+
+
+def test_a_lost_node_starts_a_second_round_of_two_nodes() -> None:
+    monitor, events = replay(LOST)
+    monitor.node_exited("n2", -15)  # its agent was stopped: the session tells the monitor
+    cycles = monitor.cycles.final()
+    assert [c.index for c in cycles] == [0, 1]
+    first, second = cycles
+    assert first.nodes == ("n1", "n0", "n2") or set(first.nodes) == {"n0", "n1", "n2"}
+    assert first.world_size == 3 and first.cause == "start"
+    assert set(second.nodes) == {"n0", "n1"} and second.world_size == 2
+    assert second.restarts == 1 and second.max_restarts == 3
+    assert second.step_before == 6  # round 0 reached step 6 before node2 left
+    assert "failed" in second.cause  # the survivors' workers failed when their peer went
+    reports = [e for e in events if isinstance(e, CycleReport)]
+    assert {r.cycle.index for r in reports} == {0, 1}
+    assert not [e for e in events if isinstance(e, RestartAlarm)]
+
+
+def test_the_lost_node_is_the_cause_when_the_session_says_so_first() -> None:
+    """The session learns a node was lost (its agent's exit) before the next round: the node,
+    not its peers' broken connections, is why the round began."""
+    watch = CycleWatch(max_restarts=3)
+    watch.assigned("a", Assigned(0, (0,), (0,), 0, 2, "h:1"), 10.0)
+    watch.assigned("b", Assigned(1, (0,), (1,), 0, 2, "h:1"), 10.1)
+    watch.step(7)
+    watch.node_left("b", MembershipChange.KILLED, None)
+    watch.worker_failed("a", WorkerFailed(0, 1, 0))
+    events = watch.assigned("a", Assigned(0, (0,), (0,), 1, 1, "h:2"), 20.0)
+    cycle = watch.final()[-1]
+    assert cycle.cause == "node b agent killed by the operator (fault injection)"
+    assert cycle.failed_node == "b" and cycle.nodes == ("a",) and cycle.step_before == 7
+    assert any(isinstance(e, CycleReport) and e.cycle.index == 0 for e in events)
+
+
+def test_ranks_renumbered_by_a_new_round_are_followed() -> None:
+    monitor = Monitor(["a", "b"], 1)
+    monitor.board.assign("b", Assigned(1, (0,), (1,), 0, 2, "h:1"))
+    events = monitor.board.assign("b", Assigned(0, (0,), (0,), 0, 1, "h:2"))
+    changed = [e for e in events if isinstance(e, RankChanged)]
+    assert changed and changed[0].rank == 0 and "rank 1 is now rank 0" in changed[0].detail
+
+
+STORM = {f"n{i}": f"elastic_storm_node{i}.log" for i in range(2)}
+
+
+def test_a_rank_that_dies_every_attempt_is_a_storm_without_progress() -> None:
+    monitor, events = replay(STORM)
+    cycles = monitor.cycles.final()
+    assert len(cycles) == 4  # the first attempt and three restarts, all spent
+    assert [c.restarts for c in cycles] == [0, 1, 2, 3]
+    assert [c.cause for c in cycles[1:]] == ["rank 1 on n1 failed (SIGKILL)"] * 3
+    assert [c.failed_rank for c in cycles[1:]] == [1, 1, 1]
+    assert [c.step_before for c in cycles[1:]] == [3, 3, 3]
+    alarms = [e for e in events if isinstance(e, RestartAlarm)]
+    kinds = [a.alarm for a in alarms]
+    assert "storm" in kinds and "no_progress" in kinds
+    storm = next(a for a in alarms if a.alarm == "storm")
+    assert "3 restart cycles" in storm.detail and "3 of 3 restarts used" in storm.detail
+
+
+def test_a_round_that_steps_further_raises_no_alarm() -> None:
+    watch = CycleWatch(max_restarts=5, storm_restarts=10)
+    master = iter(range(100))
+    events: list[Event] = []
+    for index, best in enumerate((5, 9, 14)):
+        events += watch.assigned("a", Assigned(0, (0,), (0,), index, 1, f"h:{next(master)}"), 1.0)
+        watch.step(best)
+    events += watch.assigned("a", Assigned(0, (0,), (0,), 3, 1, "h:99"), 2.0)
+    assert not [e for e in events if isinstance(e, RestartAlarm)]
+    watch.step(3)  # round 3 gets no further than round 2 ...
+    alarm = watch.assigned("a", Assigned(0, (0,), (0,), 4, 1, "h:100"), 3.0)
+    assert [e.alarm for e in alarm if isinstance(e, RestartAlarm)] == ["no_progress"]
+
+
+def test_the_current_rounds_steps_are_told_as_they_move_not_every_tick() -> None:
+    watch = CycleWatch(max_restarts=1)
+    watch.assigned("a", Assigned(0, (0,), (0,), 0, 1, "h:1"), 0.0)
+    watch.step(3)
+    told = watch.tick(10.0)
+    assert [e.cycle.step_reached for e in told if isinstance(e, CycleReport)] == [3]
+    watch.step(9)
+    assert watch.tick(12.0) == []  # too soon after the last report
+    assert [e.cycle.step_reached for e in watch.tick(16.0) if isinstance(e, CycleReport)] == [9]
+    assert watch.tick(30.0) == []  # nothing moved since
