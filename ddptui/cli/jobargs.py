@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from ddptui.core.job import rules
-from ddptui.core.job.elastic import parse_nodes
 from ddptui.core.job.hosts import expand_hosts, read_hostfile
 from ddptui.core.job.profiles import ProfileSet
 from ddptui.core.job.resolve import resolve_job
@@ -165,12 +164,10 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _node_count(text: str) -> int | str:
-    """`3` as a number, `2:3` kept as the range (the job's resolution reads it)."""
-    try:
-        shape = parse_nodes(text)
-    except SpecError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return shape.max_nodes if not shape.elastic else shape.nnodes()
+    """`3` as a number, `2:3` (or anything else) kept as written: the job's resolution reads
+    a range and says what is wrong with the rest, in one line like every bad input."""
+    text = text.strip()
+    return int(text) if text.isdigit() else text
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

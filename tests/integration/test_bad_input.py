@@ -127,6 +127,7 @@ CATALOGUE: dict[str, Bad] = {
         [*RUN, "--secret-env", "1X", SCRIPT], "invalid environment variable name '1X'"
     ),
     "--nodes 0": Bad([*RUN, "--nodes", "0", SCRIPT], "nodes: Input should be greater than"),
+    "--nodes 3:2": Bad([*RUN, "--nodes", "3:2", SCRIPT], "nodes: '3:2' needs 1 <= MIN <= MAX"),
     "--backend nope": Bad([*RUN, "--backend", "nope", SCRIPT], "unknown backend 'nope'"),
     "script missing": Bad([*RUN, "missing.py"], "script not found: missing.py"),
     "more GPUs than the machine has": Bad(  # an explicit shape: the default one is fitted
