@@ -28,6 +28,8 @@ def test_stop_signals_and_grace_are_fields_flags_and_checked() -> None:
     assert spec.stop_signals == ("USR1", "TERM") and spec.grace == 60
     assert reap_args(spec, "run.0")[:2] == ["run.0", "60.0"]
     assert reap_args(spec, "run.0")[-1] == "USR1,TERM"
+    # a node the operator kills or drains: its agent too, with SIGTERM, at once
+    assert reap_args(spec, "run.0", lost=True)[-2:] == ["TERM", "agents"]
     with pytest.raises(ValueError, match="stop signal KILL"):
         JobSpec(script="t.py", stop_signals=["KILL"])
     with pytest.raises(ValueError, match="B:USR1@120"):

@@ -29,8 +29,9 @@ def reap_args(spec: JobSpec, tag: str, gpu_before: str = "", lost: bool = False)
     or drain of one node of a running job): SIGTERM to its agent and workers at once, so
     that the agent ends rather than restart its workers and rejoin."""
     container = node_container(spec, tag) or ("", "")
-    signals = "TERM" if lost else ",".join(spec.stop_signals)
-    return [tag, str(spec.grace), *container, gpu_before, signals, "agents" if lost else ""]
+    if lost:
+        return [tag, str(spec.grace), *container, gpu_before, "TERM", "agents"]
+    return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
 
 
 def reap_timeout(spec: JobSpec) -> float:
