@@ -169,6 +169,7 @@ def _run_to_the_end(serve: Coroutine[Any, Any, int]) -> int:
             sys.stderr.flush()
             os._exit(code)
     loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.run_until_complete(loop.shutdown_default_executor())
     loop.close()
     return code
 
