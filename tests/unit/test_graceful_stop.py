@@ -30,6 +30,13 @@ def test_stop_signals_and_grace_are_fields_flags_and_checked() -> None:
     assert reap_args(spec, "run.0")[-1] == "USR1,TERM"
     # a node the operator kills or drains: its agent too, with SIGTERM, at once
     assert reap_args(spec, "run.0", lost=True)[-2:] == ["TERM", "agents"]
+    # a job with restarts, stopped with the default signal: the agents with the workers (an
+    # agent with restarts left would restart workers stopped alone); USR1 still goes first
+    # to the workers alone, for their handlers
+    restarting = JobSpec(script="t.py", max_restarts=3)
+    assert reap_args(restarting, "run.0")[-2:] == ["TERM", "agents"]
+    assert reap_args(JobSpec(script="t.py"), "run.0")[-1] == "TERM"
+    assert reap_args(spec.model_copy(update={"max_restarts": 3}), "run.0")[-1] == "USR1,TERM"
     with pytest.raises(ValueError, match="stop signal KILL"):
         JobSpec(script="t.py", stop_signals=["KILL"])
     with pytest.raises(ValueError, match="B:USR1@120"):

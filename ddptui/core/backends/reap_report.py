@@ -27,9 +27,11 @@ def reap_args(spec: JobSpec, tag: str, gpu_before: str = "", lost: bool = False)
     GPU's memory before the job (`0:503,1:503`, MiB) when it is known, and the stop signals
     (reaper.reap). `lost`: the node is stopped as a lost node's would be (the operator's kill
     or drain of one node of a running job): SIGTERM to its agent and workers at once, so
-    that the agent ends rather than restart its workers and rejoin."""
+    that the agent ends rather than restart its workers and rejoin. So is every node of a
+    job with restarts stopped with the default signal: an agent with restarts left would
+    restart workers stopped alone, to be killed after the grace."""
     container = node_container(spec, tag) or ("", "")
-    if lost:
+    if lost or (spec.max_restarts > 0 and tuple(spec.stop_signals) == ("TERM",)):
         return [tag, str(spec.grace), *container, gpu_before, "TERM", "agents"]
     return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
 
