@@ -131,3 +131,18 @@ def test_a_big_job_asks_a_few_nodes_per_round_in_turn() -> None:
     second = check.probe_due(PROBE_AFTER_S + 100.0)
     assert first[0] == second[0] == "node1"
     assert len(first) == len(second) == 17 and not set(first[1:]) & set(second[1:])
+
+
+def test_a_spare_held_back_is_not_in_the_first_world() -> None:
+    """--nodes 2 --spares 1: node3 waits; the agents told --nnodes 2:2 and a world of two
+    nodes are the job's world, and nobody asks node3 who holds the port."""
+    check = WorldCheck(_plan(), 0.0, spares=frozenset({"node3"}))
+    for node in ("node1", "node2"):
+        assert check.seen(RendezvousAsked(node, "r1", ENDPOINT, 2, 2)) is None
+    assert check.probe_due(PROBE_AFTER_S) == ["node1", "node2"]
+    assert check.seen(WorldJoined("node1", 0, 2, 4, "10.0.0.11")) is None
+    assert check.seen(WorldJoined("node2", 1, 2, 4, "10.0.0.11")) is None
+    assert check.complete()
+    small = WorldCheck(_plan(), 0.0)  # without it, the same agents' --nnodes is too small
+    problem = small.seen(RendezvousAsked("node1", "r1", ENDPOINT, 2, 2))
+    assert problem is not None and problem.cause == WorldCause.SMALL_WORLD

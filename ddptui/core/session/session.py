@@ -265,7 +265,8 @@ class Session:
             self.emit(event)
         if not self.attaching:
             compare = self.backend.name in ("local", "ssh")  # commands as the plan wrote them
-            self.world = WorldCheck(plan, time.time(), compare_endpoint=compare)
+            spares = frozenset(c.node for c in self.membership.spares)
+            self.world = WorldCheck(plan, time.time(), compare_endpoint=compare, spares=spares)
 
     def _gpu_sample(self, node: str, record: dict[str, Any]) -> None:
         assert self.monitor is not None

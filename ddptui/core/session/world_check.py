@@ -49,18 +49,26 @@ class WorldProblem:
 class WorldCheck:
     """Compares what each node's agent says of its rendezvous with the job's plan."""
 
-    def __init__(self, plan: LaunchPlan, started: float, compare_endpoint: bool = True) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        started: float,
+        compare_endpoint: bool = True,
+        spares: frozenset[str] = frozenset(),
+    ) -> None:
         """`compare_endpoint`: the nodes' commands carry the plan's endpoint and run id as
-        written (local, SSH); a batch script computes its own, so it is not compared."""
+        written (local, SSH); a batch script computes its own, so it is not compared.
+        `spares`: nodes of the plan held back until one is lost (not in the first world)."""
         self.plan = plan
+        self.spares = spares
         self.started = started
         self.compare_endpoint = compare_endpoint
         self.joined: dict[str, WorldJoined] = {}
         self.asked: dict[str, RendezvousAsked] = {}
         self._rotation = 0
         self._next_probe = started + PROBE_AFTER_S
-        self._expected_nodes = len(plan.commands)
-        self._expected_world = plan.world_size
+        self._expected_nodes = len(plan.commands) - len(spares & set(plan.node_names))
+        self._expected_world = self._expected_nodes * plan.nproc_per_node
         self.port = int(plan.rdzv_endpoint.rsplit(":", 1)[1]) if ":" in plan.rdzv_endpoint else 0
 
     def complete(self) -> bool:
@@ -152,7 +160,9 @@ class WorldCheck:
         apart = [
             c.node
             for c in self.plan.commands[1:]
-            if not _same_host(c.address, head.address) and c.node not in self.joined
+            if not _same_host(c.address, head.address)
+            and c.node not in self.joined
+            and c.node not in self.spares
         ]
         start = self._rotation % len(apart) if apart else 0
         self._rotation += PROBE_AT_MOST
