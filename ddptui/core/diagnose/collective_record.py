@@ -44,10 +44,6 @@ class CollectiveRecord:
         """The op without its backend: `all_reduce`."""
         return self.op.split(":", 1)[-1].split(" ", 1)[0]
 
-    @property
-    def signature(self) -> tuple[object, ...]:
-        return self.signature_of(OPTIONAL)
-
     def signature_of(self, fields: Sequence[str]) -> tuple[object, ...]:
         """What must agree across ranks: the op, input sizes and dtypes, and of the optional
         fields (`OPTIONAL`) those named."""

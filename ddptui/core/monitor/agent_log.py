@@ -37,7 +37,7 @@ class Assigned:
     nodes: int = field(default=-1, compare=False)  # group_world_size: nodes in this round
     world_size: int = field(default=-1, compare=False)
     master_addr: str = field(default="", compare=False)
-    master: str = field(default="", compare=False)  # master_addr:master_port: one round's
+    master_port: str = field(default="", compare=False)  # with master_addr: one round's
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ class AgentLogParser:
                     nodes=int(result.get("group_world_size", "-1")),
                     world_size=int(sizes[0]) if sizes else -1,
                     master_addr=result.get("master_addr", ""),
-                    master=f"{result.get('master_addr', '')}:{result.get('master_port', '')}",
+                    master_port=result.get("master_port", ""),
                 )
             ]
         except (ValueError, SyntaxError, KeyError):

@@ -121,7 +121,7 @@ class CycleWatch:
     storm_window_s: float = STORM_WINDOW_S
     cycles: list[RestartCycle] = field(default_factory=list)
     alarms: list[RestartAlarm] = field(default_factory=list)
-    _masters: list[tuple[str, int]] = field(default_factory=list)
+    _masters: list[tuple[str, str, int]] = field(default_factory=list)
     _pending: _Pending = field(default_factory=_Pending)
     _restart_times: deque[float] = field(default_factory=deque)
     _stormed: bool = False
@@ -138,7 +138,7 @@ class CycleWatch:
     def assigned(self, node: str, fact: Assigned, now: float) -> list[Event]:
         """An agent's rendezvous result: a member of the current round, or a new round."""
         member = CycleMember(node, fact.group_rank, fact.global_ranks)
-        key = (fact.master, max(fact.nodes, 0))
+        key = (fact.master_addr, fact.master_port, max(fact.nodes, 0))
         current = self.current
         if current is not None and self._masters[-1] == key and node not in current.nodes:
             grown = replace(
@@ -152,7 +152,7 @@ class CycleWatch:
         return self._begin(member, key, fact, now)
 
     def _begin(
-        self, member: CycleMember, key: tuple[str, int], fact: Assigned, now: float
+        self, member: CycleMember, key: tuple[str, str, int], fact: Assigned, now: float
     ) -> list[Event]:
         events: list[Event] = []
         previous = self.current

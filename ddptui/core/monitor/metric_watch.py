@@ -141,23 +141,30 @@ class MetricWatch:
             if rank not in wanted:
                 continue
             assert rank is not None
-            if offset <= wanted[rank] or left.get(rank, 1) <= 0:
+            shapes = kept.get(rank)
+            if offset <= wanted[rank] or left.get(rank) == 0:
                 del wanted[rank]
-            else:
-                if rank in left:
-                    left[rank] -= 1
-                shapes = kept.get(rank, {})
-                if may_report(line) and (shape := fold_key(line)) not in shapes:
-                    if shape in duds or read_text(line) is None:
-                        duds.add(shape)
-                    else:
-                        shapes[shape] = _Pending(node, local_rank, line, first + offset)
-                        kept[rank] = shapes
-                        left.setdefault(rank, SHAPE_LOOKBACK)
-                        if len(shapes) >= KEEP_SHAPES:
-                            del wanted[rank]
-            if not wanted:
-                break
+                if not wanted:
+                    break
+                continue
+            if shapes is not None:
+                left[rank] -= 1
+            if not may_report(line):
+                continue
+            shape = fold_key(line)
+            if shape in duds or (shapes is not None and shape in shapes):
+                continue
+            if read_text(line) is None:
+                duds.add(shape)
+                continue
+            if shapes is None:
+                shapes = kept[rank] = {}
+                left[rank] = SHAPE_LOOKBACK
+            shapes[shape] = _Pending(node, local_rank, line, first + offset)
+            if len(shapes) >= KEEP_SHAPES:
+                del wanted[rank]
+                if not wanted:
+                    break
         for rank, shapes in kept.items():
             newest = {fold_key(p.text): p for p in self._pending.get(rank, [])}
             newest.update(shapes)

@@ -70,6 +70,16 @@ def _environ(pid: str) -> bytes:
     return b"".join(chunks)
 
 
+def _until_gone(pids: list[int], tag: str, seconds: float) -> list[int]:
+    """Wait up to `seconds` for the job's processes to end (polled as _still_tagged looks);
+    what is left."""
+    deadline = time.monotonic() + seconds
+    while pids and time.monotonic() < deadline:
+        time.sleep(REAP_POLL_S)
+        pids = _still_tagged(pids, tag)
+    return pids
+
+
 def _still_tagged(pids: list[int], tag: str) -> list[int]:
     """The job's processes still alive: those known first, and only once they are all gone
     every process again (what a forked child may have added). Reading every process's
@@ -238,11 +248,7 @@ def _stop(
     if agents:
         for number in signals:
             _signal_all(pids, number)
-        deadline = time.monotonic() + grace
-        while pids and time.monotonic() < deadline:
-            time.sleep(REAP_POLL_S)
-            pids = _still_tagged(pids, tag)
-        return pids
+        return _until_gone(pids, tag, grace)
     workers, agents_of = split_workers(pids)
     parents = {_parent(p) for p in pids} & set(pids)  # agents, wrappers: they had children
     if workers:
@@ -312,11 +318,7 @@ def reap(
     # gets another, for what started meanwhile; the proof at the end is such a look too.
     killed = [p for p in _tagged(tag) if is_alive(p)] if pids else []
     _signal_all(killed, signal.SIGKILL)
-    pids = list(killed)
-    deadline = time.monotonic() + 5.0
-    while pids and time.monotonic() < deadline:
-        time.sleep(REAP_POLL_S)
-        pids = _still_tagged(pids, tag)
+    pids = _until_gone(list(killed), tag, 5.0)
     if pids:
         pids = [p for p in _tagged(tag) if is_alive(p)]
     report: dict[str, Any] = {"found": found, "killed": killed}

@@ -142,7 +142,7 @@ class JobScreen(LogScreen):
 
     # What a console that follows a run read-only (`ddptui serve`) neither offers nor does.
     # Saving a log writes on the head node: a visitor's keys do not.
-    CONTROL_ACTIONS = frozenset({"launch", "teardown", "detach", "take_stacks", "save_log"})
+    CONTROL_ACTIONS = CHANGING_ACTIONS | {"save_log"}
 
     def __init__(
         self,
@@ -249,10 +249,9 @@ class JobScreen(LogScreen):
         return self.follow or bool(getattr(self.app, "read_only", False))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if self.follow and action in self.CONTROL_ACTIONS:
+        hidden = self.CONTROL_ACTIONS if self.follow else self.CHANGING_ACTIONS
+        if self.read_only and action in hidden:
             return False  # not offered: hidden from the footer, the help and the palette
-        if action in self.CHANGING_ACTIONS and self.read_only:
-            return False
         if action == "node_action":
             return True if self.job_active else None
         if action == "launch":
