@@ -59,15 +59,17 @@ class Testbed:
         sshd: bool = False,
         workdir: str | None = None,
         keep_workdir: bool = False,
-        plain_login: bool = False,
+        plain_login: bool = True,
         user: bool = False,
     ) -> None:
         """hosts: count (node1..nodeN) or host names.  workdir: private dir for keys,
         configs and logs (default: a fresh /tmp/<prefix>-* removed at close unless
-        keep_workdir; a dir you pass is never removed).  plain_login: root's home on the
-        hosts is an empty directory of the testbed, so an SSH command runs no .bashrc (this
-        machine's root runs `pyenv init` there: 0.1-0.3 s of CPU per command, which at
-        hundreds of hosts is all that gets measured).  user: an unprivileged user of the
+        keep_workdir; a dir you pass is never removed).  plain_login (the default): root's
+        home on the hosts is an empty directory of the testbed (`login_home`), so an SSH
+        command runs no .bashrc: this machine's root runs `pyenv init` there, 0.1-0.3 s of CPU
+        per command (at hundreds of hosts all that gets measured), and its `pyenv rehash`
+        takes a lock file that a login killed mid-way (a teardown, a reset) leaves behind,
+        after which every login waits 60 s for it.  user: an unprivileged user of the
         testbed's own in every namespace, this machine's Python within its reach, and Yama's
         ptrace_scope 1 (users.py); its sshd sessions and `enter_argv` commands see that."""
         n = next(_COUNTER)
@@ -105,6 +107,7 @@ class Testbed:
         self.ifname = IFNAME
         self._want_sshd = sshd
         self.plain_login = plain_login
+        self.login_home = Path("/nonexistent")  # root's home on the hosts (start)
         self._want_user = user
         self.user: PlainUser | None = None
         self._view: list[str] = []
@@ -199,7 +202,8 @@ class Testbed:
         ports += [f"link set {self.bridge_port(name)} master br0 up" for name in self._ns]
         ip_batch_checked(br, ports)
         machine = socket.gethostname()
-        passwd = plain_passwd(self.workdir / "home-root") if self.plain_login else None
+        self.login_home = self.workdir / "home-root" if self.plain_login else Path.home()
+        passwd = plain_passwd(self.login_home) if self.plain_login else None
         head = [self._ip[self.head]]
         hosts = [ip for name, ip in self._ip.items() if name != self.head]
         for name, ns in self._ns.items():
@@ -220,7 +224,8 @@ class Testbed:
             if passwd is not None and name != self.head:
                 (d / "passwd").write_text(passwd)
             if self.user is not None:
-                (d / "passwd").write_text(self.user.passwd())
+                base = passwd if name != self.head else None
+                (d / "passwd").write_text(self.user.passwd(base))
                 (d / "group").write_text(self.user.group())
 
     def close(self) -> None:

@@ -42,9 +42,10 @@ class PlainUser:
         os.chown(home, uid, uid)
         return cls(name, uid, uid, home)
 
-    def passwd(self) -> str:
-        """This machine's passwd with the user added (its own lines stay as they are)."""
-        text = Path("/etc/passwd").read_text()
+    def passwd(self, base: str | None = None) -> str:
+        """`base` (this machine's passwd by default) with the user added (its own lines stay
+        as they are)."""
+        text = Path("/etc/passwd").read_text() if base is None else base
         return text + f"{self.name}:x:{self.uid}:{self.gid}::{self.home}:/bin/sh\n"
 
     def group(self) -> str:

@@ -212,7 +212,7 @@ def test_an_unreachable_host(clean_testbed: Testbed, tmp_path: Path) -> None:
 def test_a_full_disk_on_one_host(testbed: Testbed, tmp_path: Path) -> None:
     """A 1 MiB tmpfs over the run dir's parent, in that host's sshd mount namespace only."""
     pid = testbed.ssh.sshd_pid("node2")
-    target = Path.home() / ".local" / "state" / "ddptui"
+    target = testbed.login_home / ".local" / "state" / "ddptui"
     target.mkdir(parents=True, exist_ok=True)
     mount = ["nsenter", "-t", str(pid), "-m", "mount", "-t", "tmpfs", "-o", "size=1m"]
     subprocess.run([*mount, "tmpfs", str(target)], check=True, timeout=30)

@@ -122,7 +122,7 @@ def test_ssh_job_keeps_its_secret(testbed: Testbed, tmp_path: Path) -> None:
     _check_files(state)
     run_id = json.loads(out.splitlines()[-1])["run_id"]
     # The nodes keep their logs under the login user's state dir (the hosts share this disk).
-    _check_files(Path(os.path.expanduser("~root")) / ".local/state/ddptui/runs" / run_id)
+    _check_files(testbed.login_home / ".local/state/ddptui/runs" / run_id)
 
 
 def test_local_job_keeps_its_secret(tmp_path: Path) -> None:

@@ -71,6 +71,34 @@ def test_two_hosts_each_trainer_green_then_done(
     assert not testbed.wait_clean(["node1", "node2"])
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_slow_login_shell_is_no_lost_node(
+    clean_testbed: Testbed, tmp_path: Path, engine: str
+) -> None:
+    """Every login reads a .bashrc that takes 12 s (a profile's conda init, module loads):
+    a node's stream is silent that long before its first byte, longer than a started
+    stream's silence that means a lost link (paramiko: 8 s)."""
+    bashrc = clean_testbed.login_home / ".bashrc"
+    bashrc.write_text("sleep 12\n")
+    try:
+        run = run_headless(
+            clean_testbed,
+            tmp_path / "state",
+            "--hosts",
+            "node[1-2]",
+            "--ssh-engine",
+            engine,
+            str(TRAINER / "envcheck.py"),
+        )
+    finally:
+        bashrc.unlink()
+    summary = run.summary
+    assert run.code == 0, (summary, run.stderr)
+    assert [r["state"] for r in summary["ranks"]] == ["done"] * 4
+    assert not [n for n in run.of("notice") if "lost" in n["message"]], run.of("notice")
+    assert all(t["clean"] for t in run.of("teardown"))
+
+
 def test_three_hosts_from_a_hostlist_expression(testbed: Testbed, tmp_path: Path) -> None:
     run = run_headless(
         testbed,

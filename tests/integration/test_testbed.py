@@ -53,12 +53,15 @@ def test_ssh_hostname_and_resolution(testbed: Testbed) -> None:
 
 
 def test_ssh_finds_same_python_without_bashrc(testbed: Testbed) -> None:
-    """sshd's SetEnv PATH (not ~/.bashrc) must already point at our python3/torchrun."""
+    """sshd's SetEnv PATH (not ~/.bashrc) must already point at our python3/torchrun, and
+    root's login reads no .bashrc of this machine's (its home is the testbed's)."""
     cmd = (
         "tr '\\0' '\\n' < /proc/$$/environ | grep ^PATH=; command -v python3 torchrun; "
-        "python3 -c 'import sys; print(sys.prefix)'"
+        "python3 -c 'import sys; print(sys.prefix)'; echo $HOME; ls -A ~"
     )
     out = testbed.ssh.ssh("node1", cmd).stdout.splitlines()
+    assert out[4] == str(testbed.login_home) != str(Path.home()), out
+    assert ".bashrc" not in out[5:], out
     assert out[0].startswith(f"PATH={Path(sys.executable).parent}:"), out
     assert out[1].endswith("/python3"), out
     assert out[2].endswith("/torchrun"), out

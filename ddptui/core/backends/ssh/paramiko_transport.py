@@ -33,6 +33,10 @@ from ddptui.core.job.spec import SshSpec
 
 KEEPALIVE_S = 2
 DEAD_AFTER_S = 8.0
+# Before a stream's first byte the login shell may still be starting (a profile's conda
+# init, module loads, a slow home directory): silence then is no lost link. As long as a
+# node's start may take (backends.base.START_TIMEOUT_S).
+FIRST_BYTE_S = 60.0
 
 
 class ParamikoTransport(Transport):
@@ -172,6 +176,7 @@ class ParamikoTransport(Transport):
             channel.shutdown_write()
             out, err = bytearray(), bytearray()
             last_data = time.monotonic()
+            silence = FIRST_BYTE_S
             while not stop.is_set():
                 while channel.recv_stderr_ready():
                     err += channel.recv_stderr(1 << 16)
@@ -181,13 +186,13 @@ class ParamikoTransport(Transport):
                 except TimeoutError:
                     # paramiko's keepalives expect no reply, so a cut link looks alive for
                     # minutes; the node helper's tail sends a heartbeat every second instead.
-                    if on_stdout is not None and time.monotonic() - last_data > DEAD_AFTER_S:
+                    if on_stdout is not None and time.monotonic() - last_data > silence:
                         # A fresh connection next time: the stalled one may only come back
                         # when TCP retries, seconds after the link does.
                         self._drop()
                         raise TransportError(f"{self.host}: connection lost") from None
                     continue
-                last_data = time.monotonic()
+                last_data, silence = time.monotonic(), DEAD_AFTER_S
                 if not chunk:
                     break
                 if on_stdout is None:
