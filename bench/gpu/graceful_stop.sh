@@ -18,7 +18,9 @@ export DDPTUI_STATE_DIR="$out/state"
     > "$out/events.jsonl" 2> "$out/stderr.txt" &
 console=$!
 i=0
-until [ "$(grep -c '"state": "running"' "$out/events.jsonl" 2>/dev/null)" -ge 2 ] || [ $i -ge 120 ]; do
+# both ranks running (a node's "running" comes before its rendezvous)
+until [ "$(grep -c '"event": "rank".*"state": "running"' "$out/events.jsonl" 2>/dev/null)" -ge 2 ] ||
+    [ $i -ge 120 ]; do
     sleep 1; i=$((i + 1))
 done
 sleep 5

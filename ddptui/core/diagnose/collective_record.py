@@ -136,8 +136,9 @@ def records_from_rows(rank: int, rows: Sequence[Sequence[Any]]) -> list[Collecti
     """The collective records of one line of a rank's collectives file (the sampler's rows:
     `[pg, seq, op, input_sizes, created_ns, started_ns, completed_ns, duration_ms,
     input_dtypes, output_sizes]`, see core/node/collective_sampler.py), for the audit.
-    The sampler writes a record once it is final, so each is `completed`; the group is its
-    id, as the sampler has no name for it. Rows too short or without a number are left out."""
+    The sampler writes a record once it is final, so each is `completed`, or one pending for
+    long as it stands (an eleventh field 1: `started`); the group is its id, as the sampler
+    has no name for it. Rows too short or without a number are left out."""
     out = []
     for row in rows:
         if len(row) < 4 or not isinstance(row[0], int) or not isinstance(row[1], int):
@@ -154,7 +155,8 @@ def records_from_rows(rank: int, rows: Sequence[Sequence[Any]]) -> list[Collecti
                     input_sizes=_sizes(row[3]),
                     output_sizes=_sizes(outputs),
                     input_dtypes=tuple(str(d) for d in dtypes or ()),
-                    state="completed",  # output dtypes: not in the sampler's rows
+                    # output dtypes: not in the sampler's rows
+                    state="started" if len(row) > 10 and row[10] else "completed",
                 )
             )
         except (TypeError, ValueError):

@@ -78,6 +78,8 @@ def sample_from_data(data: Any) -> CollectiveSample | None:
             pg, seq, op, sizes, created, _started, _completed, duration_ms = row[:8]
             if not isinstance(pg, int) or not isinstance(seq, int) or not created:
                 continue
+            if len(row) > 10 and row[10]:  # in flight: no times yet (written again once done)
+                continue
             duration = int(duration_ms * 1e6) if duration_ms is not None else None
             rows.append(Collective(pg, seq, str(op), json.dumps(sizes), int(created), duration))
         return CollectiveSample(

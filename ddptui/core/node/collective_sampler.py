@@ -14,9 +14,13 @@ flight recorder without stack traces, and appends one JSON line to
 `created_ns` is when the rank enqueued the collective (wall clock of its node); NCCL fills
 `started_ns`/`completed_ns` and, with TORCH_NCCL_ENABLE_TIMING=1, `duration_ms` (the GPU's own
 start to end, which needs no clock across nodes); gloo leaves them null. An NCCL record is
-written once it has completed, so its times are final. A dump costs about 10 us per record
-in the buffer (20-60 ms for a full one of 2,000 on a busy core), so the sampler stretches its
-period until its own CPU time stays under COST_BUDGET of the wall time.
+written once it has completed, so its times are final; but one still pending IN_FLIGHT_S
+after it was enqueued is written once as it stands, an eleventh field `1` marking it (no
+times to score; what it passed, for the collective audit): a collective some ranks called
+with another size may never complete (NCCL 2.28 hangs on it), and the audit must see it.
+A dump costs about 10 us per record in the buffer (20-60 ms for a full one of 2,000 on a
+busy core), so the sampler stretches its period until its own CPU time stays under
+COST_BUDGET of the wall time.
 """
 
 import os
@@ -28,6 +32,8 @@ COLLECTIVES_DIR = "collectives"
 COST_BUDGET = 0.002  # the sampler's share of a rank's wall time, at most
 MAX_PERIOD_S = 30.0
 ROTATE_BYTES = 16 << 20  # a rank's file past this is moved to .1 (one old file kept)
+IN_FLIGHT_S = 3.0  # a collective pending this long is written as it stands (once)
+IN_FLIGHT = 1  # the in-flight row's eleventh field
 
 
 def start_sampler(base, rank, local_rank):
@@ -103,12 +109,15 @@ class CollectiveSampler:
         self.head = {"v": 1, "rank": rank, "local_rank": local_rank}
         self.head["host"], self.head["pid"] = socket.gethostname(), os.getpid()
         self.last = {}  # dump name -> the newest record_id written
+        self.in_flight = {}  # dump name -> the record_id written while it was pending
         self.samples = 0
         self.cpu_ns = 0  # the sampler's own CPU time, all samples
 
-    def new_rows(self, name, dump):
+    def new_rows(self, name, dump, now_ns=None):
         """The records of `dump` newer than those written: (rows, lost). An NCCL record not
-        yet completed holds back itself and those after it, until a later sample."""
+        yet completed holds back itself and those after it, until a later sample; pending
+        IN_FLIGHT_S since it was enqueued (`now_ns`: the wall clock), it is written once as
+        an in-flight row, and again once it completed."""
         entries = dump.get("entries") or []
         last = self.last.get(name, -1)
         rows, lost, newest = [], 0, last
@@ -122,6 +131,12 @@ class CollectiveSampler:
                 "state"
             ) not in ("completed", None)
             if pending:
+                created = entry.get("time_created_ns") or 0
+                now_ns = time.time_ns() if now_ns is None else now_ns
+                late = created and now_ns - created >= IN_FLIGHT_S * 1e9
+                if late and self.in_flight.get(name) != rid and not entry.get("is_p2p"):
+                    self.in_flight[name] = rid
+                    rows.append([*_row(entry), IN_FLIGHT])
                 break
             newest = rid
             if not entry.get("is_p2p"):

@@ -141,3 +141,33 @@ def test_a_rank_dead_before_any_traceback_shows_its_own_last_line() -> None:
     said = verdict.to_dict()
     assert said["signature"] == "missing_file" and said["domain"] == "job"
     assert "can't open file" in said["evidence"][0]
+
+
+def test_the_nccl_size_mismatch_captured_on_two_gpus_is_found_from_the_live_rows() -> None:
+    """tests/data/gpu/h200x2_mismatch: trainer/mismatch.py on 2 x H200 (NCCL 2.28.9) through
+    the console. Rank 1's all_reduce of step 5 (collective 6) passes 2048 floats, rank 0's
+    1024; NCCL hangs there, so rank 1's record never completes and reaches the console only
+    as an in-flight row. Replayed line by line as the node's stream carried them."""
+    where = DATA / "gpu" / "h200x2_mismatch"
+    lines = [
+        json.loads(line)
+        for name in ("rank_0.jsonl", "rank_1.jsonl")
+        for line in (where / name).read_text().splitlines()
+    ]
+    m = Monitor(["local0"], 2)
+    m.feed("local0", b"[ddptui:0:0]:mismatch rank=0 step=0\n", now=1.0)
+    found = []
+    for i, line in enumerate(sorted(lines, key=lambda d: d["wall_ns"])):
+        found += [
+            e for e in m.collectives("local0", line, now=2.0 + i) if isinstance(e, MismatchReport)
+        ]
+    assert len(found) == 1, found
+    said = found[0].to_dict()
+    assert (said["kind"], said["seq"], said["culprits"]) == ("size", 6, [1])
+    assert said["ranks"] == {"0": "all_reduce [1024] Float", "1": "all_reduce [2048] Float"}
+    # what the console said on the machine: the same mismatch, from the live rows
+    console = [json.loads(x) for x in (where / "console.jsonl").read_text().splitlines()]
+    live = [e for e in console if e["event"] == "mismatch"]
+    assert [(e["kind"], e["seq"], e["culprits"], e["source"]) for e in live] == [
+        ("size", 6, [1], "live")
+    ]

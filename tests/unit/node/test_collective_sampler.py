@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.diagnose.collectives import read_samples
+from ddptui.core.diagnose.collective_record import records_from_rows
+from ddptui.core.diagnose.collectives import read_samples, sample_from_data
 from ddptui.core.node import collective_sampler
 from ddptui.core.node.collective_sampler import CollectiveSampler, start_sampler
 
@@ -54,11 +55,40 @@ def test_an_nccl_record_waits_until_it_completed_and_p2p_is_left_out(tmp_path: P
         _entry(2, 2, "nccl:all_reduce", state="started"),
         _entry(3, 3, "nccl:all_reduce", **done),
     ]
-    rows, _ = sampler.new_rows("nccl", {"entries": entries})
+    rows, _ = sampler.new_rows("nccl", {"entries": entries}, now_ns=2_000)
     assert [r[1] for r in rows] == [1] and rows[0][6:8] == [9, 0.5]
     entries[2] = _entry(2, 2, "nccl:all_reduce", **done)
-    rows, _ = sampler.new_rows("nccl", {"entries": entries})
+    rows, _ = sampler.new_rows("nccl", {"entries": entries}, now_ns=2_000)
     assert [r[1] for r in rows] == [2, 3]
+
+
+def test_an_nccl_record_pending_for_long_is_written_once_as_it_stands(tmp_path: Path) -> None:
+    """A collective some rank called with another size never completes on NCCL 2.28: what
+    it passed must still reach the audit (an in-flight row), and the straggler's scores must
+    not take it for a finished one."""
+    sampler = CollectiveSampler(str(tmp_path / "rank_1.jsonl"), 1, 1)
+    done = {"state": "completed", "duration_ms": 0.5, "time_discovered_completed_ns": 9}
+    odd = _entry(1, 2, "nccl:all_reduce", state="started", input_sizes=[[8]])
+    entries = [_entry(0, 1, "nccl:all_reduce", **done), odd, _entry(2, 3, "nccl:all_reduce")]
+    second = int(collective_sampler.IN_FLIGHT_S * 1e9)
+    rows, _ = sampler.new_rows("nccl", {"entries": entries}, now_ns=1_001 + second - 1)
+    assert [r[1] for r in rows] == [1]  # not yet long enough
+    rows, _ = sampler.new_rows("nccl", {"entries": entries}, now_ns=1_001 + second)
+    assert rows == [[0, 2, "nccl:all_reduce", [[8]], 1_001, None, None, None, ["Float"], [[4]], 1]]
+    assert sampler.new_rows("nccl", {"entries": entries}, now_ns=10 * second) == ([], 0)
+    entries[1] = {**odd, **done}
+    rows, _ = sampler.new_rows("nccl", {"entries": entries}, now_ns=10 * second)
+    # once done, as every record; the next one, pending as long, is now the one in flight
+    assert [(r[1], len(r)) for r in rows] == [(2, 10), (3, 11)]
+
+    line = {"v": 1, "rank": 1, "local_rank": 1, "host": "h", "pid": 1, "wall_ns": 5,
+            "period_s": 1.0, "cost_us": 1, "cpu_us": 1, "lost": 0}  # fmt: skip
+    flight = [0, 2, "nccl:all_reduce", [[8]], 1_001, None, None, None, ["Float"], [[4]], 1]
+    sample = sample_from_data({**line, "rows": [[0, 1, "nccl:all_reduce", [[4]], 1_000, 5, 9,
+                                                 0.5, ["Float"], [[4]]], flight]})  # fmt: skip
+    assert sample is not None and [c.seq for c in sample.collectives] == [1]
+    records = records_from_rows(1, [flight])
+    assert [(r.seq, r.input_sizes, r.state) for r in records] == [(2, ((8,),), "started")]
 
 
 def test_a_sample_reads_the_recorder_of_a_worker_that_has_torch_and_writes_one_line(
