@@ -52,6 +52,12 @@ def start_sampler(base, rank, local_rank):
     thread = threading.Thread(target=sampler.run, args=(period,), daemon=True)
     thread.name = "ddptui-collectives"
     thread.start()
+    import atexit
+
+    # A rank that ends by an exception (a peer gone, gloo's size check) writes what it did
+    # last: torchrun stops the others within 0.1 s, less than a period, and the audit needs
+    # the odd rank's own record of the collective it got wrong.
+    atexit.register(sampler.last_sample, period)
     return sampler
 
 
@@ -112,6 +118,9 @@ class CollectiveSampler:
         self.in_flight = {}  # dump name -> the record_id written while it was pending
         self.samples = 0
         self.cpu_ns = 0  # the sampler's own CPU time, all samples
+        import threading
+
+        self.lock = threading.Lock()  # the thread's samples and the last one at exit
 
     def new_rows(self, name, dump, now_ns=None):
         """The records of `dump` newer than those written: (rows, lost). An NCCL record not
@@ -149,6 +158,22 @@ class CollectiveSampler:
         seconds of CPU the read took: what it took from the rank. Its wall time is longer
         where it waits for the GIL while the rank runs Python, which costs the rank nothing
         (stretching the period by it made a loaded machine's samples 20 s apart)."""
+        with self.lock:
+            return self._sample(period)
+
+    def last_sample(self, period):
+        """The sample at the rank's exit (atexit): never an error of its own, and never a
+        wait of more than a second for the thread's sample."""
+        if not self.lock.acquire(timeout=1.0):
+            return
+        try:
+            self._sample(period)
+        except Exception:  # noqa: BLE001 - the rank's exit must not change
+            pass
+        finally:
+            self.lock.release()
+
+    def _sample(self, period):
         wall0, cpu0 = time.perf_counter_ns(), time.thread_time_ns()
         rows, lost = [], 0
         for name, dump in _dumps():

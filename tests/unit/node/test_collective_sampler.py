@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -131,3 +132,24 @@ def test_period_zero_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv(collective_sampler.PERIOD_VAR, "0")
     assert start_sampler(str(tmp_path), 0, 0) is None
     assert not (tmp_path / "collectives").exists()
+
+
+def test_a_rank_that_ends_by_an_exception_writes_its_last_records(tmp_path: Path) -> None:
+    """The odd rank of a gloo size mismatch ends by an exception (its peer aborted) well
+    within a period; its record of the collective it got wrong is written at its exit."""
+    program = f"""
+import os, pickle, sys, time, types
+sys.path.insert(0, {str(Path(collective_sampler.__file__).parent)!r})
+import collective_sampler as cs
+entries = [{{"record_id": 0, "pg_id": 0, "collective_seq_id": 1, "input_sizes": [[8]],
+            "profiling_name": "gloo:all_reduce", "time_created_ns": 1, "state": "started"}}]
+c10d = types.SimpleNamespace(_dump_fr_trace=lambda **kw: pickle.dumps({{"entries": entries}}))
+sys.modules["torch"] = types.SimpleNamespace(_C=types.SimpleNamespace(_distributed_c10d=c10d))
+os.environ[cs.PERIOD_VAR] = "60"  # the thread's first sample would come a minute later
+cs.start_sampler({str(tmp_path)!r}, 1, 1)
+raise RuntimeError("Connection reset by peer")
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert done.returncode == 1 and "Connection reset by peer" in done.stderr
+    [sample] = read_samples((tmp_path / "collectives" / "rank_1.jsonl").read_text().splitlines())
+    assert [(c.seq, c.sizes) for c in sample.collectives] == [(1, "[[8]]")]
