@@ -4,18 +4,28 @@ Why: a progress pattern searched line by line is a regex call per line, the larg
 cost of ingest under a flood, while most lines are no progress report. One search over the
 block's joined text finds the candidate lines; each candidate is then searched on its own, so
 the values (and which lines count) are exactly those of a search line by line.
+
+The default pattern's candidates are found faster still: its words searched in the block
+lowered, each a regex that begins with a literal (re skips to a literal in C; the pattern's
+own leading \\b and case-folding are tried at every character: 0.42 against 1.43 us a flood
+line). Every line the pattern matches holds one of them, so the candidates are a superset.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ddptui.core.diagnose.patterns import progress_value
+from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
 
 # A pattern that sees the start or end of its subject (\A, \Z) or looks past its match could
 # find nothing in the block where a line alone would match: such a pattern goes line by line.
-_LINE_BY_LINE = ("\\A", "\\Z", "(?<", "(?!")
+_LINE_BY_LINE = ("\\A", "\\Z", "(?<", "(?!", "(?=")
+# The default pattern's words as it reads them (before its number), lowered.
+_DEFAULT_WORDS = tuple(
+    re.compile(rf"(?a){word}\b\s*[:=]?\s*\d") for word in ("steps?", "epoch", "iter(?:ation)?")
+)
 
 
 class ProgressScanner:
@@ -23,38 +33,54 @@ class ProgressScanner:
 
     def __init__(self, pattern: str) -> None:
         self.line_pattern = re.compile(pattern)
-        self._block_pattern = (
-            None if any(t in pattern for t in _LINE_BY_LINE) else re.compile(pattern, re.M)
-        )
+        self._words = _DEFAULT_WORDS if pattern == DEFAULT_PROGRESS_PATTERN else None
+        if self._words is not None or any(t in pattern for t in _LINE_BY_LINE):
+            self._block_pattern = None
+        else:
+            self._block_pattern = re.compile(pattern, re.M)
 
     def values(self, texts: list[str], block: str) -> Iterator[tuple[int, float]]:
         """(index into `texts`, value) of each progress line, in order.
 
         `block` is `texts` joined by newlines (the caller has it already).
         """
-        pattern, line_pattern = self._block_pattern, self.line_pattern
-        if pattern is None or block.count("\n") != len(texts) - 1:
-            yield from self._line_by_line(texts)
+        if block.count("\n") != len(texts) - 1:
+            yield from self._read(texts, range(len(texts)))
             return
-        candidates: list[int] = []
-        line, pos = 0, 0
-        for match in pattern.finditer(block):
-            start = match.start()
-            if "\n" in match.group(0):  # a match across lines: the block cannot tell
-                yield from self._line_by_line(texts)
+        if self._words is not None:
+            lowered = block.lower()
+            if len(lowered) == len(block):  # no character lowered into two
+                found = sorted({m.start() for w in self._words for m in w.finditer(lowered)})
+                yield from self._read(texts, _lines_at(block, found))
                 return
-            line += block.count("\n", pos, start)
-            pos = start
-            if not candidates or candidates[-1] != line:
-                candidates.append(line)
-        for index in candidates:
-            value = progress_value(line_pattern, texts[index])
+            yield from self._read(texts, range(len(texts)))
+            return
+        if self._block_pattern is None:
+            yield from self._read(texts, range(len(texts)))
+            return
+        starts = []
+        for match in self._block_pattern.finditer(block):
+            if "\n" in match.group(0):  # a match across lines: the block cannot tell
+                yield from self._read(texts, range(len(texts)))
+                return
+            starts.append(match.start())
+        yield from self._read(texts, _lines_at(block, starts))
+
+    def _read(self, texts: list[str], indices: Iterable[int]) -> Iterator[tuple[int, float]]:
+        pattern = self.line_pattern
+        for index in indices:
+            value = progress_value(pattern, texts[index])
             if value is not None:
                 yield index, value
 
-    def _line_by_line(self, texts: list[str]) -> Iterator[tuple[int, float]]:
-        pattern = self.line_pattern
-        for index, text in enumerate(texts):
-            value = progress_value(pattern, text)
-            if value is not None:
-                yield index, value
+
+def _lines_at(block: str, starts: list[int]) -> list[int]:
+    """The lines (indices) of the block that hold these offsets, in order, each once."""
+    lines: list[int] = []
+    line, pos = 0, 0
+    for start in starts:
+        line += block.count("\n", pos, start)
+        pos = start
+        if not lines or lines[-1] != line:
+            lines.append(line)
+    return lines

@@ -20,6 +20,9 @@ PATTERNS = [
     r"done",  # no group: NaN
 ]
 PIECES = ["step ", "Step: 3", "epoch", " 12", "\t", "iter", "loss=0.5", "done", "x", "", " ", "7"]
+# the default pattern's words in other cases, glued to others, and characters that lower into
+# two (the block lowered is then no longer the block)
+PIECES += ["EPOCH=", "Iteration", "STEPS:", "mystep", "_iter", "\u0130", "\u212a", "=", "é"]
 
 
 def _line_by_line(pattern: str, texts: list[str]) -> list[tuple[int, float]]:
