@@ -54,9 +54,18 @@ def start_sampler(base, rank, local_rank):
     thread.start()
     import atexit
 
-    # A rank that ends by an exception (a peer gone, gloo's size check) writes what it did
-    # last: torchrun stops the others within 0.1 s, less than a period, and the audit needs
-    # the odd rank's own record of the collective it got wrong.
+    # A rank that ends writes what it did last: torchrun stops the others within 0.1 s of
+    # the first one's end, less than a period, and the audit needs the odd rank's own record
+    # of the collective it got wrong (a gloo size mismatch: the odd rank ends by an exception
+    # once its peer aborted). An uncaught exception first (before the traceback is printed
+    # and torch's own exit handlers run), any other end at exit.
+    shown = sys.excepthook
+
+    def excepthook(*exc_info):
+        sampler.last_sample(period)
+        shown(*exc_info)
+
+    sys.excepthook = excepthook
     atexit.register(sampler.last_sample, period)
     return sampler
 

@@ -136,7 +136,8 @@ def test_period_zero_starts_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_a_rank_that_ends_by_an_exception_writes_its_last_records(tmp_path: Path) -> None:
     """The odd rank of a gloo size mismatch ends by an exception (its peer aborted) well
-    within a period; its record of the collective it got wrong is written at its exit."""
+    within a period; its record of the collective it got wrong is written as the exception
+    ends it, before torch's own exit handlers run."""
     program = f"""
 import os, pickle, sys, time, types
 sys.path.insert(0, {str(Path(collective_sampler.__file__).parent)!r})
@@ -147,6 +148,8 @@ c10d = types.SimpleNamespace(_dump_fr_trace=lambda **kw: pickle.dumps({{"entries
 sys.modules["torch"] = types.SimpleNamespace(_C=types.SimpleNamespace(_distributed_c10d=c10d))
 os.environ[cs.PERIOD_VAR] = "60"  # the thread's first sample would come a minute later
 cs.start_sampler({str(tmp_path)!r}, 1, 1)
+import atexit  # torch's exit handlers, registered after the hook's, run before it: gone then
+atexit.register(sys.modules.pop, "torch")
 raise RuntimeError("Connection reset by peer")
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
