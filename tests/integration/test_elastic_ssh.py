@@ -11,8 +11,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, popen_headless, read_until
 
@@ -106,16 +104,10 @@ def test_a_killed_node_leaves_an_elastic_job_running_on_two(
     assert testbed.wait_clean(HOSTS) == {}
 
 
-@pytest.mark.xfail(
-    reason="seen on the loaded 2-core testbed with torch 2.13: the spare starts and joins the "
-    "rendezvous, then both agents of the new round time out (60 s) in the round's store "
-    "exchange (node1 on torchelastic/role_info/0, the spare on MASTER_ADDR); the membership "
-    "events (killed, joined) are asserted before that point",
-    strict=False,
-)
 def test_a_spare_host_replaces_the_lost_node(testbed: Testbed, tmp_path: Path) -> None:
     """--nodes 2 --spares 1 on three hosts: node3 waits; node2 killed; node1's agent waits
-    for a second node, and node3 joins it."""
+    for a second node, and node3 joins it (its first rendezvous is the job's second round:
+    torch's shared store would never give it the round's MASTER_ADDR, so ddptui opts out)."""
     proc, events = _run_with_a_kill(
         testbed, tmp_path, "2", "node2", "--spares", "1", "--max-restarts", "3"
     )

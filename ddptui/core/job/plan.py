@@ -17,6 +17,7 @@ from ddptui.core.job.spec import JobSpec
 # attributed to its global and local rank without the script's help.
 LINE_PREFIX_TEMPLATE = "[ddptui:${rank}:${local_rank}]:"
 TAG_VAR = "DDPTUI_TAG"
+UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # torch's opt-out of the shared store
 DEFAULT_RDZV_PORT = 29400
 
 
@@ -265,6 +266,12 @@ def build_plan(
         # the endpoint: c10d lets whichever agent binds first serve it (pseudo-nodes share
         # one address), and losing the node that serves it ends the job.
         is_host = (index == 0) if ":" in nnodes else None
+        if ":" in nnodes or spec.spares:
+            # torch shares the rendezvous's TCPStore with the workers and writes a round's
+            # MASTER_ADDR only on an agent's first rendezvous (dynamic_rendezvous: the
+            # bootstrap info is kept): a node that joins a later round (a spare, a node back)
+            # waits for it until it times out (60 s), and the round's other agents with it.
+            env.setdefault(UNSHARED_STORE, "1")
         address = node.address if local_addrs else None
         argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
         if spec.container and spec.container.engine != "pyxis":

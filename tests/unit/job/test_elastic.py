@@ -8,7 +8,7 @@ import pytest
 from ddptui.core.events import Event, Notice
 from ddptui.core.job import rules
 from ddptui.core.job.elastic import goes_on, nnodes_for, parse_nodes, split_node_range
-from ddptui.core.job.plan import NodeTarget, build_plan
+from ddptui.core.job.plan import UNSHARED_STORE, NodeTarget, build_plan
 from ddptui.core.job.profiles import parse_profiles
 from ddptui.core.job.resolve import resolve_job
 from ddptui.core.job.spec import SpecError, make_spec
@@ -69,6 +69,12 @@ def test_the_plan_runs_nnodes_min_max_and_the_first_node_hosts() -> None:
     assert all("--nnodes=2" in c.argv for c in fixed.commands)
     assert not any(a.startswith("--rdzv_conf") for c in fixed.commands for a in c.argv)
     assert nnodes_for(spec, 2) == "1:2"
+    # a node may join a later round (a spare, an elastic job's node back): not the shared
+    # store, whose round's MASTER_ADDR only an agent's first rendezvous writes
+    assert all(c.env[UNSHARED_STORE] == "1" for c in plan.commands)
+    assert not any(UNSHARED_STORE in c.env for c in fixed.commands)
+    kept = make_spec(script="t.py", nodes=2, spares=1, max_restarts=3)
+    assert all(c.env[UNSHARED_STORE] == "1" for c in build_plan(kept, nodes, "r", 1).commands)
 
 
 def test_membership_goes_on_while_min_nodes_remain_and_a_spare_joins() -> None:
