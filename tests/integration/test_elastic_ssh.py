@@ -5,18 +5,15 @@ proven clean; with a spare host, the lost node replaced."""
 
 from __future__ import annotations
 
-import json
-import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from testbed.netns import Testbed
-from tests.integration.sshrun import TRAINER, popen_headless, read_until
+from tests.integration.elastic_run import ELASTIC_JOB, kill_once_stepping, last_cycles
+from tests.integration.sshrun import popen_headless
 
 HOSTS = ["node1", "node2", "node3"]
-# c10d waits `last_call_timeout` (30 s) for more nodes once MIN have joined: short here
-RDZV_CONF = "last_call_timeout=2"
 
 
 def _run_with_a_kill(
@@ -24,53 +21,9 @@ def _run_with_a_kill(
 ) -> tuple[subprocess.Popen[str], list[dict[str, Any]]]:
     """Start the job, kill `victim`'s agent once every rank runs, read to the summary."""
     state = tmp_path / "state"
-    proc = popen_headless(
-        tb,
-        state,
-        "--hosts",
-        "node[1-3]",
-        "--nodes",
-        nodes,
-        *extra,
-        "--nproc-per-node",
-        "1",
-        "--rdzv-conf",
-        RDZV_CONF,
-        "--hang-timeout",
-        "0",
-        "--lines",
-        str(TRAINER / "elastic_ddp.py"),
-        "--steps",
-        "16",
-        "--step-time",
-        "0.5",
-    )
-    started = int(nodes.split(":")[-1])
-    stepped: set[int] = set()
-
-    def all_stepping(e: dict[str, Any]) -> bool:
-        """Every rank printed its second step (the round reached step 2)."""
-        if e["event"] == "line" and e["rank"] is not None and " step=2 " in e["text"]:
-            stepped.add(e["rank"])
-        return len(stepped) == started or e["event"] == "summary"
-
-    events = read_until(proc, all_stepping)
-    assert len(stepped) == started, (events[-5:], proc.stderr and proc.stderr.read())
-    run_id = next(e["run_id"] for e in events if e["event"] == "plan")
-    (state / "runs" / run_id / "control").write_text(f"kill {victim}\n")
-    proc.send_signal(signal.SIGUSR2)
-    out, err = proc.communicate(timeout=400)
-    events += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert events[-1]["event"] == "summary", (events[-5:], err[-3000:])
-    return proc, events
-
-
-def _last_cycles(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    cycles: dict[int, dict[str, Any]] = {}
-    for e in events:
-        if e["event"] == "cycle":
-            cycles[e["cycle"]["index"]] = e["cycle"]  # a later report of a round replaces it
-    return cycles
+    args = ("--hosts", "node[1-3]", "--nodes", nodes, *extra, *ELASTIC_JOB)
+    proc = popen_headless(tb, state, *args)
+    return proc, kill_once_stepping(proc, state, victim, int(nodes.split(":")[-1]))
 
 
 def test_a_killed_node_leaves_an_elastic_job_running_on_two(
@@ -86,7 +39,7 @@ def test_a_killed_node_leaves_an_elastic_job_running_on_two(
     lost = [e for e in events if e["event"] == "membership"]
     assert [(e["node"], e["change"]) for e in lost] == [("node3", "killed")]
     assert sorted(lost[0]["nodes"]) == ["node1", "node2"]
-    cycles = _last_cycles(events)
+    cycles = last_cycles(events)
     assert sorted(cycles) == [0, 1], cycles
     assert sorted(cycles[0]["members"][i]["node"] for i in range(3)) == HOSTS
     second = cycles[1]
@@ -114,7 +67,7 @@ def test_a_spare_host_replaces_the_lost_node(testbed: Testbed, tmp_path: Path) -
     summary = events[-1]
     changes = [(e["node"], e["change"]) for e in events if e["event"] == "membership"]
     assert changes == [("node2", "killed"), ("node3", "joined")], changes
-    cycles = _last_cycles(events)
+    cycles = last_cycles(events)
     last = cycles[max(cycles)]
     assert sorted(m["node"] for m in last["members"]) == ["node1", "node3"], cycles
     assert last["world_size"] == 2
