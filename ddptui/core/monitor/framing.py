@@ -141,6 +141,9 @@ class RankAttributor:
         lines = block.count("\n") + 1
         if block.count("[ddptui:") != lines:
             return None
+        one = self._one_rank(block, lines)
+        if one is not None:
+            return one
         found = _PREFIXED_LINE.findall(block)
         if len(found) != lines:
             return None
@@ -156,6 +159,26 @@ class RankAttributor:
                     assert match is not None
                     ranks[prefix] = (int(match.group(1)), int(match.group(2)))
             return [_new(Attributed, (text,) + ranks[prefix]) for prefix, text in found]
+
+    def _one_rank(self, block: str, lines: int) -> list[Attributed] | None:
+        """The block's lines when every one starts with the first line's prefix (one rank's
+        lines, as a node with one process sends): the prefixes cut by one replace, no regex
+        (0.59 against 0.79 us a line). None when the block is not that."""
+        end = block.find("]:", 8) + 2
+        prefix = block[:end]
+        if end < 2 or ("\n" + block).count("\n" + prefix) != lines:
+            return None
+        rank = self._ranks.get(prefix)
+        if rank is None:
+            match = PREFIX.fullmatch(prefix)
+            if match is None:
+                return None
+            if len(self._ranks) > MAX_PREFIXES:
+                self._ranks.clear()
+            rank = self._ranks[prefix] = (int(match.group(1)), int(match.group(2)))
+        r, local = rank
+        texts = block.replace("\n" + prefix, "\n")[end:].split("\n")
+        return [_new(Attributed, (text, r, local)) for text in texts]
 
     def flush(self) -> list[Attributed]:
         """Fragments still waiting for their newline, when the node's output ends."""

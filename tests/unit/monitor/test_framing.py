@@ -123,7 +123,10 @@ def test_blocks_of_whole_prefixed_lines_and_near_misses_attribute_as_line_by_lin
         expected: list[Attributed] = []
         got: list[Attributed] = []
         for _ in range(rng.randint(1, 4)):
-            lines = [rng.choice(prefixes) + f"step {i} [x]" for i in range(rng.randint(1, 8))]
+            one = rng.choice(prefixes) if rng.random() < 0.5 else None  # one rank's block
+            lines = [
+                (one or rng.choice(prefixes)) + f"step {i} [x]" for i in range(rng.randint(1, 8))
+            ]
             if rng.random() < 0.5:
                 lines[rng.randrange(len(lines))] = rng.choice(odd)
             expected += _line_by_line(lines, fragments)
