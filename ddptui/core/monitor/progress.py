@@ -14,7 +14,7 @@ line). Every line the pattern matches holds one of them, so the candidates are a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from ddptui.core.diagnose.patterns import progress_value
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
@@ -44,27 +44,28 @@ class ProgressScanner:
 
         `block` is `texts` joined by newlines (the caller has it already).
         """
+        yield from self._read(texts, self._candidates(texts, block))
+
+    def _candidates(self, texts: list[str], block: str) -> Sequence[int]:
+        """The lines that may report progress, in order: every line where the block cannot
+        tell (a pattern that must go line by line, a match across lines)."""
+        every = range(len(texts))
         if block.count("\n") != len(texts) - 1:
-            yield from self._read(texts, range(len(texts)))
-            return
+            return every
         if self._words is not None:
             lowered = block.lower()
-            if len(lowered) == len(block):  # no character lowered into two
-                found = sorted({m.start() for w in self._words for m in w.finditer(lowered)})
-                yield from self._read(texts, _lines_at(block, found))
-                return
-            yield from self._read(texts, range(len(texts)))
-            return
+            if len(lowered) != len(block):  # a character lowered into two
+                return every
+            found = {m.start() for words in self._words for m in words.finditer(lowered)}
+            return _lines_at(block, sorted(found))
         if self._block_pattern is None:
-            yield from self._read(texts, range(len(texts)))
-            return
+            return every
         starts = []
         for match in self._block_pattern.finditer(block):
             if "\n" in match.group(0):  # a match across lines: the block cannot tell
-                yield from self._read(texts, range(len(texts)))
-                return
+                return every
             starts.append(match.start())
-        yield from self._read(texts, _lines_at(block, starts))
+        return _lines_at(block, starts)
 
     def _read(self, texts: list[str], indices: Iterable[int]) -> Iterator[tuple[int, float]]:
         pattern = self.line_pattern

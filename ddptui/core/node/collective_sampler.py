@@ -171,8 +171,8 @@ class CollectiveSampler:
             return self._sample(period)
 
     def last_sample(self, period):
-        """The sample at the rank's exit (atexit): never an error of its own, and never a
-        wait of more than a second for the thread's sample."""
+        """The sample at the rank's end (an uncaught exception's, else at exit): never an
+        error of its own, and never a wait of more than a second for the thread's sample."""
         if not self.lock.acquire(timeout=1.0):
             return
         try:
