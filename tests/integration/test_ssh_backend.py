@@ -16,6 +16,7 @@ from testbed.netns import Testbed
 from tests.cases import TRAINER_CASES, trainer_args
 from tests.integration.sshrun import (
     TRAINER,
+    HeadlessRun,
     all_running,
     popen_headless,
     read_until,
@@ -24,6 +25,23 @@ from tests.integration.sshrun import (
 )
 
 ENGINES = ["asyncssh", "paramiko"]
+
+
+def _envcheck(
+    tb: Testbed, tmp_path: Path, engine: str, *flags: str, ssh_config: Path | None = None
+) -> HeadlessRun:
+    """envcheck.py on node1 and node2 over `engine`, `flags` given before the script."""
+    return run_headless(
+        tb,
+        tmp_path / "state",
+        "--hosts",
+        "node[1-2]",
+        "--ssh-engine",
+        engine,
+        *flags,
+        str(TRAINER / "envcheck.py"),
+        ssh_config=ssh_config,
+    )
 
 
 def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict]:
@@ -81,15 +99,7 @@ def test_a_slow_login_shell_is_no_lost_node(
     bashrc = clean_testbed.login_home / ".bashrc"
     bashrc.write_text("sleep 12\n")
     try:
-        run = run_headless(
-            clean_testbed,
-            tmp_path / "state",
-            "--hosts",
-            "node[1-2]",
-            "--ssh-engine",
-            engine,
-            str(TRAINER / "envcheck.py"),
-        )
+        run = _envcheck(clean_testbed, tmp_path, engine)
     finally:
         bashrc.unlink()
     summary = run.summary
@@ -216,32 +226,13 @@ def test_unknown_host_key_is_refused_with_how_to_trust(
     assert testbed.ssh is not None
     known = testbed.ssh.known_hosts_without("node2")
     cfg = testbed.ssh.write_ssh_config(tmp_path / "ssh_config", known_hosts=known)
-    run = run_headless(
-        testbed,
-        tmp_path / "state",
-        "--hosts",
-        "node[1-2]",
-        "--ssh-engine",
-        engine,
-        str(TRAINER / "envcheck.py"),
-        ssh_config=cfg,
-    )
+    run = _envcheck(testbed, tmp_path, engine, ssh_config=cfg)
     assert run.code == 1
     detail = run.summary["detail"]
     assert "host key of node2 is not in" in detail and "--accept-new-host-keys" in detail
     assert "node1" not in detail.split("unusable:")[1]
     before = known.read_text()
-    run = run_headless(
-        testbed,
-        tmp_path / "state",
-        "--hosts",
-        "node[1-2]",
-        "--ssh-engine",
-        engine,
-        "--accept-new-host-keys",
-        str(TRAINER / "envcheck.py"),
-        ssh_config=cfg,
-    )
+    run = _envcheck(testbed, tmp_path, engine, "--accept-new-host-keys", ssh_config=cfg)
     assert run.code == 0, run.summary
     assert known.read_text() != before  # the accepted key was recorded
 
@@ -251,17 +242,7 @@ def test_changed_host_key_is_never_accepted(testbed: Testbed, tmp_path: Path, en
     assert testbed.ssh is not None
     known = testbed.ssh.write_known_hosts(tmp_path / "known", wrong_key=["node2"])
     cfg = testbed.ssh.write_ssh_config(tmp_path / "ssh_config", known_hosts=known)
-    run = run_headless(
-        testbed,
-        tmp_path / "state",
-        "--hosts",
-        "node[1-2]",
-        "--accept-new-host-keys",
-        "--ssh-engine",
-        engine,
-        str(TRAINER / "envcheck.py"),
-        ssh_config=cfg,
-    )
+    run = _envcheck(testbed, tmp_path, engine, "--accept-new-host-keys", ssh_config=cfg)
     detail = run.summary["detail"]
     assert run.code == 1 and "node2: REMOTE HOST IDENTIFICATION HAS CHANGED" in detail
     assert f"recorded for it in {known}:2" in detail  # where the old key is

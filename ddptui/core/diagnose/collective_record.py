@@ -132,6 +132,12 @@ def records_from_dump(
     return out
 
 
+def in_flight(row: Sequence[Any]) -> bool:
+    """A sampler's row written while its collective was still pending (the eleventh field:
+    what it passed, no times yet; written again once it completes)."""
+    return len(row) > 10 and bool(row[10])
+
+
 def records_from_rows(rank: int, rows: Sequence[Sequence[Any]]) -> list[CollectiveRecord]:
     """The collective records of one line of a rank's collectives file (the sampler's rows:
     `[pg, seq, op, input_sizes, created_ns, started_ns, completed_ns, duration_ms,
@@ -156,7 +162,7 @@ def records_from_rows(rank: int, rows: Sequence[Sequence[Any]]) -> list[Collecti
                     output_sizes=_sizes(outputs),
                     input_dtypes=tuple(str(d) for d in dtypes or ()),
                     # output dtypes: not in the sampler's rows
-                    state="started" if len(row) > 10 and row[10] else "completed",
+                    state="started" if in_flight(row) else "completed",
                 )
             )
         except (TypeError, ValueError):

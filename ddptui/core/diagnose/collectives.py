@@ -26,6 +26,7 @@ from statistics import median
 from typing import Any
 
 from ddptui.core.diagnose.clock import ZERO, ClockOffset
+from ddptui.core.diagnose.collective_record import in_flight
 
 MAX_PERIOD = 32  # collectives a step, at most, that the period search tries
 GAP_SAMPLES = 256  # the newest final collectives the period and phase are judged on
@@ -78,7 +79,7 @@ def sample_from_data(data: Any) -> CollectiveSample | None:
             pg, seq, op, sizes, created, _started, _completed, duration_ms = row[:8]
             if not isinstance(pg, int) or not isinstance(seq, int) or not created:
                 continue
-            if len(row) > 10 and row[10]:  # in flight: no times yet (written again once done)
+            if in_flight(row):  # no times to score yet
                 continue
             duration = int(duration_ms * 1e6) if duration_ms is not None else None
             rows.append(Collective(pg, seq, str(op), json.dumps(sizes), int(created), duration))

@@ -265,8 +265,9 @@ def build_plan(
         # An elastic job's rendezvous store must live on the first node, whose address is
         # the endpoint: c10d lets whichever agent binds first serve it (pseudo-nodes share
         # one address), and losing the node that serves it ends the job.
-        is_host = (index == 0) if ":" in nnodes else None
-        if ":" in nnodes or spec.spares:
+        elastic = ":" in nnodes
+        is_host = (index == 0) if elastic else None
+        if elastic or spec.spares:
             # torch shares the rendezvous's TCPStore with the workers and writes a round's
             # MASTER_ADDR only on an agent's first rendezvous (dynamic_rendezvous: the
             # bootstrap info is kept): a node that joins a later round (a spare, a node back)

@@ -166,7 +166,7 @@ class RankAttributor:
         (0.59 against 0.79 us a line). None when the block is not that."""
         end = block.find("]:", 8) + 2
         prefix = block[:end]
-        if end < 2 or ("\n" + block).count("\n" + prefix) != lines:
+        if end < 2 or block.count("\n" + prefix) != lines - 1:  # the first line is by `end`
             return None
         rank = self._ranks.get(prefix)
         if rank is None:
