@@ -63,9 +63,10 @@ def main() -> None:
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(ddp(inputs), targets)
         loss.backward()
-        committed = optimizer.step()
+        before = manager.current_step()
+        optimizer.step()  # commits the step when the quorum's replicas agree
         step = manager.current_step()
-        if committed:
+        if step > before:
             line = (
                 f"ft replica={group} rank={rank} step={step} "
                 f"participants={manager.num_participants()} loss={loss.item():.4f}"

@@ -56,3 +56,24 @@ def test_a_group_that_left_and_one_behind() -> None:
     assert back is not None and back.joined == ("ft_1",)
     assert watch.lag() == {"ft_0": 0, "ft_1": 11}
     assert watch.members[1].commit_failures == 1
+
+
+def test_a_replica_group_killed_and_started_again_leaves_then_heals_behind() -> None:
+    """The capture: group 1's torchrun killed once both stepped, started again 6 s later;
+    it heals from group 0 (its log: `healing is required step=0, max_step=42`)."""
+    watch = LighthouseWatch()
+    story = []
+    log = DATA / "torchft" / "kill_heal" / "lighthouse.log"
+    for n, line in enumerate(log.read_text().splitlines()):
+        change = watch.feed(line, float(n))
+        if change is not None:
+            story.append((change.quorum_id, change.joined, change.left, watch.lag()))
+    assert [s[:3] for s in story] == [
+        (1, ("ft_0",), ()),
+        (2, ("ft_1",), ()),
+        (3, (), ("ft_1",)),
+        (4, ("ft_1",), ()),
+    ]
+    back = story[-1][3]
+    healed = DATA / "torchft" / "kill_heal" / "group1_again.log"
+    assert f"max_step={back['ft_1']}," in healed.read_text()  # as far behind as it healed
