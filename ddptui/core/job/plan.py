@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.core.job.elastic import nnodes_for
+from ddptui.core.job.ft import group_environment, with_lighthouse
 from ddptui.core.job.secret_env import mask_env
 from ddptui.core.job.spec import JobSpec
 
@@ -274,7 +275,14 @@ def build_plan(
             # waits for it until it times out (60 s), and the round's other agents with it.
             env.setdefault(UNSHARED_STORE, "1")
         address = node.address if local_addrs else None
-        argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
+        if spec.ft_replicas:  # a replica group: its own rendezvous on its own node
+            env.update(group_environment(spec, index, head))
+            group = f"{node.address}:{rdzv_port}"
+            argv = torchrun_argv(spec, 1, f"{run_id}.g{index}", group, address)
+            if index == 0:
+                argv = with_lighthouse(spec, argv)
+        else:
+            argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
         if spec.container and spec.container.engine != "pyxis":
             host = None
             if container_hosts and node.name in container_hosts:

@@ -94,6 +94,11 @@ class JobSpec(_Model):
     nodes: int = Field(2, ge=1)  # MAX of an elastic job (`--nodes MIN:MAX`: job/elastic.py)
     min_nodes: int | None = Field(None, ge=1)  # MIN of an elastic job; None: a fixed count
     spares: int = Field(0, ge=0)  # extra hosts (SSH) started when a node of the job is lost
+    # torchft: this many replica groups, one per node, with the Lighthouse on the first node
+    # (job/ft.py); 0: not a torchft job. Quorum from `ft_min_replicas` groups.
+    ft_replicas: int = Field(0, ge=0)
+    ft_min_replicas: int = Field(1, ge=1)
+    ft_lighthouse_port: int = Field(29510, ge=1, le=65535)
     nproc_per_node: int = Field(2, ge=1)
     script: str
     script_args: tuple[str, ...] = ()
@@ -143,6 +148,20 @@ class JobSpec(_Model):
     def _min_below_max(self) -> JobSpec:
         if self.min_nodes is not None and self.min_nodes > self.nodes:
             raise ValueError(f"MIN {self.min_nodes} is above MAX {self.nodes} (--nodes MIN:MAX)")
+        if self.ft_replicas and self.ft_replicas != self.nodes:
+            raise ValueError(
+                f"--ft-replicas {self.ft_replicas} runs one replica group per node: "
+                f"--nodes must be {self.ft_replicas}, not {self.nodes}"
+            )
+        if self.ft_replicas and (self.min_nodes is not None or self.spares):
+            raise ValueError(
+                "a torchft job keeps its groups by itself: no --nodes MIN:MAX, no --spares"
+            )
+        if self.ft_min_replicas > max(self.ft_replicas, 1):
+            raise ValueError(
+                f"--ft-min-replicas {self.ft_min_replicas} is above the "
+                f"{self.ft_replicas} replica group(s)"
+            )
         return self
 
     @field_validator("progress_pattern")
