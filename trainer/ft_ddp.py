@@ -9,7 +9,7 @@ and `NUM_REPLICA_GROUPS` for each group (as TorchTitan's torchft runs do).
     --steps N       optimizer steps to commit (default 200), --step-time S seconds a step
                     sleeps beside its compute (default 0.2), --min-replicas M (default 1)
 
-Each rank prints `ft replica=G rank=R step=N participants=P loss=L` per committed step
+Each rank prints `ft_G rank R: step=N participants=P loss=L` per committed step
 (rank R of its group); torchft's Manager logs its quorums and healing at INFO.
 """
 
@@ -68,7 +68,7 @@ def main() -> None:
         step = manager.current_step()
         if step > before:
             line = (
-                f"ft replica={group} rank={rank} step={step} "
+                f"ft_{group} rank {rank}: step={step} "
                 f"participants={manager.num_participants()} loss={loss.item():.4f}"
             )
             os.write(1, (line + "\n").encode())

@@ -20,8 +20,8 @@ CONTROL_FILE = "control"
 
 def act_on_control_file(session: Session) -> None:
     """The operator's actions on nodes, for scripts and tests: each line of the run
-    directory's `control` file (`kill NODE`, `drain NODE`, `kill_rank NODE LOCAL_RANK`) is
-    done, then the file is removed; SIGUSR2 asks for it."""
+    directory's `control` file (`kill NODE`, `drain NODE`, `kill_group NODE`, `kill_rank
+    NODE LOCAL_RANK`) is done, then the file is removed; SIGUSR2 asks for it."""
     path = session.run.path / CONTROL_FILE
     try:
         text = path.read_text()

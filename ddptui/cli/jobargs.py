@@ -35,6 +35,22 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         help="extra hosts (SSH, elastic jobs) started when a node is lost: the hosts listed "
         "after the first MAX",
     )
+    job.add_argument(
+        "--ft-replicas",
+        type=int,
+        metavar="N",
+        help="a torchft job: N replica groups, one per node, each its own torchrun, the "
+        "Lighthouse on the first node (default script: the bundled ft_ddp.py)",
+    )
+    job.add_argument(
+        "--ft-min-replicas",
+        type=int,
+        metavar="M",
+        help="the Lighthouse's quorum needs M replica groups (default 1)",
+    )
+    job.add_argument(
+        "--ft-lighthouse-port", type=int, metavar="PORT", help="the Lighthouse's port (29510)"
+    )
     job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
     job.add_argument(
         "--env",
@@ -204,6 +220,9 @@ def cli_fields(
             "backend": args.backend,
             "nodes": args.nodes,
             "spares": getattr(args, "spares", None),
+            "ft_replicas": getattr(args, "ft_replicas", None),
+            "ft_min_replicas": getattr(args, "ft_min_replicas", None),
+            "ft_lighthouse_port": getattr(args, "ft_lighthouse_port", None),
             "nproc_per_node": args.nproc_per_node or slots,
             "env": parse_env_pairs(args.env),
             "secret_env": tuple(args.secret_env),

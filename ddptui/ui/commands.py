@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "kill": "elastic.kill_node",
     "drain": "elastic.drain",
     "killrank": "elastic.kill_rank",
+    "killgroup": "elastic.kill_group",
 }
 # commands that take the rest of the line as their argument
 ARGUMENT_COMMANDS = ("filter", "search", "node", "goto")

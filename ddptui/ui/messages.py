@@ -23,6 +23,7 @@ from ddptui.core.events import (
     TeardownReport,
 )
 from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAlarm
+from ddptui.core.monitor.lighthouse import QuorumReport
 from ddptui.core.runs.summary import RunSummary
 
 
@@ -167,6 +168,12 @@ class MembershipUpdate(SessionMessage):
     event: MembershipChanged
 
 
+class QuorumUpdate(SessionMessage):
+    """torchft's quorum changed its members, or its groups' steps moved on."""
+
+    event: QuorumReport
+
+
 class RestartAlarmUpdate(SessionMessage):
     """A restart storm, or restarts without progress."""
 
@@ -181,6 +188,7 @@ _MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
     CycleReport: CycleUpdate,
     MembershipChanged: MembershipUpdate,
     RestartAlarm: RestartAlarmUpdate,
+    QuorumReport: QuorumUpdate,
     FlightRecorderReport: RecorderUpdate,
     StallReport: StallUpdate,
     StacksReport: StacksUpdate,

@@ -132,8 +132,9 @@ class Backend(ABC):
         """NCCL RAS's text answer on the node (core/node/ras_query.py), asked once."""
         raise BackendError(f"{self.name} cannot ask NCCL RAS")
 
-    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
-        """Fault injection: SIGKILL one worker of the node; what was killed, in words."""
+    async def kill_rank(self, command: NodeCommand, local_rank: int | None) -> str:
+        """Fault injection: SIGKILL one worker of the node (None: every worker); what was
+        killed, in words."""
         raise BackendError(f"{self.name} cannot kill one rank")
 
     async def ended(self, command: NodeCommand) -> int | None:
@@ -401,24 +402,24 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: NCCL RAS: {answer.get('error', '?')}")
         return str(answer["text"])
 
-    async def kill_rank(self, command: NodeCommand, local_rank: int) -> str:
-        """Fault injection: SIGKILL one worker of the node (the job helper's `kill_rank`);
-        what was killed, in words."""
-        argv = self._argv("kill_rank", command.tag, str(local_rank))
+    async def kill_rank(self, command: NodeCommand, local_rank: int | None) -> str:
+        """Fault injection: SIGKILL one worker of the node (the job helper's `kill_rank`),
+        or every worker (`local_rank` None: a torchft replica group); what was killed, in
+        words."""
+        which = f"local rank {local_rank}" if local_rank is not None else "every worker"
+        argv = self._argv(
+            "kill_rank", command.tag, "all" if local_rank is None else str(local_rank)
+        )
         try:
             result = await self.transport(command.node).run(
                 argv, stdin=self._helper_source, timeout=30
             )
             killed = json.loads(result.stdout.strip().splitlines()[-1])["killed"]
         except (TransportError, IndexError, ValueError, KeyError) as exc:
-            raise BackendError(
-                f"{command.node}: could not kill local rank {local_rank}: {exc}"
-            ) from None
+            raise BackendError(f"{command.node}: could not kill {which}: {exc}") from None
         if not killed:
-            raise BackendError(f"{command.node}: no worker of local rank {local_rank} runs")
-        return (
-            f"killed local rank {local_rank} on {command.node} (pid {', '.join(map(str, killed))})"
-        )
+            raise BackendError(f"{command.node}: no worker ({which}) runs")
+        return f"killed {which} on {command.node} (pid {', '.join(map(str, killed))})"
 
     async def reap_tag(
         self, transport: Transport, tag: str, gpu_before: str = "", lost: bool = False

@@ -85,6 +85,10 @@ def local_plan(
         node_env={n.name: {CUDA_VISIBLE: g} for n, g in zip(nodes, gpus, strict=True)}
         if gpus
         else None,
+        # torchft: the pseudo-nodes share one address, so each group serves its rendezvous
+        # on a port of its own, and the Lighthouse on one the OS picks unless given
+        group_ports={n.name: free_port() for n in nodes[1:]} if spec.ft_replicas else None,
+        lighthouse_port=(spec.ft_lighthouse_port or free_port()) if spec.ft_replicas else None,
     )
 
 

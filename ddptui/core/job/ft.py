@@ -18,38 +18,44 @@ from collections.abc import Sequence
 from ddptui.core.job.spec import JobSpec
 
 LIGHTHOUSE = "torchft_lighthouse"
+LIGHTHOUSE_PORT = 29510  # the Lighthouse's port on the first node, unless the job names one
+FT_TRAINER = "ft_ddp.py"  # the bundled trainer a torchft job runs when given no script
+# torchrun's restarts of a replica group's workers when the job names none: a group whose
+# worker died comes back and heals from a live peer, as often as this
+FT_MAX_RESTARTS = 10
 
 
-def lighthouse_url(spec: JobSpec, head: str) -> str:
+def lighthouse_url(head: str, port: int) -> str:
     """Where every group's Manager reaches the Lighthouse (the first node's address)."""
     host = f"[{head}]" if ":" in head else head
-    return f"http://{host}:{spec.ft_lighthouse_port}"
+    return f"http://{host}:{port}"
 
 
-def group_environment(spec: JobSpec, index: int, head: str) -> dict[str, str]:
-    """What replica group `index`'s torchrun needs beyond the job's environment."""
+def group_environment(spec: JobSpec, index: int, head: str, port: int) -> dict[str, str]:
+    """What replica group `index`'s torchrun needs beyond the job's environment (the
+    Lighthouse on `head` at `port`)."""
     return {
         "REPLICA_GROUP_ID": str(index),
         "NUM_REPLICA_GROUPS": str(spec.ft_replicas),
-        "TORCHFT_LIGHTHOUSE": lighthouse_url(spec, head),
+        "TORCHFT_LIGHTHOUSE": lighthouse_url(head, port),
     }
 
 
-def lighthouse_argv(spec: JobSpec) -> list[str]:
+def lighthouse_argv(spec: JobSpec, port: int) -> list[str]:
     """The Lighthouse's command line: quorum from `ft_min_replicas` groups, 2 s to join."""
     return [
         LIGHTHOUSE,
         "--min_replicas",
         str(spec.ft_min_replicas),
         "--bind",
-        f"[::]:{spec.ft_lighthouse_port}",
+        f"[::]:{port}",
         "--join_timeout_ms",
         "2000",
     ]
 
 
-def with_lighthouse(spec: JobSpec, argv: Sequence[str]) -> list[str]:
+def with_lighthouse(spec: JobSpec, argv: Sequence[str], port: int) -> list[str]:
     """The first node's command: the Lighthouse in the background (its lines in the node's
     log), then the group's torchrun in the shell's place."""
-    start = f'{shlex.join(lighthouse_argv(spec))} 2>&1 & exec "$@"'
+    start = f'{shlex.join(lighthouse_argv(spec, port))} 2>&1 & exec "$@"'
     return ["sh", "-c", start, "sh", *argv]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.core.job.elastic import nnodes_for
-from ddptui.core.job.ft import group_environment, with_lighthouse
+from ddptui.core.job.ft import LIGHTHOUSE_PORT, group_environment, with_lighthouse
 from ddptui.core.job.secret_env import mask_env
 from ddptui.core.job.spec import JobSpec
 
@@ -239,6 +239,8 @@ def build_plan(
     container_hosts: Mapping[str, str] | None = None,
     node_env: Mapping[str, Mapping[str, str]] | None = None,
     only: int | None = None,
+    group_ports: Mapping[str, int] | None = None,
+    lighthouse_port: int | None = None,
 ) -> LaunchPlan:
     """Every node runs the same torchrun line; the first node hosts the c10d rendezvous.
 
@@ -250,6 +252,9 @@ def build_plan(
     `only` (an index): the plan holds that node's command alone (a node started as soon as
     it is reached, before the others' addresses are known: its command needs only its own
     address and the first node's).
+    A torchft job's replica group serves its own rendezvous on its node, at `rdzv_port` or
+    its `group_ports` entry (pseudo-nodes sharing one address need one each); the
+    Lighthouse listens on the first node at `lighthouse_port` (default: the job's).
     """
     head = nodes[0].address
     endpoint = f"{head}:{rdzv_port}"
@@ -276,11 +281,12 @@ def build_plan(
             env.setdefault(UNSHARED_STORE, "1")
         address = node.address if local_addrs else None
         if spec.ft_replicas:  # a replica group: its own rendezvous on its own node
-            env.update(group_environment(spec, index, head))
-            group = f"{node.address}:{rdzv_port}"
+            lighthouse = lighthouse_port or spec.ft_lighthouse_port or LIGHTHOUSE_PORT
+            env.update(group_environment(spec, index, head, lighthouse))
+            group = f"{node.address}:{(group_ports or {}).get(node.name, rdzv_port)}"
             argv = torchrun_argv(spec, 1, f"{run_id}.g{index}", group, address)
             if index == 0:
-                argv = with_lighthouse(spec, argv)
+                argv = with_lighthouse(spec, argv, lighthouse)
         else:
             argv = torchrun_argv(spec, nnodes, run_id, endpoint, address, is_host)
         if spec.container and spec.container.engine != "pyxis":

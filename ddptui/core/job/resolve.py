@@ -12,6 +12,7 @@ from typing import Any
 
 from ddptui.core.job import rules
 from ddptui.core.job.elastic import split_node_range
+from ddptui.core.job.ft import FT_MAX_RESTARTS, FT_TRAINER
 from ddptui.core.job.gpus import CUDA_VISIBLE, fit_default_shape, machine_gpus
 from ddptui.core.job.profiles import (
     BUILTIN,
@@ -59,6 +60,9 @@ def resolve_job(
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     nodes = cli.get("nodes", len(cli["hosts"]) if "hosts" in cli else fields.get("nodes"))
+    ft_replicas = int(fields.get("ft_replicas") or 0)
+    if ft_replicas and "nodes" not in cli:  # a torchft job: one node per replica group
+        nodes = ft_replicas
     if nodes is None:
         nodes = len(hosts) or 2
     if (
@@ -86,9 +90,11 @@ def resolve_job(
     kept = nodes + spares if isinstance(nodes, int) else len(hosts)
     fields.update(backend=backend, nodes=nodes, hosts=tuple(hosts[:kept]))
     fields.setdefault("profile", "cli" if "script" in cli else "local")
-    fields.setdefault("script", bundled_trainer())
+    fields.setdefault("script", bundled_trainer(FT_TRAINER if ft_replicas else "envcheck.py"))
+    if ft_replicas and fields.get("max_restarts") is None:
+        fields["max_restarts"] = FT_MAX_RESTARTS  # a lost group comes back and heals
     spec = make_spec(**fields)
-    if _shape_is_default(cli, resolved):
+    if not ft_replicas and _shape_is_default(cli, resolved):
         spec = fit_to_gpus(spec)
     check_job(spec)
     if resolved is not None and "script" not in cli and spec.backend == "local":

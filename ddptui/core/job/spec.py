@@ -98,7 +98,7 @@ class JobSpec(_Model):
     # (job/ft.py); 0: not a torchft job. Quorum from `ft_min_replicas` groups.
     ft_replicas: int = Field(0, ge=0)
     ft_min_replicas: int = Field(1, ge=1)
-    ft_lighthouse_port: int = Field(29510, ge=1, le=65535)
+    ft_lighthouse_port: int | None = Field(None, ge=1, le=65535)  # None: 29510; local: a free one
     nproc_per_node: int = Field(2, ge=1)
     script: str
     script_args: tuple[str, ...] = ()

@@ -66,6 +66,7 @@ from ddptui.core.monitor.framing import (
     worker_ended,
 )
 from ddptui.core.monitor.gpu_watch import GpuWatch
+from ddptui.core.monitor.lighthouse import LighthouseWatch, QuorumChange
 from ddptui.core.monitor.metric_watch import METRIC_INTERVAL_S, MetricWatch, Sampled
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
@@ -73,15 +74,40 @@ from ddptui.core.monitor.rank_cell import RankCell, keep_last_lines
 from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
+_new = tuple.__new__
 _WRONG_KIND = {WrongNumberKind.NAN_OR_INF: NAN_OR_INF, WrongNumberKind.LOSS_SPIKE: LOSS_SPIKE}
 
 
 class _NodeReader:
-    def __init__(self) -> None:
+    def __init__(self, base: int = 0) -> None:
         self.framer = LineFramer()
         self.attributor = RankAttributor()
         self.agent = AgentLogParser()
         self.seq = 0
+        self.base = base  # added to the node's ranks: a torchft replica group's first rank
+
+    def lines(self, block: str) -> list[Attributed]:
+        """The block's lines, each with its rank in the job."""
+        return self.shifted(self.attributor.feed_block(block))
+
+    def shifted(self, lines: list[Attributed]) -> list[Attributed]:
+        base = self.base
+        if not base:
+            return lines
+        return [
+            _new(Attributed, (text, rank + base if rank is not None else None, local))
+            for text, rank, local in lines
+        ]
+
+    def fact(self, fact: AgentFact) -> AgentFact:
+        """The agent's word with its ranks in the job (a replica group's agent numbers its
+        workers from 0)."""
+        base = self.base
+        if base and isinstance(fact, Assigned):
+            return replace(fact, global_ranks=tuple(r + base for r in fact.global_ranks))
+        if base and isinstance(fact, WorkerFailed) and fact.rank is not None:
+            return replace(fact, rank=fact.rank + base)
+        return fact
 
 
 @dataclass(frozen=True)
@@ -96,6 +122,7 @@ class MonitorSummary:
     straggler: StragglerReport | None = None
     metrics: dict[str, float] = field(default_factory=dict)  # MetricStore.summary()
     cycles: tuple[RestartCycle, ...] = ()
+    quorums: tuple[QuorumChange, ...] = ()  # a torchft job's changes of quorum membership
 
 
 def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) -> Diagnosis:
@@ -121,7 +148,11 @@ class Monitor:
         metrics: bool = True,
         metric_interval: float = METRIC_INTERVAL_S,
         max_restarts: int = 0,
+        replica_groups: bool = False,
     ) -> None:
+        """`replica_groups`: a torchft job, each node a replica group of its own whose
+        torchrun numbers its ranks from 0 (shown from the node's first rank in the job on),
+        the first node's unprefixed lines the Lighthouse's (the quorums, as they come)."""
         self.board = RankBoard(nodes, nproc_per_node)
         self.stall = StallWatch(self.board)
         self.recorder = RecorderWatch(self.board)
@@ -131,7 +162,14 @@ class Monitor:
         self._nccl: tuple[int, ...] | None = None
         self.speed = SpeedWatch(len(nodes) * nproc_per_node or None)
         self.cycles = CycleWatch(max_restarts)
-        self._readers = {n: _NodeReader() for n in nodes}
+        self._readers = {
+            n: _NodeReader(i * nproc_per_node if replica_groups else 0) for i, n in enumerate(nodes)
+        }
+        self.lighthouse = LighthouseWatch() if replica_groups else None
+        # One world of ranks: its rendezvous rounds, its collectives audited across ranks. A
+        # torchft job's groups are worlds of their own, numbered from 0 each (its quorums
+        # tell its story instead).
+        self._one_world = not replica_groups
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
         self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
 
@@ -156,7 +194,7 @@ class Monitor:
     def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
         """One line of a rank's collectives file, as the node's stream carried it: to the
         straggler watch, and its records to the collective audit."""
-        if node not in self._readers:
+        if node not in self._readers or not self._one_world:
             return []
         return self.collectives_seen(node, self.speed.sample(node, line), now)
 
@@ -185,7 +223,7 @@ class Monitor:
         """A node's ranks' collective records (the flight recorder's, from its dumps or the
         worker hook's live channel): the collective audit's mismatches, the odd ranks marked.
         Records may repeat and come late: each rank's are matched once, in its own order."""
-        if node not in self._readers or not records:
+        if node not in self._readers or not records or not self._one_world:
             return []
         now = time.time() if now is None else now
         return self._judged(self.audit.seen(records, source, now), now)
@@ -265,7 +303,7 @@ class Monitor:
         self, node: str, exit_code: int | None, by_teardown: bool = False
     ) -> list[Event]:
         """The node's agent ended: its ranks not yet final end with it."""
-        if exit_code != 0 and not by_teardown and not self.board.tearing_down:
+        if exit_code != 0 and not by_teardown and not self.board.tearing_down and self._one_world:
             self.cycles.node_left(node, MembershipChange.LOST, exit_code)
         return self.board.node_exited(node, exit_code, by_teardown)
 
@@ -291,6 +329,7 @@ class Monitor:
             self.speed.last,
             self.metric_watch.store.summary() if self.metric_watch else {},
             self.cycles.final(),
+            tuple(self.lighthouse.changes) if self.lighthouse else (),
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -300,14 +339,14 @@ class Monitor:
         block = reader.framer.block(chunk)
         if block is None:
             return []
-        lines = reader.attributor.feed_block(block)
+        lines = reader.lines(block)
         now = time.time() if now is None else now
         return self._judged(self._lines(node, lines, now), now)
 
     def feed_lines(self, node: str, lines: Sequence[str], now: float | None = None) -> list[Event]:
         if not lines:
             return []
-        attributed = self._readers[node].attributor.feed_block("\n".join(lines))
+        attributed = self._readers[node].lines("\n".join(lines))
         now = time.time() if now is None else now
         return self._judged(self._lines(node, attributed, now), now)
 
@@ -316,10 +355,10 @@ class Monitor:
         reader = self._readers[node]
         now = time.time()
         lines = [item for line in reader.framer.flush() for item in reader.attributor.feed(line)]
-        lines += reader.attributor.flush()
+        lines = reader.shifted(lines + reader.attributor.flush())
         events = self._lines(node, lines, now) if lines else []
         for fact in reader.agent.flush():
-            events += self._agent_fact(node, fact, now)
+            events += self._agent_fact(node, reader.fact(fact), now)
         if self.metric_watch is not None:
             events += self._metric_events(self.metric_watch.due(now, node))
         return self._judged(events, now)
@@ -368,7 +407,7 @@ class Monitor:
                 if cell is not None:
                     cell.progress.observe(now, value)
                     best = value if best is None or value > best else best
-            if best is not None:
+            if best is not None and self._one_world:
                 self.cycles.step(int(best))
         if self.metric_watch is not None:
             found = self.metric_watch.block(node, lines, first, now, text)
@@ -411,10 +450,15 @@ class Monitor:
         """
         failures, rank_lines, ends = checks
         reader = self._readers[node]
+        lighthouse = self.lighthouse
         for offset, (line, rank, local_rank) in enumerate(lines):
             if rank is None or local_rank is None:
+                if lighthouse is not None and "torchft::lighthouse" in line:
+                    quorum = lighthouse.report(line, now)
+                    events += [quorum] if quorum is not None else []
+                    continue
                 for fact in reader.agent.feed(line, first + offset):
-                    events += self._agent_fact(node, fact, now)
+                    events += self._agent_fact(node, reader.fact(fact), now)
                 continue
             if local_rank in cells:
                 cell = cells[local_rank]
@@ -451,7 +495,8 @@ class Monitor:
                 RendezvousAsked(node, fact.run_id, fact.endpoint, fact.min_nodes, fact.max_nodes)
             ]
         if isinstance(fact, Assigned):
-            events = self.board.assign(node, fact, now) + self.cycles.assigned(node, fact, now)
+            events = self.board.assign(node, fact, now)
+            events += self.cycles.assigned(node, fact, now) if self._one_world else []
             if fact.nodes >= 0:
                 joined = WorldJoined(
                     node, fact.group_rank, fact.nodes, fact.world_size, fact.master_addr
@@ -459,7 +504,7 @@ class Monitor:
                 events.append(joined)
             return events
         if isinstance(fact, WorkerFailed):
-            if not self.board.tearing_down:
+            if not self.board.tearing_down and self._one_world:
                 self.cycles.worker_failed(node, fact)
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:

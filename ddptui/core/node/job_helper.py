@@ -345,9 +345,12 @@ def gpu(tag: str, gpu_ms: str, gone_s: str = "", tasks: str = "") -> int:
 
 
 def kill_rank(tag: str, local_rank: str) -> int:
-    """Fault injection: SIGKILL the job's worker of this local rank (and what it started), as
-    the kernel's OOM killer would end it; its agent sees a worker die. Prints the PIDs."""
-    wants = (f"\0{TAG_VAR}={tag}\0".encode(), f"\0LOCAL_RANK={local_rank}\0".encode())
+    """Fault injection: SIGKILL the job's worker of this local rank (`all`: every worker, a
+    torchft replica group) and what it started, as the kernel's OOM killer would end it; its
+    agent sees a worker die. Prints the PIDs."""
+    wants = [f"\0{TAG_VAR}={tag}\0".encode()]
+    if local_rank != "all":
+        wants.append(f"\0LOCAL_RANK={local_rank}\0".encode())
     killed = []
     for name in os.listdir("/proc"):
         if not name.isdigit():

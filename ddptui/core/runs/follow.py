@@ -62,7 +62,12 @@ class RunFollower:
         self._emit = emit
         plan, _state = run.read_plan()
         self.plan: LaunchPlan | None = plan
-        self.monitor = Monitor(plan.node_names, plan.nproc_per_node, spec.progress_pattern)
+        self.monitor = Monitor(
+            plan.node_names,
+            plan.nproc_per_node,
+            spec.progress_pattern,
+            replica_groups=bool(spec.ft_replicas),
+        )
         self._logs = [_NodeLog(c.node, run.node_log(c.index, c.node)) for c in plan.commands]
         self._events = EventLogTail(run.path / "events.jsonl")
         self._stop = threading.Event()

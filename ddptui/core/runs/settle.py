@@ -58,11 +58,16 @@ def node_end(log: Path, here: bool) -> NodeEnd:
 
 
 def replay(
-    plan: LaunchPlan, run: RunDir, ends: dict[str, NodeEnd], pattern: str = ""
+    plan: LaunchPlan,
+    run: RunDir,
+    ends: dict[str, NodeEnd],
+    pattern: str = "",
+    replica_groups: bool = False,
 ) -> list[Event]:
     """The run's events as a console following it to the end would have had them: each
-    node's saved log through the Monitor, then the node's exit."""
-    monitor = Monitor(plan.node_names, plan.nproc_per_node, pattern)
+    node's saved log through the Monitor, then the node's exit (`replica_groups`: a
+    torchft job's, each node a group numbered from 0)."""
+    monitor = Monitor(plan.node_names, plan.nproc_per_node, pattern, replica_groups=replica_groups)
     events: list[Event] = list(monitor.initial_events())
     for command in plan.commands:
         end = ends[command.node]
@@ -125,7 +130,7 @@ def settle_local(record: RunRecord, history: RunHistory) -> str:
             return why
         return ""
     lost = [n for n, e in ends.items() if e.exit_code is None]
-    events = replay(plan, run, ends, spec.progress_pattern)
+    events = replay(plan, run, ends, spec.progress_pattern, bool(spec.ft_replicas))
     summary = events[-1]
     assert isinstance(summary, RunSummary)
     if lost:

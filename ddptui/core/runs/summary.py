@@ -10,6 +10,7 @@ from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
 from ddptui.core.monitor.cycles import RestartCycle
+from ddptui.core.monitor.lighthouse import QuorumChange
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class RunSummary(Event):
     # `samples/s.mean`, ...; a last value may be NaN (the run ended on a wrong number).
     metrics: dict[str, float] = field(default_factory=dict)
     cycles: tuple[RestartCycle, ...] = ()  # the rendezvous rounds (restart cycles), in order
+    quorums: tuple[QuorumChange, ...] = ()  # a torchft job's quorum changes, in order
 
     kind = "summary"
 

@@ -17,6 +17,7 @@ from ddptui.core.job.elastic import node_range
 from ddptui.core.job.plan import NodeCommand
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.cycles import MembershipChange, MembershipChanged, RestartCycle
+from ddptui.core.monitor.lighthouse import QuorumChange
 
 
 class NodeActionKind(enum.StrEnum):
@@ -25,6 +26,9 @@ class NodeActionKind(enum.StrEnum):
     KILL = "kill"  # fault injection: its agent stopped as a lost node's would be
     DRAIN = "drain"  # exclude it: its agent stopped, never restarted; the job goes on
     KILL_RANK = "kill_rank"  # fault injection: one worker killed (SIGKILL), its agent reacts
+    # fault injection in a torchft job: every worker of the node's replica group killed; its
+    # torchrun starts them again and they heal from a live group
+    KILL_GROUP = "kill_group"
 
 
 @dataclass(frozen=True)
@@ -37,10 +41,11 @@ class NodeAction:
 
 
 def parse_action(line: str) -> NodeAction | None:
-    """`kill NODE`, `drain NODE` or `kill_rank NODE LOCAL_RANK` (headless mode's control
-    file); None for anything else."""
+    """`kill NODE`, `drain NODE`, `kill_group NODE` or `kill_rank NODE LOCAL_RANK` (headless
+    mode's control file); None for anything else."""
     words = line.split()
-    if len(words) == 2 and words[0] in (NodeActionKind.KILL, NodeActionKind.DRAIN):
+    whole = (NodeActionKind.KILL, NodeActionKind.DRAIN, NodeActionKind.KILL_GROUP)
+    if len(words) == 2 and words[0] in whole:
         return NodeAction(NodeActionKind(words[0]), words[1])
     if len(words) == 3 and words[0] == NodeActionKind.KILL_RANK and words[2].isdigit():
         return NodeAction(NodeActionKind.KILL_RANK, words[1], int(words[2]))
@@ -56,6 +61,7 @@ class Membership:
         self._emit = emit
         self.spares: list[NodeCommand] = []
         self.left: dict[str, MembershipChange | str] = {}  # node -> drained / killed
+        self.lost: set[str] = set()  # nodes whose agents ended badly while the job went on
 
     @property
     def elastic(self) -> bool:
@@ -93,6 +99,8 @@ class Membership:
         a fixed job, nor when fewer than MIN would remain), and the spare that joins (None:
         none left). When it goes on, the change is emitted."""
         running = tuple(n for n, code in node_exit.items() if code is None and n != node)
+        if self.spec.ft_replicas:
+            return self._group_left(node, running), None
         spare = self.spares[0] if self.spares else None
         after = len(running) + (1 if spare is not None else 0)
         replaceable = self.elastic or spare is not None  # a fixed job waits for its spare
@@ -114,6 +122,33 @@ class Membership:
         self._emit(MembershipChanged(node, str(change), running, self.range.min_nodes, detail))
         return True, spare
 
+    def _group_left(self, node: str, running: tuple[str, ...]) -> bool:
+        """A torchft job's replica group ended (its torchrun gave up, or was killed): the
+        others go on while the Lighthouse can still make a quorum of them."""
+        least = self.spec.ft_min_replicas
+        if len(running) < least:
+            self._emit(
+                Notice(
+                    "error",
+                    f"replica group {node} left: {len(running)} group(s) remain, fewer than "
+                    f"the quorum's {least} (--ft-min-replicas)",
+                )
+            )
+            return False
+        self.lost.add(node)
+        change = self.left.get(node, MembershipChange.LOST)
+        detail = f"{len(running)} replica group(s) go on (the quorum needs {least})"
+        self._emit(MembershipChanged(node, str(change), running, least, detail))
+        return True
+
+    def ft_outcome(self, quorums: Sequence[QuorumChange]) -> str:
+        """A torchft run that finished, in words: its groups, its quorum changes."""
+        groups = self.spec.ft_replicas - len(self.lost)
+        return (
+            f"torchft: finished on {groups} of {self.spec.ft_replicas} replica group(s), "
+            f"quorum changed {len(quorums)} time(s)"
+        )
+
     def joined(self, spare: NodeCommand, node_exit: Mapping[str, int | None]) -> None:
         running = tuple(n for n, code in node_exit.items() if code is None)
         self._emit(
@@ -131,6 +166,9 @@ class Membership:
     ) -> bool | None:
         """An elastic run's own success: every node of its last round exited 0 (the nodes
         lost on the way are its history, not its outcome); None for a fixed job without spares."""
+        if self.spec.ft_replicas:  # the groups that stayed finished
+            stayed = [n for n in node_exit if n not in self.lost]
+            return bool(stayed) and all(node_exit[n] == 0 for n in stayed)
         if not (self.elastic or self.spec.spares) or not cycles:
             return None
         last = cycles[-1].nodes

@@ -154,9 +154,13 @@ class Session:
             self.emit(Notice("warning", f"{action.kind} {node}: no agent of the job runs there"))
             return
         command = self.plan.command_for(node)
-        if action.kind == NodeActionKind.KILL_RANK:
+        if action.kind in (NodeActionKind.KILL_RANK, NodeActionKind.KILL_GROUP):
+            if action.kind == NodeActionKind.KILL_GROUP and not self.spec.ft_replicas:
+                self.emit(Notice("warning", f"kill_group {node}: not a torchft job"))
+                return
+            local_rank = action.local_rank or 0 if action.kind == NodeActionKind.KILL_RANK else None
             try:
-                said = await self.backend.kill_rank(command, action.local_rank or 0)
+                said = await self.backend.kill_rank(command, local_rank)
             except BackendError as exc:
                 self.emit(Notice("error", str(exc)))
                 return
@@ -248,6 +252,7 @@ class Session:
             metric_patterns=self.spec.metric_patterns,
             metrics=self.spec.read_metrics,
             max_restarts=self.spec.max_restarts,
+            replica_groups=bool(self.spec.ft_replicas),
         )
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
@@ -263,7 +268,7 @@ class Session:
                 self._logs[command.node] = open_private(path, "wb" if self.attaching else "ab")
         for event in self.monitor.initial_events():
             self.emit(event)
-        if not self.attaching:
+        if not self.attaching and not self.spec.ft_replicas:  # torchft: a world per group
             compare = self.backend.name in ("local", "ssh")  # commands as the plan wrote them
             spares = frozenset(c.node for c in self.membership.spares)
             self.world = WorldCheck(plan, time.time(), compare_endpoint=compare, spares=spares)
@@ -591,7 +596,9 @@ class Session:
         elastic_ok = self.membership.finished_ok(cycles, self.node_exit)
         if elastic_ok is not None and not detail and not self._detach and not self._stop_reason:
             ok = elastic_ok and clean  # the nodes lost on the way are history, not the outcome
-            if ok and len(cycles) > 1:
+            if ok and self.spec.ft_replicas:
+                detail = self.membership.ft_outcome(told.quorums if told else ())
+            elif ok and len(cycles) > 1:
                 detail = (
                     f"elastic: finished on {len(cycles[-1].nodes)} node(s) after "
                     f"{len(cycles) - 1} restart cycle(s)"
@@ -646,6 +653,7 @@ class Session:
             straggler=told.straggler if told else None,
             metrics=told.metrics if told else {},
             cycles=cycles,
+            quorums=told.quorums if told else (),
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

@@ -36,6 +36,7 @@ from ddptui.ui.messages import (
     NodeUpdate,
     NoticeUpdate,
     PhaseUpdate,
+    QuorumUpdate,
     RankUpdates,
     RecorderUpdate,
     RestartAlarmUpdate,
@@ -90,6 +91,12 @@ def action_question(action: NodeAction) -> tuple[str, str]:
             f"on without it, a fixed one ends.",
             "Drain node",
         )
+    if action.kind == NodeActionKind.KILL_GROUP:
+        return (
+            f"Kill {node}'s replica group (every worker, SIGKILL, fault injection)? The other "
+            f"groups go on; its torchrun starts it again and it heals from a live group.",
+            "Kill group",
+        )
     return (
         f"Kill local rank {action.local_rank} on {node} (SIGKILL, fault injection)? Its agent "
         f"restarts the workers if restarts are left.",
@@ -121,6 +128,13 @@ class JobScreen(LogScreen):
         Binding("ctrl+n", "node_action('drain')", "Drain node", show=False, id="elastic.drain"),
         Binding(
             "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
+        ),
+        Binding(
+            "ctrl+g",
+            "node_action('kill_group')",
+            "Kill group",
+            show=False,
+            id="elastic.kill_group",
         ),
     ]
     # What changes the job: hidden in read-only mode (`ddptui --read-only`), as k9s does.
@@ -544,6 +558,9 @@ class JobScreen(LogScreen):
 
     def on_membership_update(self, message: MembershipUpdate) -> None:
         self.cycles.show_membership(message.event)
+
+    def on_quorum_update(self, message: QuorumUpdate) -> None:
+        self.cycles.show_quorum(message.event)
 
     def on_restart_alarm_update(self, message: RestartAlarmUpdate) -> None:
         self.cycles.show_alarm(message.event)

@@ -1,6 +1,7 @@
 """Provides CyclesPanel: an elastic run's restart story — each rendezvous round (when, why,
 who, world size, steps before and after), restarts used of those allowed, nodes that left or
-joined, and the restart storm and no-progress alarms, as the core decided them."""
+joined, and the restart storm and no-progress alarms, as the core decided them; for a torchft
+job, the Lighthouse's quorum instead (its id, each group's step and lag, the changes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ddptui.core.monitor.cycles import MembershipChanged, RestartAlarm, RestartCycle
+from ddptui.core.monitor.lighthouse import QuorumReport
 
 MAX_NOTES = 8
 
@@ -34,6 +36,25 @@ def cycle_lines(cycle: RestartCycle) -> Text:
     return text
 
 
+def quorum_lines(report: QuorumReport) -> Text:
+    """`quorum 4 · 2 groups · 2 heartbeating`, then each group's step, lag and failures."""
+    text = Text()
+    text.append(f"quorum {report.quorum_id}", style="bold")
+    text.append(f" · {len(report.members)} group(s)")
+    if report.heartbeating >= 0:
+        text.append(f" · {report.heartbeating} heartbeating")
+    text.append("\n")
+    lag = dict(report.lag)
+    for member in report.members:
+        behind = lag.get(member.replica, 0)
+        text.append(f"  {member.replica:<8} step {member.step:<7}")
+        text.append(f"lag {behind}", style="yellow" if behind else "green")
+        if member.commit_failures:
+            text.append(f" · commit failures {member.commit_failures}", style="red")
+        text.append("\n")
+    return text
+
+
 class CyclesPanel(Static):
     """The restart timeline, newest round last; hidden until the run has a second round
     or the operator asks for it."""
@@ -48,10 +69,13 @@ class CyclesPanel(Static):
         self.border_title = "Restarts"
         self.cycles: dict[int, RestartCycle] = {}
         self.notes: list[tuple[str, str]] = []  # (style, text): membership changes, alarms
+        self.quorum: QuorumReport | None = None
 
     def reset(self) -> None:
         self.cycles.clear()
         self.notes.clear()
+        self.quorum = None
+        self.border_title = "Restarts"
         self.remove_class("-shown")
         self.update("")
 
@@ -69,6 +93,17 @@ class CyclesPanel(Static):
     def show_membership(self, event: MembershipChanged) -> None:
         self._note("yellow", f"{_clock(event.ts)} {event.node} {event.change}: {event.detail}")
 
+    def show_quorum(self, event: QuorumReport) -> None:
+        """torchft's quorum: shown from its first (the groups' story is the run's)."""
+        if self.quorum is None:
+            self.border_title = "Quorum (torchft)"
+            self.add_class("-shown")
+        self.quorum = event
+        if event.change is not None:
+            self._note("yellow", f"{_clock(event.change.ts)} {event.change.said()}")
+        else:
+            self._draw()
+
     def show_alarm(self, event: RestartAlarm) -> None:
         self.add_class("-shown")
         self._note("bold red", f"{_clock(event.ts)} {event.detail}")
@@ -81,7 +116,9 @@ class CyclesPanel(Static):
         if not self.has_class("-shown"):
             return
         text = Text()
-        if not self.cycles:
+        if self.quorum is not None:
+            text.append_text(quorum_lines(self.quorum))
+        elif not self.cycles:
             text.append("no rendezvous round yet\n", style="dim")
         for index in sorted(self.cycles):
             text.append_text(cycle_lines(self.cycles[index]))

@@ -15,7 +15,7 @@ def test_a_quorum_line_reads_as_its_id_and_members() -> None:
     assert read is not None
     quorum_id, members = read
     assert quorum_id == 1
-    assert members == (ReplicaStep("ft_1", 0, 1, 0),)
+    assert members == (ReplicaStep("ft_1", 0, 1, 0, "dd5a0f71-6010-4104-a456-ae3265e54526"),)
     assert read_quorum("Quorum status: Fast quorum found! [2/2 participants healthy]") is None
     assert replica_name("ft_0:7358e2ca-36ff-4325-932d-84fa8f8ab8b5") == "ft_0"
 

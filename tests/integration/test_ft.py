@@ -1,0 +1,132 @@
+"""torchft jobs for real: the Lighthouse and one torchrun per replica group (gloo), on the
+local backend and on the SSH testbed. Once every group commits steps, one group is killed
+through headless mode's control file (`kill_group NODE`: every worker of it, SIGKILL); the
+other groups keep stepping while it is out, its torchrun starts it again and it heals from a
+live group (the Lighthouse's quorum: it left, then joined steps behind); the run finishes
+green and teardown proves every node clean, the Lighthouse included."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from testbed.netns import Testbed
+from tests.cases import ROOT
+from tests.integration.sshrun import popen_headless, read_until
+
+TRAINER = ROOT / "trainer" / "ft_ddp.py"
+_STEP = re.compile(r"^ft_(\d+) rank \d+: step=(\d+) ")
+FT_JOB = ("--nproc-per-node", "1", "--hang-timeout", "0", "--lines")
+
+
+def _committed(events: list[dict[str, Any]]) -> dict[int, list[tuple[float, int]]]:
+    """Each replica group's committed steps, (time seen, step), from its ranks' lines."""
+    steps: dict[int, list[tuple[float, int]]] = {}
+    for e in events:
+        if e["event"] == "line" and e["rank"] is not None:
+            found = _STEP.match(e["text"])
+            if found:
+                steps.setdefault(int(found[1]), []).append((e["ts"], int(found[2])))
+    return steps
+
+
+def kill_a_group_once_all_step(
+    proc: subprocess.Popen[str], state: Path, victim: str, groups: int
+) -> list[dict[str, Any]]:
+    """Once every group committed step 5, kill `victim`'s group through the control file;
+    every event to the summary."""
+    seen: list[dict[str, Any]] = []
+
+    def all_stepping(e: dict[str, Any]) -> bool:
+        seen.append(e)
+        steps = _committed(seen[-1:])
+        if steps:
+            all_stepping.done |= {g for g, s in steps.items() if s[-1][1] >= 5}  # type: ignore[attr-defined]
+        return len(all_stepping.done) == groups or e["event"] == "summary"  # type: ignore[attr-defined]
+
+    all_stepping.done = set()  # type: ignore[attr-defined]
+    events = read_until(proc, all_stepping)
+    assert events[-1]["event"] != "summary", events[-5:]
+    run_id = next(e["run_id"] for e in events if e["event"] == "plan")
+    (state / "runs" / run_id / "control").write_text(f"kill_group {victim}\n")
+    proc.send_signal(signal.SIGUSR2)
+    out, err = proc.communicate(timeout=400)
+    events += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert events[-1]["event"] == "summary", (events[-5:], err[-3000:])
+    return events
+
+
+def check_killed_group_healed(
+    events: list[dict[str, Any]], nodes: list[str], victim: int, steps: int
+) -> None:
+    """The story every backend must tell, from the events."""
+    summary = events[-1]
+    assert summary["ok"] is True, summary["detail"]
+    assert summary["detail"].startswith(f"torchft: finished on {len(nodes)} of {len(nodes)}")
+    notices = [e["message"] for e in events if e["event"] == "notice"]
+    killed = [n for n in notices if n.startswith("fault injection: killed every worker")]
+    assert len(killed) == 1 and nodes[victim] in killed[0], notices
+    kill_ts = next(e["ts"] for e in events if e["event"] == "notice" and e["message"] in killed)
+    changes = [e["change"] for e in events if e["event"] == "quorum" and e["change"]]
+    name = f"ft_{victim}"
+    # it came back as another incarnation, behind, and healed from a peer: after the
+    # Lighthouse saw it leave, or before it could (a quick restart)
+    back = next(c for c in changes if c["ts"] > kill_ts and name in c["joined"] + c["restarted"])
+    assert dict((r, n) for r, n in back["behind"])[name] > 0, back
+    out_ts = next((c["ts"] for c in changes if c["ts"] > kill_ts and name in c["left"]), None)
+    assert out_ts is None or out_ts < back["ts"]
+    assert [c["quorum_id"] for c in summary["quorums"]] == [c["quorum_id"] for c in changes]
+    committed = _committed(events)
+    for group in range(len(nodes)):  # every group reached the last step
+        assert committed[group][-1][1] == steps, (group, committed[group][-3:])
+    at_kill = {g: max(s for ts, s in committed[g] if ts < kill_ts) for g in committed}
+    for group in set(range(len(nodes))) - {victim}:  # the others stepped on, never restarted
+        later = [s for ts, s in committed[group] if ts > kill_ts]
+        assert later == list(range(at_kill[group] + 1, steps + 1)), (group, later[:5])
+        if out_ts is not None:  # and while it was out
+            assert any(out_ts < ts < back["ts"] for ts, _ in committed[group])
+    victim_steps = [s for ts, s in committed[victim] if ts > back["ts"]]
+    assert victim_steps and victim_steps[0] > at_kill[victim], victim_steps[:3]  # healed
+    restarted = [e for e in events if e["event"] == "rank" and e.get("restarts")]
+    assert {e["node"] for e in restarted} == {nodes[victim]}, restarted[-3:]
+    assert {e["rank"] for e in events if e["event"] == "rank" and e["rank"] is not None} == set(
+        range(len(nodes))
+    )  # each group's rank 0 shown at its place in the job
+    proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
+    assert proofs == dict.fromkeys(nodes, True), proofs
+
+
+def test_local_three_replica_groups_one_killed_heals(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    steps = 60
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--ft-replicas", "3"]
+    argv += [*FT_JOB, str(TRAINER), "--steps", str(steps), "--step-time", "0.25"]
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
+    )
+    events = kill_a_group_once_all_step(proc, state, "local1", 3)
+    check_killed_group_healed(events, ["local0", "local1", "local2"], 1, steps)
+    plan = next(e for e in events if e["event"] == "plan")
+    lines = [line for _, line in plan["commands"]]
+    assert "torchft_lighthouse" in lines[0] and all("lighthouse" not in x for x in lines[1:])
+    ports = {re.findall(r"--rdzv_endpoint=127\.0\.0\.1:(\d+)", x)[0] for x in lines}
+    assert len(ports) == 3  # pseudo-nodes share an address: a rendezvous port each
+
+
+def test_ssh_two_replica_groups_one_killed_heals(testbed: Testbed, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    steps = 50
+    proc = popen_headless(
+        testbed, state, "--hosts", "node[1-2]", "--ft-replicas", "2", *FT_JOB,
+        str(TRAINER), "--steps", str(steps), "--step-time", "0.25",
+    )  # fmt: skip
+    events = kill_a_group_once_all_step(proc, state, "node2", 2)
+    check_killed_group_healed(events, ["node1", "node2"], 1, steps)
+    assert testbed.wait_clean(["node1", "node2"]) == {}
