@@ -38,7 +38,13 @@ async def test_read_only_hides_every_action_that_changes_the_job() -> None:
         assert app.check_action("edit_job", ()) is False
         assert app.check_action("preflight", ()) is False
         shown = {b.binding.id for b in app.active_bindings.values() if b.enabled}
-        for hidden in ("job.launch", "elastic.kill_node", "elastic.drain", "elastic.kill_rank"):
+        for hidden in (
+            "job.launch",
+            "elastic.kill_node",
+            "elastic.drain",
+            "elastic.kill_rank",
+            "elastic.kill_group",
+        ):
             assert hidden not in shown, hidden
         assert "elastic.cycles" in shown  # looking is allowed
         await pilot.press("l")

@@ -47,7 +47,7 @@ def quorum_lines(report: QuorumReport) -> Text:
     lag = dict(report.lag)
     for member in report.members:
         behind = lag.get(member.replica, 0)
-        text.append(f"  {member.replica:<8} step {member.step:<7}")
+        text.append(f"  {member.replica} step {member.step} ")
         text.append(f"lag {behind}", style="yellow" if behind else "green")
         if member.commit_failures:
             text.append(f" · commit failures {member.commit_failures}", style="red")
