@@ -51,6 +51,18 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
     job.add_argument(
         "--ft-lighthouse-port", type=int, metavar="PORT", help="the Lighthouse's port (29510)"
     )
+    job.add_argument(
+        "--ft-join-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="the Lighthouse waits this long for stragglers to join a quorum (default 2000)",
+    )
+    job.add_argument(
+        "--ft-heartbeat-timeout-ms",
+        type=int,
+        metavar="MS",
+        help="a group with no heartbeat this long is taken for dead (default 5000)",
+    )
     job.add_argument("--nproc-per-node", type=int, help="processes per node (default 2)")
     job.add_argument(
         "--env",
@@ -223,6 +235,8 @@ def cli_fields(
             "ft_replicas": getattr(args, "ft_replicas", None),
             "ft_min_replicas": getattr(args, "ft_min_replicas", None),
             "ft_lighthouse_port": getattr(args, "ft_lighthouse_port", None),
+            "ft_join_timeout_ms": getattr(args, "ft_join_timeout_ms", None),
+            "ft_heartbeat_timeout_ms": getattr(args, "ft_heartbeat_timeout_ms", None),
             "nproc_per_node": args.nproc_per_node or slots,
             "env": parse_env_pairs(args.env),
             "secret_env": tuple(args.secret_env),

@@ -46,7 +46,7 @@ async def test_kill_a_replica_group_from_the_console_and_see_it_heal() -> None:
         assert screen.session is not None
         run_id = screen.session.run_id
         screen.go_to("local1")
-        await pilot.press("ctrl+g")
+        await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
         before = len(panel.notes)
         await pilot.press("y")

@@ -42,7 +42,7 @@ def group_environment(spec: JobSpec, index: int, head: str, port: int) -> dict[s
 
 
 def lighthouse_argv(spec: JobSpec, port: int) -> list[str]:
-    """The Lighthouse's command line: quorum from `ft_min_replicas` groups, 2 s to join."""
+    """The Lighthouse's command line: quorum from `ft_min_replicas` groups, the job's waits."""
     return [
         LIGHTHOUSE,
         "--min_replicas",
@@ -50,7 +50,9 @@ def lighthouse_argv(spec: JobSpec, port: int) -> list[str]:
         "--bind",
         f"[::]:{port}",
         "--join_timeout_ms",
-        "2000",
+        str(spec.ft_join_timeout_ms),
+        "--heartbeat_timeout_ms",
+        str(spec.ft_heartbeat_timeout_ms),
     ]
 
 

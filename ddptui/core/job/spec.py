@@ -98,6 +98,10 @@ class JobSpec(_Model):
     # (job/ft.py); 0: not a torchft job. Quorum from `ft_min_replicas` groups.
     ft_replicas: int = Field(0, ge=0)
     ft_min_replicas: int = Field(1, ge=1)
+    # the Lighthouse's waits: for stragglers to join a quorum, for a heartbeat before a group
+    # is taken for dead (torchft's defaults: 60 s and 5 s; a quorum in 2 s here)
+    ft_join_timeout_ms: int = Field(2000, ge=0)
+    ft_heartbeat_timeout_ms: int = Field(5000, ge=1)
     ft_lighthouse_port: int | None = Field(None, ge=1, le=65535)  # None: 29510; local: a free one
     nproc_per_node: int = Field(2, ge=1)
     script: str

@@ -130,7 +130,7 @@ class JobScreen(LogScreen):
             "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
         ),
         Binding(
-            "ctrl+g",
+            "ctrl+r",
             "node_action('kill_group')",
             "Kill group",
             show=False,

@@ -33,7 +33,7 @@ def test_each_node_runs_its_own_group_and_the_first_starts_the_lighthouse() -> N
     started = shlex.split(first[2].split(" 2>")[0])
     assert started == [
         "torchft_lighthouse", "--min_replicas", "2", "--bind", "[::]:29510",
-        "--join_timeout_ms", "2000",
+        "--join_timeout_ms", "2000", "--heartbeat_timeout_ms", "5000",
     ]  # fmt: skip
     assert first[4].endswith("torchrun") or first[4] == "torchrun"
     assert all(c.argv[0] != "sh" for c in plan.commands[1:])
@@ -70,8 +70,10 @@ def test_flags_make_a_torchft_job_of_one_node_a_group() -> None:
     assert resolve_job({"ft_replicas": 2, "max_restarts": 0, "script": "t.py"}).max_restarts == 0
     args = _parser().parse_args(
         ["--ft-replicas", "2", "--ft-min-replicas", "2", "--ft-lighthouse-port", "1234"]
+        + ["--ft-join-timeout-ms", "500", "--ft-heartbeat-timeout-ms", "9000"]
     )
     fields = cli_fields(args, "t.py", [])
+    assert (fields["ft_join_timeout_ms"], fields["ft_heartbeat_timeout_ms"]) == (500, 9000)
     assert (fields["ft_replicas"], fields["ft_min_replicas"]) == (2, 2)
     assert fields["ft_lighthouse_port"] == 1234
 
