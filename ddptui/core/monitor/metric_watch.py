@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import cast
 
-from ddptui.core.metrics.reader import MetricReader, spells_nan_or_inf
+from ddptui.core.metrics.reader import MetricReader, block_spells_nan_or_inf
 from ddptui.core.metrics.sample import MetricSample
 from ddptui.core.metrics.shapes import fold_key
 from ddptui.core.metrics.store import MetricStore
@@ -20,6 +22,7 @@ METRIC_INTERVAL_S = 0.05
 KEEP_LOOKBACK = 256
 KEEP_SHAPES = 3  # a rank's last lines of this many shapes (a loss line, a throughput line)
 SHAPE_LOOKBACK = 16  # a rank's own lines looked at before its newest kept metric line, at most
+_RANK = itemgetter(1)
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -75,7 +78,9 @@ class MetricWatch:
         """
         found: list[Sampled] = []
         reader, pending = self.reader, self._pending
-        ranks: set[int] = {rank for _, rank, _ in lines if rank is not None}
+        found_ranks: set[int | None] = set(map(_RANK, lines))  # in C: a flood's blocks are long
+        found_ranks.discard(None)
+        ranks = cast("set[int]", found_ranks)
         active: set[int] = set()
         for rank in ranks:
             if not reader.quiet(rank, now) and not (
@@ -94,7 +99,7 @@ class MetricWatch:
                             break
         if not text:
             text = "\n".join(line[0] for line in lines)
-        if spells_nan_or_inf(text):  # a rank's first NaN or Inf is never sampled away
+        if block_spells_nan_or_inf(text):  # a rank's first NaN or Inf is never sampled away
             self._first_nans(node, lines, first, now, after, found)
         if after:
             self._keep_last(node, lines, first, after)
