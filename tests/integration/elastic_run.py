@@ -32,8 +32,16 @@ def kill_once_stepping(
 
     events = read_until(proc, all_stepping)
     assert len(stepped) == started, (events[-5:], proc.stderr and proc.stderr.read())
+    return act_then_finish(proc, state, events, f"kill {victim}")
+
+
+def act_then_finish(
+    proc: subprocess.Popen[str], state: Path, events: list[dict[str, Any]], action: str
+) -> list[dict[str, Any]]:
+    """Do `action` through the run's control file (SIGUSR2), then read every event to the
+    summary after `events` (those read so far)."""
     run_id = next(e["run_id"] for e in events if e["event"] == "plan")
-    (state / "runs" / run_id / "control").write_text(f"kill {victim}\n")
+    (state / "runs" / run_id / "control").write_text(f"{action}\n")
     proc.send_signal(signal.SIGUSR2)
     out, err = proc.communicate(timeout=400)
     events += [json.loads(line) for line in out.splitlines() if line.startswith("{")]

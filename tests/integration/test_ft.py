@@ -7,10 +7,8 @@ green and teardown proves every node clean, the Lighthouse included."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 from testbed.netns import Testbed
 from tests.cases import ROOT
+from tests.integration.elastic_run import act_then_finish
 from tests.integration.sshrun import popen_headless, read_until
 
 TRAINER = ROOT / "trainer" / "ft_ddp.py"
@@ -41,25 +40,15 @@ def kill_a_group_once_all_step(
 ) -> list[dict[str, Any]]:
     """Once every group committed step 5, kill `victim`'s group through the control file;
     every event to the summary."""
-    seen: list[dict[str, Any]] = []
+    stepping: set[int] = set()
 
     def all_stepping(e: dict[str, Any]) -> bool:
-        seen.append(e)
-        steps = _committed(seen[-1:])
-        if steps:
-            all_stepping.done |= {g for g, s in steps.items() if s[-1][1] >= 5}  # type: ignore[attr-defined]
-        return len(all_stepping.done) == groups or e["event"] == "summary"  # type: ignore[attr-defined]
+        stepping.update(g for g, s in _committed([e]).items() if s[-1][1] >= 5)
+        return len(stepping) == groups or e["event"] == "summary"
 
-    all_stepping.done = set()  # type: ignore[attr-defined]
     events = read_until(proc, all_stepping)
     assert events[-1]["event"] != "summary", events[-5:]
-    run_id = next(e["run_id"] for e in events if e["event"] == "plan")
-    (state / "runs" / run_id / "control").write_text(f"kill_group {victim}\n")
-    proc.send_signal(signal.SIGUSR2)
-    out, err = proc.communicate(timeout=400)
-    events += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert events[-1]["event"] == "summary", (events[-5:], err[-3000:])
-    return events
+    return act_then_finish(proc, state, events, f"kill_group {victim}")
 
 
 def check_killed_group_healed(
