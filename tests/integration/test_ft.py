@@ -3,7 +3,8 @@ local backend and on the SSH testbed. Once every group commits steps, one group 
 through headless mode's control file (`kill_group NODE`: every worker of it, SIGKILL); the
 other groups keep stepping while it is out, its torchrun starts it again and it heals from a
 live group (the Lighthouse's quorum: it left, then joined steps behind); the run finishes
-green and teardown proves every node clean, the Lighthouse included."""
+green and teardown proves every node clean, the Lighthouse included. On Slurm, the same
+within one allocation."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from testbed import SlurmCluster
 from testbed.netns import Testbed
 from tests.cases import ROOT
 from tests.integration.elastic_run import act_then_finish
+from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, start
 from tests.integration.sshrun import popen_headless, read_until
 
 TRAINER = ROOT / "trainer" / "ft_ddp.py"
@@ -119,3 +122,18 @@ def test_ssh_two_replica_groups_one_killed_heals(testbed: Testbed, tmp_path: Pat
     events = kill_a_group_once_all_step(proc, state, "node2", 2)
     check_killed_group_healed(events, ["node1", "node2"], 1, steps)
     assert testbed.wait_clean(["node1", "node2"]) == {}
+
+
+def test_slurm_two_replica_groups_one_killed_heals_in_one_allocation(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    steps = 50
+    proc = start(
+        slurm_cluster, tmp_path, "--nodes", "2", "--ft-replicas", "2", *FT_JOB,
+        str(TRAINER), "--steps", str(steps), "--step-time", "0.25",
+    )  # fmt: skip
+    events = kill_a_group_once_all_step(proc, tmp_path / "state", "node2", 2)
+    check_killed_group_healed(events, ["node1", "node2"], 1, steps)
+    job_id = job_of(events)
+    assert left_on_nodes(slurm_cluster.tb, ["node1", "node2"]) == {}
+    assert gone_from_squeue(slurm_cluster, job_id), slurm_cluster.squeue_ids()
