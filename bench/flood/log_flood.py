@@ -116,6 +116,7 @@ def _spec(lines_per_node: int, rate: int, workdir: Path) -> Any:
     from ddptui.core.job.spec import make_spec
 
     apart = {NODES_APART: "1"} if os.environ.get(NODES_APART) else {}
+    apart["CUDA_VISIBLE_DEVICES"] = ""  # the stand-ins need no GPU: runs on a GPU machine too
     from ddptui.core.job.spec import JobSpec
 
     # a tree from before metrics were read (a --baseline) has no such field
