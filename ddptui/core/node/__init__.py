@@ -3,7 +3,8 @@
 Everything in this package runs on a node under the node's own `python3` and uses the
 standard library only: the job helper (`job_helper.py`: start, tail, reap, probe, port),
 the workers' debug hook (`worker_hook.py`: stacks and flight-recorder dumps) and the
-preflight probe (`probe.py`). The console never imports them; it reads their text.
+preflight probe (`probe.py`); the task of a Slurm step for every node is a POSIX shell
+program (`step_task.sh`). The console never imports them; it reads their text.
 """
 
 from __future__ import annotations
@@ -80,10 +81,22 @@ def reap_step_source() -> bytes:
     return _joined("gpu_sampler.py", "reaper.py", "each.py") + b"\n" + JOB_LINE + main
 
 
-def step_task_source() -> bytes:
-    """The task of one Slurm step for every node (`python3 -S -`: netinfo.py, for who holds
-    a rendezvous port, then step_task.py)."""
-    return _joined("netinfo.py", "step_task.py")
+# How a node runs a shell program sent on stdin (the Slurm step's task, step_task.sh): read
+# whole, then run. `sh -s` would do the same, but bash (the `sh` of many clusters) reads a
+# program from a pipe one byte at a time.
+STDIN_SHELL = 'eval "$(cat)"'
+
+
+def step_task_script() -> bytes:
+    """The task of one Slurm step for every node, a shell program (`sh -c STDIN_SHELL`):
+    step.py puts every node's entry in front of it."""
+    return resources.files(__name__).joinpath("step_task.sh").read_bytes()
+
+
+def port_check_source() -> bytes:
+    """What the head node's task of that step runs to tell who holds the rendezvous port
+    (netinfo.py; step.py adds its last lines)."""
+    return _joined("netinfo.py")
 
 
 def worker_hook_source() -> bytes:

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-MARK = b"\x1eddptui-step "  # a task's start (`node NAME`) and end (`exit CODE`): step_task.MARK
+MARK = b"\x1eddptui-step "  # a task's marks (`node NAME`, `exit CODE`): step_task.sh's ddptui_mark
 
 
 def each(job_text: str, verbs: dict, verb: str) -> int:

@@ -6,14 +6,15 @@ s each at 64 nodes); one step with a task per node starts them all at once, as a
 `srun -N N` does. Both halves run from the job helper's program (sent ahead of
 job_helper.py, standard library only):
 
-- on each node, srun's task is step_task.py (a small program of its own, on its stdin, with
-  the table in its JOB): it looks its node up (SLURMD_NODENAME), runs that node's command
-  with the node's environment (its own DDPTUI_TAG, so teardown finds it per node), and
-  prints a start mark before it and an exit mark with the command's exit code after it;
+- on each node, srun's task is step_task.sh (a POSIX shell program on its stdin, with the
+  table in front of it: task_script): it looks its node up (SLURMD_NODENAME), runs that
+  node's command with the node's environment (its own DDPTUI_TAG, so teardown finds it per
+  node), and prints a start mark before it and, after it, the node's proof (no process left
+  with the node's tag) and an exit mark with the command's exit code;
 - on the console's host, the detached supervisor (job_helper._supervise) reads srun's
   `--label`led stream and writes each task's lines into its node's log and, at its exit
-  mark, the node's `LOG.exit`: exactly the files a step per node wrote, so following,
-  attaching and failure attribution read each node as before.
+  mark, the node's `LOG.exit` (its proof in `LOG.proof`): exactly the files a step per node
+  wrote, so following, attaching and failure attribution read each node as before.
 
 srun's own lines are not labelled: one about a node's task (`srun: error: node2: task 1:
 Exited with exit code 1`) goes to that node's log, any other (the step refused, aborted) to
@@ -49,18 +50,82 @@ def task_table(
         if debug is not None:
             debug(logs[node], env)  # type: ignore[operator]
         extra = {k: v for k, v in env.items() if base.get(k) != v}
-        table[node] = {"argv": entry["argv"], "env": extra}
-        for check in ("port_check", "ifname_for"):  # step_task.py's start checks
+        table[node] = {"argv": entry["argv"], "env": extra, "tag": entry["tag"]}
+        for check in ("port_check", "ifname_for"):  # step_task.sh's start checks
             if entry.get(check):
                 table[node][check] = entry[check]
     return {"nodes": table}
 
 
-def program_with(source: str, job_line: str, table: dict) -> bytes:
-    """The task's program (base64 `source`) with `table` as its JOB, for srun's stdin."""
-    encoded = base64.b64encode(json.dumps(table).encode())
-    text = base64.b64decode(source)
-    return text.replace(job_line.encode(), b'JOB = "' + encoded + b'"\n')
+def _quoted(text: object) -> str:
+    """One shell word, whatever it holds."""
+    return "'" + str(text).replace("'", "'\\''") + "'"
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What the head's ddptui_port_reason prints: why the port cannot be bound, nothing if it can.
+PORT_MAIN = """
+if __name__ == "__main__":
+    _report = port_report(sys.argv[1], sys.argv[2])
+    if not _report["free"]:
+        _why = str(_report["why"])
+        if not _report.get("holders"):
+            _why = _why.removeprefix("not available (").removesuffix(")")
+        print(_why)
+"""
+# The interface holding an address, where the node has no `ip` (SIOCGIFADDR per interface).
+IFNAME_PY = (
+    "import _socket,fcntl,sys\n"
+    "s=_socket.socket(_socket.AF_INET,_socket.SOCK_DGRAM)\n"
+    "for _,n in _socket.if_nameindex():\n"
+    " try:p=fcntl.ioctl(s.fileno(),0x8915,n[:15].encode().ljust(256,b'\\0'))\n"
+    " except OSError:continue\n"
+    " if _socket.inet_ntoa(p[20:24])==sys.argv[1]:print(n);break\n"
+)
+
+
+def task_script(source: str, table: dict, python: list[str], port: dict[str, str]) -> bytes:
+    """The task's program for srun's stdin: every node's entry (a `case` on the node's name)
+    in front of step_task.sh (`source`, base64). `python`: the node's Python command, for
+    the interfaces where a node has no `ip`; `port`: the head's port check, a Python program
+    ("source", base64: netinfo.py, which says who holds a port) run on its stdin ("argv")."""
+    py = " ".join(_quoted(w) for w in python)
+    lines = [
+        f"ddptui_mark={_quoted(MARK.decode())}",
+        "ddptui_node=${SLURMD_NODENAME-}",
+        "ddptui_tag= ddptui_ifname_for= ddptui_port_check=",
+        f"ddptui_ifname_holding() {{ {py} -S -c {_quoted(IFNAME_PY)} \"$1\"; }}",
+        'case "$ddptui_node" in',
+    ]
+    checked = False
+    for node, entry in table["nodes"].items():
+        names = [k for k in entry["env"] if _NAME.match(k)]
+        exports = " ".join(_quoted(f"{k}={entry['env'][k]}") for k in names)
+        lines += [
+            f"{_quoted(node)})",
+            "    set -- " + " ".join(_quoted(a) for a in entry["argv"]),
+            f"    ddptui_env() {{ export {exports}; }}" if exports else "    ddptui_env() { :; }",
+            f"    ddptui_tag={_quoted(entry['tag'])}",
+        ]
+        if entry.get("ifname_for"):
+            lines.append(f"    ddptui_ifname_for={_quoted(entry['ifname_for'])}")
+        if entry.get("port_check"):
+            checked = True
+            words = " ".join(map(str, entry["port_check"]))
+            lines.append(f"    ddptui_port_check={_quoted(words)}")
+        lines.append("    ;;")
+    lines.append("esac")
+    if checked:
+        program = base64.b64decode(port["source"]).decode() + PORT_MAIN
+        argv = " ".join(_quoted(w) for w in port["argv"])
+        lines += [
+            "ddptui_port_reason() {",
+            f"{argv} \"$@\" <<'DDPTUI_PROGRAM'",
+            program.rstrip("\n"),
+            "DDPTUI_PROGRAM",
+            "}",
+        ]
+    return ("\n".join(lines) + "\n").encode() + base64.b64decode(source)
 
 
 def _write_beside(log: str, suffix: str, text: str) -> None:
@@ -84,7 +149,7 @@ class StepSplit:
         self.own_fd = own_fd
         self.fds = {}
         for node, path in logs.items():
-            for stale in (path + ".exit", path + ".exit.tmp", path + ".gpu"):
+            for stale in (path + ".exit", path + ".exit.tmp", path + ".gpu", path + ".proof"):
                 if os.path.exists(stale):
                     os.unlink(stale)
             self.fds[node] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -133,6 +198,9 @@ class StepSplit:
             return
         if body[:at]:
             self._out.setdefault(node, []).append(body[:at])  # the command's unended line
+        if what == b"proof" and arg.isdigit():  # the node's proof: LOG.proof, for teardown
+            report = {"found": int(arg), "killed": [], "leftover": [], "by": "step"}
+            _write_beside(self.logs[node], ".proof", json.dumps(report))
         if what == b"exit" and arg.lstrip(b"-").isdigit():
             self._flush()
             self._end(node, int(arg))
@@ -179,7 +247,8 @@ class StepSplit:
 def split_step(split: dict, env: dict[str, str], debug: object, own_fd: int) -> tuple:
     """The supervisor's half: (the StepSplit of srun's stream, the program for its stdin).
     `split`: {"nodes": {NAME: {"argv", "env", "tag"}}, "logs": {NAME: LOG}, "order": [NAME],
-    "program": the helper's source (base64), "job_line": its JOB line}."""
+    "program": step_task.sh (base64), "python": the node's Python command, "port": the
+    head's port check (task_script)}."""
     table = task_table(split["nodes"], split["logs"], env, debug)
-    program = program_with(split["program"], split["job_line"], table)
+    program = task_script(split["program"], table, split["python"], split["port"])
     return StepSplit(split["logs"], split["order"], own_fd), program

@@ -6,20 +6,23 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ddptui.core.node import (
-    JOB_LINE,
     STDIN_PROGRAM,
+    STDIN_SHELL,
     job_helper_source,
-    step_task,
-    step_task_source,
+    port_check_source,
+    step_task_script,
     with_job,
 )
 from ddptui.core.node.each import MARK
-from ddptui.core.node.step import StepSplit, program_with
+from ddptui.core.node.step import StepSplit, task_script
 
 
 def _split(tmp_path: Path, nodes: list[str]) -> tuple[StepSplit, dict[str, Path], Path]:
@@ -75,24 +78,65 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
     assert logs["node2"].read_bytes() == b"up\nsrun: error: node2: task 1: Killed\n"
 
 
-def _task(tmp_path: Path, node: str, argv: list[str]) -> subprocess.CompletedProcess[bytes]:
-    table = {"nodes": {"node1": {"argv": argv, "env": {"DDPTUI_TAG": "r.0", "X": "1"}}}}
-    program = program_with(base64.b64encode(step_task_source()).decode(), JOB_LINE.decode(), table)
+def _task(
+    node: str, argv: list[str], shell: str = "sh", **checks: object
+) -> subprocess.CompletedProcess[bytes]:
+    tag = f"r{os.getpid()}.0"
+    entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": "it's \"$q\" `x`\n"}, "tag": tag}
+    table = {"nodes": {"node1": {**entry, **checks}}}
+    python = [sys.executable]
+    port = {
+        "source": base64.b64encode(port_check_source()).decode(),
+        "argv": [*python, "-S", "-c", STDIN_PROGRAM],
+    }
+    program = task_script(base64.b64encode(step_task_script()).decode(), table, python, port)
     env = {**os.environ, "SLURMD_NODENAME": node}
-    return subprocess.run(
-        [sys.executable, "-S", "-c", STDIN_PROGRAM], input=program, capture_output=True, env=env
-    )
+    return subprocess.run([shell, "-c", STDIN_SHELL], input=program, capture_output=True, env=env)
 
 
-def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
-    tmp_path: Path,
-) -> None:
-    script = 'import os, sys; print(os.environ["DDPTUI_TAG"], os.environ["X"]); sys.exit(4)'
-    done = _task(tmp_path, "node1", [sys.executable, "-c", script])
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(shell: str) -> None:
+    script = 'import os, sys; print(os.environ["X"] + "|" + os.environ["DDPTUI_TAG"]); sys.exit(4)'
+    done = _task("node1", [sys.executable, "-c", script], shell)
     assert done.returncode == 4
-    assert done.stdout == MARK + b"node node1\n" + MARK + b"gpu 0\nr.0 1\n" + MARK + b"exit 4\n"
-    missing = _task(tmp_path, "node9", ["true"])
+    tag = f"r{os.getpid()}.0"
+    said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f"it's \"$q\" `x`\n|{tag}\n".encode()
+    assert done.stdout == said + MARK + b"proof 0\n" + MARK + b"exit 4\n"
+    missing = _task("node9", ["true"], shell)
     assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
+    assert b"exit 127" in missing.stdout and b"proof" not in missing.stdout
+
+
+def test_the_task_proves_its_node_only_once_no_process_carries_its_tag() -> None:
+    # a child of the command outlives it a moment: the proof waits for it, and counts it
+    brief = _task("node1", ["sh", "-c", "(sleep 0.3 &); exit 3"])
+    assert brief.stdout.endswith(MARK + b"proof 1\n" + MARK + b"exit 3\n")
+    # one that stays (a new session, as torchrun's workers): no proof, the reap step's turn
+    stays = _task("node1", ["sh", "-c", "(setsid sleep 3 >/dev/null 2>&1 &); exit 3"])
+    assert b"proof" not in stays.stdout and stays.stdout.endswith(MARK + b"exit 3\n")
+
+
+def test_the_task_finds_its_interface_and_a_taken_rendezvous_port(tmp_path: Path) -> None:
+    script = 'import os; print(os.environ.get("GLOO_SOCKET_IFNAME"))'
+    done = _task("node1", [sys.executable, "-c", script], ifname_for="127.0.0.1")
+    assert b"\nlo\n" in done.stdout and done.returncode == 0
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        refused = _task("node1", ["true"], port_check=["127.0.0.1", port])
+    assert refused.returncode == 1
+    assert f"rendezvous port {port} on node1 is not available (in use by PID".encode() in (
+        refused.stdout
+    )
+    assert refused.stdout.endswith(MARK + b"exit 1\n")
+
+
+def test_a_command_that_cannot_start_says_so() -> None:
+    done = _task("node1", ["/nonexistent/torchrun", "--nnodes=2"])
+    assert done.returncode == 127
+    assert b"ddptui: cannot start /nonexistent/torchrun" in done.stderr
 
 
 def test_each_runs_the_verb_with_this_nodes_arguments() -> None:
@@ -108,5 +152,12 @@ def test_each_runs_the_verb_with_this_nodes_arguments() -> None:
     assert report["node"] == "node2" and report["addr"] == "127.0.0.1"
 
 
-def test_the_task_and_the_split_agree_on_the_mark() -> None:
-    assert step_task.MARK == MARK
+def test_the_split_keeps_each_nodes_proof_beside_its_log(tmp_path: Path) -> None:
+    split, logs, _ = _split(tmp_path, ["node1", "node2"])
+    split.feed(b"0: " + MARK + b"node node1\n1: " + MARK + b"node node2\n")
+    split.feed(b"0: last words" + MARK + b"proof 2\n0: " + MARK + b"exit 143\n")
+    split.feed(b"1: " + MARK + b"exit 143\n")
+    split.finish(143)
+    assert json.loads(Path(f"{logs['node1']}.proof").read_text())["found"] == 2
+    assert logs["node1"].read_bytes() == b"last words"
+    assert not Path(f"{logs['node2']}.proof").exists()  # its task gave none: the reap step's

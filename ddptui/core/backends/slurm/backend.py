@@ -24,6 +24,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,7 +72,13 @@ from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport
 from ddptui.core.events import AllocationChanged, Notice, TeardownReport
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import JOB_LINE, node_probe_source, step_task_source, with_job
+from ddptui.core.node import (
+    STDIN_PROGRAM,
+    node_probe_source,
+    port_check_source,
+    step_task_script,
+    with_job,
+)
 from ddptui.core.runs.run_dir import RunDir
 
 __all__ = ["SlurmBackend", "run_for_job"]
@@ -309,7 +316,7 @@ class SlurmBackend(HelperBackend):
 
     def _start_checks(self, nodes: Sequence[NodeTarget], port: int) -> None:
         """What each node's task of the one step finds out before its torchrun starts
-        (step_task.py), in place of a probe step before it: the interface holding the
+        (step_task.sh), in place of a probe step before it: the interface holding the
         node's address, and on the first node whether the rendezvous port can be bound."""
         for node in nodes:
             entry = self._step_nodes.get(node.name)
@@ -367,13 +374,18 @@ class SlurmBackend(HelperBackend):
         if self.job.direct or command.tag != direct_tag(self.run.run_id):
             return {}
         logs = {n.name: str(self.run.node_log(i, n.name)) for i, n in enumerate(self.job.nodes)}
+        python = shlex.split(self.spec.python)
         return {
             "split": {
                 "nodes": self._step_nodes,
                 "logs": logs,
                 "order": [n.name for n in self.job.nodes],
-                "program": base64.b64encode(step_task_source()).decode(),
-                "job_line": JOB_LINE.decode(),
+                "program": base64.b64encode(step_task_script()).decode(),
+                "python": python,
+                "port": {
+                    "source": base64.b64encode(port_check_source()).decode(),
+                    "argv": [*python, "-S", "-c", STDIN_PROGRAM],
+                },
             }
         }
 

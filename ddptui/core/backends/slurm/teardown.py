@@ -1,14 +1,16 @@
 """Provides SlurmTeardown: how a Slurm job's steps end and every node is proven clean.
 
-SIGTERM to the step's tasks first, then the proof on every node from one step inside the
-job's own allocation (a node it missed on its own); sbatch: the batch script's last step
-proves it. The allocation is given back last (an allocation the console runs in is kept).
+SIGTERM to the step's tasks first; each task proves its own node once its command has
+ended, and a node without that proof gets it from one step inside the job's own allocation
+(a node that step missed, on its own); sbatch: the batch script's last step proves it. The
+allocation is given back last (an allocation the console runs in is kept).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,12 @@ from ddptui.core.backends.slurm.follow import reap_all, reap_report
 from ddptui.core.backends.slurm.job import SlurmJob
 from ddptui.core.backends.slurm.query import JobInfo, SlurmQuery
 from ddptui.core.events import AllocationChanged, TeardownReport
-from ddptui.core.job.plan import NodeCommand
+from ddptui.core.job.plan import NodeCommand, node_container
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 
 NodeHelper = Callable[..., Awaitable[dict[str, Any]]]  # (node, verb, *args) -> its report
+STEP_PROVED = "step ended; its task looked once its command had ended"
 STEP_END_S = 5.0  # a step whose tasks' processes are all gone is gone from squeue by then
 POLL_S = 0.05
 DEFAULT_GRACE_S = 3.0  # JobSpec.grace's default: up to it, Slurm's own SIGTERM stops the step
@@ -88,12 +91,21 @@ class SlurmTeardown:
         # each worker, the agents left to end on their own, SIGKILL after the grace) and
         # proves the node clean; the job step then ends with its tasks. Otherwise Slurm's
         # own SIGTERM to every process of the step first (slurmstepd knows them: no node
-        # looks through its processes twice, which at 64 nodes was the slower way), and the
-        # reap step proves each node. squeue's word is asked beside the reap step (which
-        # fails by itself in an allocation that has ended).
+        # looks through its processes twice, which at 64 nodes was the slower way); each
+        # task of the step then proves its own node once its command has ended (a look at
+        # every process for the node's tag: step_task.sh), so once the step's srun client
+        # has exited, no further step is needed for them. A node without that proof (its
+        # task killed, a process of the job still there, a GPU or a container to prove)
+        # gets the reap step, squeue's word asked beside it (the step fails by itself in
+        # an allocation that has ended).
         gone = "" if self.graceful else await job.once("end-step", self._step_gone)
+        proven = gone == "srun"
+        proof = self._step_proof(command.index, command.node, command.tag) if proven else None
+        if proof is not None:
+            return reap_report(command.node, STEP_PROVED, proof, ())
         now, reports = await asyncio.gather(
-            job.once("job-now", self._job_now), job.once("reap-all", self._reap_all)
+            job.once("job-now", self._job_now),
+            job.once("reap-all", lambda: self._reap_all(proven)),
         )
         if self.graceful:
             gone = await job.once("end-step", self._step_gone)
@@ -144,20 +156,40 @@ class SlurmTeardown:
             await asyncio.sleep(POLL_S)
         return "squeue" if await self.end_steps([step_name(self.run.run_id)]) else ""
 
+    def _step_proof(self, index: int, node: str, tag: str) -> dict[str, Any] | None:
+        """The node's proof from its task of the one step (LOG.proof, node/step.py), where
+        it is the whole proof: not for srun direct (no such task), a node that may have a
+        GPU (its memory's return is proven by the reaper), or a container to remove."""
+        if self.job.direct or self.graceful or node_container(self.spec, tag):
+            return None
+        log = str(self.run.node_log(index, node))
+        try:
+            if Path(log + ".gpu").read_text().strip() != "0":
+                return None
+            report: dict[str, Any] = json.loads(Path(log + ".proof").read_text())
+        except (OSError, ValueError):
+            return None
+        return report
+
     async def _reap_here(self, tag: str) -> list[int]:
         """The srun client this console started for the node (tagged too), if it lingers."""
         if self.job.mode == "sbatch":
             return []
         return await self.reap_here(tag)
 
-    async def _reap_all(self) -> dict[str, dict[str, Any]]:
+    async def _reap_all(self, proven: bool) -> dict[str, dict[str, Any]]:
         """Every node's proof from one `srun --overlap` step (a task per node, each with its
-        own tag and GPU level); {} when that step could not run at all."""
+        own tag and GPU level), but those its task of the job's step proved (`proven`: that
+        step's srun client has exited, see _step_proof); {} when that step could not run
+        at all, or had no node to prove."""
         run_id, before, direct = self.run.run_id, self.gpu_before, self.job.direct
         args = {
-            n.name: reap_args(self.spec, node_tag(run_id, i, direct), before.get(n.name, ""))
+            n.name: reap_args(self.spec, tag, before.get(n.name, ""))
             for i, n in enumerate(self.job.nodes)
+            if not (proven and self._step_proof(i, n.name, tag := node_tag(run_id, i, direct)))
         }
+        if not args:
+            return {}
         name = f"{job_name(self.run.run_id)}-reap"
         with contextlib.suppress(SlurmError):
             return await reap_all(self.spec, name, self.job.job_id or "", args)
@@ -211,7 +243,7 @@ class SlurmTeardown:
         """The steps gone: once the reap step has stopped their tasks they end by themselves
         (a short wait); else, and with `signal` first, the stop signals to the steps' tasks
         (Slurm sends them to every process of the step: the agents ignore USR1/USR2, see
-        step_task.py) and the grace; scancel (SIGKILL for a step) what is left."""
+        step_task.sh) and the grace; scancel (SIGKILL for a step) what is left."""
         job_id = self.job.job_id
         assert job_id is not None
         steps: list[str] = []
