@@ -9,6 +9,7 @@ program (`step_task.sh`). The console never imports them; it reads their text.
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 from collections.abc import Mapping
@@ -95,8 +96,18 @@ def step_task_script() -> bytes:
 
 def port_check_source() -> bytes:
     """What the head node's task of that step runs to tell who holds the rendezvous port
-    (netinfo.py; step.py adds its last lines)."""
-    return _joined("netinfo.py")
+    (netinfo.py without its docstrings and comments: srun hands the step's program to every
+    node; step.py adds its last lines)."""
+    tree = ast.parse(_joined("netinfo.py"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and _is_docstring(body[0]):
+            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    return ast.unparse(tree).encode() + b"\n"
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
 
 
 def worker_hook_source() -> bytes:

@@ -63,6 +63,7 @@ def _quoted(text: object) -> str:
 
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEBUG_VAR = "DDPTUI_DEBUG_DIR"  # the node's debug directory (job_helper._debug_env)
 # What the head's ddptui_port_reason prints: why the port cannot be bound, nothing if it can.
 PORT_MAIN = """
 if __name__ == "__main__":
@@ -86,35 +87,72 @@ IFNAME_PY = (
 
 def task_script(source: str, table: dict, python: list[str], port: dict[str, str]) -> bytes:
     """The task's program for srun's stdin: every node's entry (a `case` on the node's name)
-    in front of step_task.sh (`source`, base64). `python`: the node's Python command, for
-    the interfaces where a node has no `ip`; `port`: the head's port check, a Python program
-    ("source", base64: netinfo.py, which says who holds a port) run on its stdin ("argv")."""
+    in front of step_task.sh (`source`, base64, without its comments). `python`: the node's
+    Python command, for the interfaces where a node has no `ip`; `port`: the head's port
+    check, a Python program ("source", base64: netinfo.py, which says who holds a port) run
+    on its stdin ("argv").
+
+    srun hands the whole program to every task (64 nodes: 64 copies through the nodes'
+    slurmstepd while the job starts), so what all nodes share is said once: the environment
+    values and the command's words every node has alike, then each node's own."""
+    entries = table["nodes"]
     py = " ".join(_quoted(w) for w in python)
     lines = [
         f"ddptui_mark={_quoted(MARK.decode())}",
         "ddptui_node=${SLURMD_NODENAME-}",
-        "ddptui_tag= ddptui_ifname_for= ddptui_port_check=",
-        f"ddptui_ifname_holding() {{ {py} -S -c {_quoted(IFNAME_PY)} \"$1\"; }}",
-        'case "$ddptui_node" in',
+        "ddptui_tag= ddptui_ifname_for= ddptui_port_check= ddptui_d=",
+        f'ddptui_ifname_holding() {{ {py} -S -c {_quoted(IFNAME_PY)} "$1"; }}',
     ]
+    # Each value written in terms of the node's tag and debug directory (ddptui_tag,
+    # ddptui_d, set in the node's entry): most are then the same words on every node.
+    dirs = {n: str(e["env"].get(DEBUG_VAR, "")) for n, e in entries.items()}
+    prefix = os.path.commonprefix(list(dirs.values())) if all(dirs.values()) else ""
+    lines.append(f"ddptui_p={_quoted(prefix)}")
+    words = {
+        node: {
+            k: _word(v, {"ddptui_d": dirs[node], "ddptui_tag": str(entry["tag"])})
+            for k, v in entry["env"].items()
+            if _NAME.match(k)
+        }
+        for node, entry in entries.items()
+    }
+    first = next(iter(words.values()), {})
+    shared = {k: w for k, w in first.items() if all(ws.get(k) == w for ws in words.values())}
+    lines.append(f"ddptui_env_all() {{ {_exports(shared)}; }}")
+    lines.append("ddptui_env() { ddptui_env_all; }")  # a node with values of its own: below
+    width = len(next(iter(entries.values()), {"argv": []})["argv"])
+    alike = all(len(e["argv"]) == width for e in entries.values())
+    differ: set[int] = set()
+    shared_exec = ""
+    if alike:  # the words that differ are each node's own: ddptui_wN
+        argvs = [e["argv"] for e in entries.values()]
+        differ = {i for i in range(width) if len({a[i] for a in argvs}) > 1}
+        shown = [f'"$ddptui_w{i}"' if i in differ else _quoted(w) for i, w in enumerate(argvs[0])]
+        shared_exec = _exec_line(shown)  # after the case, which sets the ddptui_wN
+    lines.append('case "$ddptui_node" in')
     checked = False
-    for node, entry in table["nodes"].items():
-        names = [k for k in entry["env"] if _NAME.match(k)]
-        exports = " ".join(_quoted(f"{k}={entry['env'][k]}") for k in names)
-        lines += [
-            f"{_quoted(node)})",
-            "    set -- " + " ".join(_quoted(a) for a in entry["argv"]),
-            f"    ddptui_env() {{ export {exports}; }}" if exports else "    ddptui_env() { :; }",
-            f"    ddptui_tag={_quoted(entry['tag'])}",
-        ]
+    for node, entry in entries.items():
+        own = {k: w for k, w in words[node].items() if k not in shared}
+        lines.append(f"{_quoted(node)})")
+        if dirs[node]:
+            lines.append(f'    ddptui_d="$ddptui_p"{_quoted(dirs[node][len(prefix) :])}')
+        if alike:
+            lines += [f"    ddptui_w{i}={_quoted(entry['argv'][i])}" for i in sorted(differ)]
+        else:
+            lines.append("    " + _exec_line([_quoted(w) for w in entry["argv"]]))
+        if own:
+            lines.append(f"    ddptui_env() {{ ddptui_env_all; {_exports(own)}; }}")
+        lines.append(f"    ddptui_tag={_quoted(entry['tag'])}")
         if entry.get("ifname_for"):
             lines.append(f"    ddptui_ifname_for={_quoted(entry['ifname_for'])}")
         if entry.get("port_check"):
             checked = True
-            words = " ".join(map(str, entry["port_check"]))
-            lines.append(f"    ddptui_port_check={_quoted(words)}")
+            address_port = " ".join(map(str, entry["port_check"]))
+            lines.append(f"    ddptui_port_check={_quoted(address_port)}")
         lines.append("    ;;")
     lines.append("esac")
+    if shared_exec:
+        lines.append(shared_exec)
     if checked:
         program = base64.b64decode(port["source"]).decode() + PORT_MAIN
         argv = " ".join(_quoted(w) for w in port["argv"])
@@ -125,7 +163,42 @@ def task_script(source: str, table: dict, python: list[str], port: dict[str, str
             "DDPTUI_PROGRAM",
             "}",
         ]
-    return ("\n".join(lines) + "\n").encode() + base64.b64decode(source)
+    body = base64.b64decode(source).decode().splitlines()
+    lines += [line for line in body if line.strip() and not line.lstrip().startswith("#")]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _exec_line(words: list[str]) -> str:
+    """The node's command: its first word (for a check before the start), its start."""
+    first = words[0] if words else "''"
+    return f"ddptui_cmd={first}; ddptui_exec() {{ exec {' '.join(words) or ':'}; }}"
+
+
+def _word(value: object, names: dict[str, str]) -> str:
+    """`value` as one shell word, each (non-empty) value of `names` in it written as that
+    variable (`'a'"$ddptui_d"'/hook'`), the longest first."""
+    parts: list[tuple[str, str]] = [("", str(value))]  # (variable, or "" for literal text)
+    for name, sub in sorted(names.items(), key=lambda item: -len(item[1])):
+        if not sub:
+            continue
+        split: list[tuple[str, str]] = []
+        for var, text in parts:
+            if var:
+                split.append((var, text))
+                continue
+            pieces = text.split(sub)
+            for i, piece in enumerate(pieces):
+                if i:
+                    split.append((name, sub))
+                split.append(("", piece))
+        parts = split
+    word = "".join(f'"${var}"' if var else _quoted(text) for var, text in parts if var or text)
+    return word or "''"
+
+
+def _exports(words: dict[str, str]) -> str:
+    """`export 'A=1' B="$ddptui_d"`, or `:` for none (`words`: each value a shell word)."""
+    return "export " + " ".join(f"{k}={w}" for k, w in words.items()) if words else ":"
 
 
 def _write_beside(log: str, suffix: str, text: str) -> None:

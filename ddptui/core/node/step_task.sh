@@ -3,7 +3,7 @@
 # A POSIX shell program, sent by srun on every task's stdin (`sh -c 'eval "$(cat)"'`): a
 # Python per task cost every node a Python's start and a compile while the job starts (0.4 s
 # of the step at 64 nodes on a shared host). step.py puts the table above this text: a `case`
-# on SLURMD_NODENAME that sets the node's command (`set --`), its environment
+# on SLURMD_NODENAME that sets the node's command (ddptui_exec), its environment
 # (ddptui_env, exported in the command's subshell only: secret values never reach a command
 # line), its tag and its start checks; ddptui_port_reason (a Python, on the head node only)
 # says why the rendezvous port cannot be bound. Every name here starts with ddptui_, so that
@@ -76,11 +76,11 @@ exec 3>&2 2>/dev/null
         : "${GLOO_SOCKET_IFNAME=$ddptui_ifname}" "${NCCL_SOCKET_IFNAME=$ddptui_ifname}"
         export GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME
     fi
-    if ! command -v "$1" >/dev/null 2>&1; then
-        printf 'ddptui: cannot start %s: no such command\n' "$1" >&2
+    if ! command -v "$ddptui_cmd" >/dev/null 2>&1; then
+        printf 'ddptui: cannot start %s: no such command\n' "$ddptui_cmd" >&2
         exit 127
     fi
-    exec "$@"
+    ddptui_exec
 ) </dev/null
 ddptui_code=$?
 exec 2>&3 3>&-

@@ -82,7 +82,7 @@ def _task(
     node: str, argv: list[str], shell: str = "sh", **checks: object
 ) -> subprocess.CompletedProcess[bytes]:
     tag = f"r{os.getpid()}.0"
-    entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": "it's \"$q\" `x`\n"}, "tag": tag}
+    entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
     table = {"nodes": {"node1": {**entry, **checks}}}
     python = [sys.executable]
     port = {
@@ -100,11 +100,34 @@ def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(shell
     done = _task("node1", [sys.executable, "-c", script], shell)
     assert done.returncode == 4
     tag = f"r{os.getpid()}.0"
-    said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f"it's \"$q\" `x`\n|{tag}\n".encode()
+    said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f'it\'s "$q" `x`\n|{tag}\n'.encode()
     assert done.stdout == said + MARK + b"proof 0\n" + MARK + b"exit 4\n"
     missing = _task("node9", ["true"], shell)
     assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
     assert b"exit 127" in missing.stdout and b"proof" not in missing.stdout
+
+
+def test_each_node_runs_its_own_words_with_the_shared_env_and_its_own() -> None:
+    script = 'import os, sys; print(sys.argv[1], os.environ["A"], os.environ["B"])'
+    table = {
+        "nodes": {
+            node: {
+                "argv": [sys.executable, "-c", script, f"--local-addr={i}"],
+                "env": {"A": "shared", "B": f"own{i}", "DDPTUI_TAG": f"r.{i}"},
+                "tag": f"r.{i}",
+            }
+            for i, node in enumerate(["node1", "node2"])
+        }
+    }
+    port = {"source": "", "argv": []}
+    program = task_script(base64.b64encode(step_task_script()).decode(), table, ["python3"], port)
+    assert program.count(b"shared") == 1 and program.count(script.encode()) == 1
+    for i, node in enumerate(["node1", "node2"]):
+        env = {**os.environ, "SLURMD_NODENAME": node}
+        done = subprocess.run(
+            ["sh", "-c", STDIN_SHELL], input=program, capture_output=True, env=env
+        )
+        assert f"--local-addr={i} shared own{i}\n".encode() in done.stdout
 
 
 def test_the_task_proves_its_node_only_once_no_process_carries_its_tag() -> None:
