@@ -84,6 +84,7 @@ from ddptui.core.runs.run_dir import RunDir
 __all__ = ["SlurmBackend", "run_for_job"]
 
 GPU_MARK_WAIT_S = 60.0  # how long the GPU sampler waits for the nodes' word on their GPUs
+JOB_FRESH_S = 1.0  # how old an answer of squeue's on the job may be for the log followers
 
 
 class SlurmBackend(HelperBackend):
@@ -123,6 +124,7 @@ class SlurmBackend(HelperBackend):
         self._gpu_users = 0
         self._gpu_begun: asyncio.Future[None] | None = None
         self._gpu_tools: dict[str, bool] = {}  # may the node have a GPU (probe, task's mark)
+        self._job_asked: tuple[asyncio.Future[JobInfo | None] | None, float] = (None, 0.0)
 
     def node_log_path(self, command: NodeCommand) -> str:
         if self.job.direct or command.tag == direct_tag(self.run.run_id):
@@ -525,7 +527,7 @@ class SlurmBackend(HelperBackend):
         if self.job.job_id is None:
             return 1
         try:
-            job = await self.query.job(self.job.job_id)
+            job = await self._job_lately()
         except SlurmError:
             return None
         if job is not None:
@@ -534,6 +536,18 @@ class SlurmBackend(HelperBackend):
             return None
         self._batch_output_notice()
         return job.exit_code if job is not None and job.exit_code else 1
+
+    async def _job_lately(self) -> JobInfo | None:
+        """The job as squeue had it at most JOB_FRESH_S ago: every node's follower asks
+        whether the job can still end its log (each after a while without output), and one
+        answer serves them all: 64 quiet nodes asked squeue for the whole queue 32 times a
+        second, a load on the controller and on the console's host."""
+        loop = asyncio.get_running_loop()
+        asked, at = self._job_asked
+        if asked is None or loop.time() - at > JOB_FRESH_S:
+            asked = asyncio.ensure_future(self.query.job(self.job.job_id or ""))
+            self._job_asked = (asked, loop.time())
+        return await asyncio.shield(asked)
 
     def _requeued(self, job: JobInfo) -> None:
         """A batch job Slurm requeued (preempted, a node failed, `scontrol requeue`) runs

@@ -45,3 +45,25 @@ def test_mode_auto_uses_the_allocation_we_are_inside() -> None:
     assert resolve_mode(_spec(slurm={"mode": "sbatch"}), {"SLURM_JOB_ID": "12"}) == "sbatch"
     with pytest.raises(SpecError, match="SLURM_JOB_ID is not set"):
         resolve_mode(_spec(slurm={"mode": "existing"}), {})
+
+
+async def test_the_nodes_followers_share_one_answer_of_squeue(tmp_path: Path) -> None:
+    import asyncio
+
+    from ddptui.core.backends.slurm.backend import SlurmBackend
+    from ddptui.core.backends.slurm.query import JobInfo
+    from ddptui.core.runs.run_dir import RunDir
+
+    backend = SlurmBackend(_spec(), RunDir.create("r", tmp_path), lambda _: None)
+    asked: list[str] = []
+
+    async def job(job_id: str) -> JobInfo:
+        asked.append(job_id)
+        await asyncio.sleep(0.01)
+        return JobInfo(job_id, "ddptui-r", ("RUNNING",))
+
+    backend.query.job = job  # type: ignore[method-assign]
+    backend.job.job_id = "12"
+    # 64 quiet nodes ask whether the job can still end their logs: one squeue for them all
+    assert await asyncio.gather(*(backend._ended() for _ in range(64))) == [None] * 64
+    assert asked == ["12"]
