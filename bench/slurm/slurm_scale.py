@@ -6,14 +6,15 @@ per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in
 
 - ddptui: `ddptui run --headless --backend slurm --nodes N --nproc-per-node 1 --launcher
   'bash fleet_standin.sh'` (salloc --no-shell, then one srun step with a task per node, its
-  stream split per node; each task finds its interface and the first checks the rendezvous
-  port, where a probe step used to run before it); launched = every rank shown running;
-  teardown = SIGTERM to the process's exit (one reap step stops every node's job and proves
-  the node clean, the job step then ends by itself, the allocation released). With
-  `--baseline TREE`, that tree of ddptui runs too, as `ddptui (base)`, interleaved.
+  stream split per node; each task, a shell program, finds its interface and the first
+  checks the rendezvous port); launched = every rank shown running; teardown = SIGTERM to
+  the process's exit (Slurm's SIGTERM to every process of the step; each task proves its
+  node once its command has ended, a reap step only for a node without that proof; the
+  allocation released). With `--baseline TREE`, that tree of ddptui runs too, as
+  `ddptui (base)`, interleaved.
 - by hand: `srun -N N --ntasks-per-node=1 bash fleet_standin.sh` (one step, N tasks, the
   same stand-in), launched = every node's ready line; teardown = SIGTERM to srun (it
-  forwards to the tasks and ends the job) until srun exits.
+  kills the tasks and ends the job) until srun exits; nothing is proven.
 Both are then checked from outside: no process other than the daemons in any node's
 namespace, and squeue empty. Interleaved; the table gives totals and seconds per node.
 """
