@@ -171,7 +171,10 @@ class AsyncsshTransport(Transport):
                 conn.run(shlex.join(argv), input=stdin, encoding=None, check=False), timeout
             )
         except TimeoutError:
-            self._drop()
+            # The command was slow, not the link (a dead link is the keepalives' to find): the
+            # connection stays, and the node's log stream on it with it. A login shell that
+            # takes 12 s made each of the clock's `date` readings time out, and dropping the
+            # connection then cut the log stream three times over.
             raise TransportTimeout(f"{self.host}: timed out after {timeout} s") from None
         except (OSError, asyncssh.Error) as exc:
             self._drop()
