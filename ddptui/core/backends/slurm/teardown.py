@@ -183,10 +183,11 @@ class SlurmTeardown:
         step's srun client has exited, see _step_proof); {} when that step could not run
         at all, or had no node to prove."""
         run_id, before, direct = self.run.run_id, self.gpu_before, self.job.direct
+        tags = {n.name: node_tag(run_id, i, direct) for i, n in enumerate(self.job.nodes)}
         args = {
-            n.name: reap_args(self.spec, tag, before.get(n.name, ""))
+            n.name: reap_args(self.spec, tags[n.name], before.get(n.name, ""))
             for i, n in enumerate(self.job.nodes)
-            if not (proven and self._step_proof(i, n.name, tag := node_tag(run_id, i, direct)))
+            if not (proven and self._step_proof(i, n.name, tags[n.name]))
         }
         if not args:
             return {}
