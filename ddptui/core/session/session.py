@@ -158,7 +158,9 @@ class Session:
             if action.kind == NodeActionKind.KILL_GROUP and not self.spec.ft_replicas:
                 self.emit(Notice("warning", f"kill_group {node}: not a torchft job"))
                 return
-            local_rank = action.local_rank or 0 if action.kind == NodeActionKind.KILL_RANK else None
+            local_rank = (
+                (action.local_rank or 0) if action.kind == NodeActionKind.KILL_RANK else None
+            )
             try:
                 said = await self.backend.kill_rank(command, local_rank)
             except BackendError as exc:
