@@ -85,9 +85,9 @@ async def ui_run(spec: Any, ingest: Any, on_disk: Callable[[Path], int]) -> dict
             assert relay_take_block is not None
             relay_take_block(block)
 
-        def drain() -> tuple[list[Any], dict[str, int]]:
+        def drain(*args: Any) -> tuple[list[Any], dict[str, int]]:
             """What the screen takes for its log views each tick, and what was skipped."""
-            entries, dropped = relay_drain()
+            entries, dropped = relay_drain(*args)
             shown["lines"] += len(entries)
             shown["skipped"] += sum(dropped.values())
             return entries, dropped

@@ -16,7 +16,7 @@ from textual.screen import Screen
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.settle import settle_quietly
-from ddptui.core.session.process import GC_YOUNG_THRESHOLD
+from ddptui.core.session.process import GC_MIDDLE_THRESHOLD, GC_YOUNG_THRESHOLD
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,
@@ -128,7 +128,8 @@ class DdpApp(App[int]):
         if self.keymap:
             self.set_keymap(self.keymap)
         # For as long as the app runs, with or without a job (core/session/process.py says why).
-        gc.set_threshold(max(self._gc_thresholds[0], GC_YOUNG_THRESHOLD), *self._gc_thresholds[1:])
+        young, middle, old = self._gc_thresholds
+        gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), max(middle, GC_MIDDLE_THRESHOLD), old)
         if self.greeting:
             self.notify(self.greeting, timeout=8)
         if self.follow:

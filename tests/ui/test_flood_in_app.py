@@ -36,8 +36,8 @@ async def test_a_flood_is_ingested_whole_off_the_app_thread_while_keys_work(
             emitted_in.add(threading.current_thread().name)
             take_block(block)
 
-        def counting_drain() -> tuple[list[Any], dict[str, int]]:
-            entries, dropped = drain()
+        def counting_drain(*args: Any) -> tuple[list[Any], dict[str, int]]:
+            entries, dropped = drain(*args)
             shown["entries"] += len(entries)
             shown["skipped"] += sum(dropped.values())
             return entries, dropped

@@ -98,3 +98,34 @@ def drawn_style(grid: RankGrid, index: int, text: str) -> Style:
             assert segment.style is not None
             return segment.style
     raise AssertionError(f"{text!r} not drawn in row {index}: {drawn_row(grid, index)!r}")
+
+
+async def test_a_rank_that_changes_redraws_its_own_lines_and_the_screen_shows_it() -> None:
+    nodes = [f"node{i}" for i in range(6)]
+    grid = RankGrid(nodes, 2)
+    async with WidgetHost(grid).run_test(size=SIZE) as pilot:
+        grid.show_ranks(
+            RankChanged(i * 2 + r, node, r, RankState.RUNNING)
+            for i, node in enumerate(nodes)
+            for r in range(2)
+        )
+        await pilot.pause()
+        drawn: list[int] = []
+        draw = grid._draw
+
+        def counted(line: object, width: int) -> object:
+            drawn.append(grid.lines.index(line))  # type: ignore[arg-type]
+            return draw(line, width)  # type: ignore[arg-type]
+
+        grid._draw = counted  # type: ignore[method-assign]
+        grid.show_rank(RankChanged(7, "node3", 1, RankState.FAILED, 9))
+        await pilot.pause()
+        await pilot.pause()
+        screen = "\n".join(s.text for s in pilot.app.screen._compositor.render_strips())
+        assert "r7 ✗9" in screen  # on the screen, not only in the widget's lines
+        assert "r6 ▶" in screen and "r9 ▶" in screen  # its neighbours as they were
+        node_line = grid.line_of("node3", 1)
+        assert node_line in drawn
+        # The node's line and the counts at the top (one more failed): not all 7+ lines.
+        assert len(set(drawn)) <= 3, (drawn, len(grid.lines))
+        assert len(grid.lines) > 6

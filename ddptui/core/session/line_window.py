@@ -50,22 +50,41 @@ class LineWindow:
         """Lines an earlier hop left out, counted with this window's own."""
         self.dropped.update(counts)
 
-    def take(self, keep: int) -> tuple[list[NodeLines], dict[str, int]]:
+    def take(self, keep: int, most: int | None = None) -> tuple[list[NodeLines], dict[str, int]]:
         """The newest `keep` lines (the oldest batch cut where it must be) and every line left
-        out since the last take, per node; the window is empty afterwards."""
+        out since the last take, per node; the window is empty afterwards. With `most`, only
+        the oldest `most` of those lines are taken and the rest stay for the next take."""
         self.trim(max(keep, 1))
         skip = max(0, self.count - keep)  # only ever inside the oldest batch now
-        batches, self._batches = list(self._batches), deque()
         dropped = dict(self.dropped)
         self.dropped.clear()
-        self.count = 0
         if skip:
-            first = batches[0]
+            first = self._batches[0]
             dropped[first.node] = dropped.get(first.node, 0) + skip
+            self.count -= skip
             if skip < len(first.lines):
-                batches[0] = dataclasses.replace(
-                    first, lines=first.lines[skip:], first_seq=first.first_seq + skip
-                )
+                self._batches[0] = _after(first, skip)
             else:
-                del batches[0]
+                self._batches.popleft()
+        if most is None or most >= self.count:
+            batches, self._batches = list(self._batches), deque()
+            self.count = 0
+            return batches, dropped
+        batches = []
+        room = most
+        while room > 0:
+            first = self._batches[0]
+            if len(first.lines) <= room:
+                batches.append(self._batches.popleft())
+                room -= len(first.lines)
+            else:
+                batches.append(dataclasses.replace(first, lines=first.lines[:room]))
+                self._batches[0] = _after(first, room)
+                room = 0
+        self.count -= most
         return batches, dropped
+
+
+def _after(batch: NodeLines, cut: int) -> NodeLines:
+    """The batch's lines from the `cut`-th on."""
+    return dataclasses.replace(batch, lines=batch.lines[cut:], first_seq=batch.first_seq + cut)

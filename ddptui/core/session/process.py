@@ -62,6 +62,13 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs
 # The console's screen keeps every view's newest lines and Textual's strips, some 150,000
 # tracked objects: a full collection of them stopped it for 100-170 ms every few key presses.
 GC_YOUNG_THRESHOLD = 20_000
+# The console also collects its middle generation less often (Python's default: every 10
+# young collections). A middle collection looks at every object that outlived a young one
+# since the last: under a flood, the views' newest lines and Textual's cached strips, some
+# 40,000 objects, which stopped the screen for 20-55 ms every 1.5-2 s (a quiet 16-core host)
+# and so set the keys' worst latencies. At 100, one comes every 15-20 s of a flood; cycles
+# among young objects are still collected young.
+GC_MIDDLE_THRESHOLD = 100
 CHILD = "ddptui.core.session.child"
 
 

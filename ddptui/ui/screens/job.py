@@ -406,7 +406,7 @@ class JobScreen(LogScreen):
             return
         if not self.follow:
             prepare_spare()  # for a launch again
-        self._flush_logs()
+        self._flush_logs(everything=True)
         result = event.worker.result
         if event.state == WorkerState.SUCCESS and self.summary is None and result is not None:
             # The worker can finish before the summary's message is handled: show it now.
@@ -429,11 +429,14 @@ class JobScreen(LogScreen):
         self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
         await self.logs.set_nodes(plan.node_names)
 
-    def _flush_logs(self) -> None:
+    def _flush_logs(self, *, everything: bool = False) -> None:
+        """The lines the relay holds into the views: a tick takes at most its TICK_LINES
+        (the rest on the next ticks); `everything` at the run's end and before rank notices
+        (which come after every line before them)."""
         if self._metrics_seen != bool(self.relay.metrics.samples):
             self._metrics_seen = not self._metrics_seen
             self.refresh_bindings()
-        entries, dropped = self.run.relay.drain()
+        entries, dropped = self.run.relay.drain(None) if everything else self.run.relay.drain()
         if entries or dropped:
             self.logs.append(entries, dropped)
 
@@ -443,7 +446,7 @@ class JobScreen(LogScreen):
         changes = message.take()
         notes = rank_notices(self.ranks, changes, self.grid.nproc_per_node)
         if notes:
-            self._flush_logs()
+            self._flush_logs(everything=True)
             self.logs.append(notes)
         for event in changes:
             self.ranks[(event.node, event.local_rank)] = event
@@ -542,6 +545,7 @@ class JobScreen(LogScreen):
         if self.run.summary is message.event:
             return
         self.run.summary = message.event
+        self._flush_logs(everything=True)  # every line before the summary shows with it
         self.outcome.set_summary(message.event, stopped_by=self.run.stop_request)
 
     def on_phase_update(self, message: PhaseUpdate) -> None:

@@ -14,7 +14,7 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.geometry import Offset, Size
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
@@ -110,8 +110,13 @@ class RankGrid(Widget):
         self.nproc_per_node = nproc_per_node
         self._rows = {n: NodeRow(n, nproc_per_node) for n in self.nodes}
         self._lines: list[Line] = []
-        self._laid_out_at = -1  # the width the lines were laid out for; -1: lay out again
+        # The width the lines were laid out for; -1: lay out again, -2: again, redrawing only
+        # the lines that changed (if the width is the same).
+        self._laid_out_at = -1
         self._strips: dict[int, Strip] = {}
+        self._looks: list[tuple[object, ...]] = []  # what each line drew, to redraw only changes
+        self._looks_at = -1  # the width they were drawn at
+        self._redraw: set[int] | None = set()  # the lines changed since drawn; None: every line
         self._hovered: RankGridCell | None = None
         self._settling = False
         self._height = -1  # the number of lines the last layout made room for
@@ -240,8 +245,20 @@ class RankGrid(Widget):
             rows = list(self._rows.values())
             head = count_lines(count_looks(rows), width) if width > 0 else []
             self._lines = [*head, *layout(rows, width, self.nproc_per_node)]
+            looks = [_look(line) for line in self._lines]
+            compare = self._laid_out_at == -2 and width == self._looks_at
+            if not compare or len(looks) != len(self._looks):
+                self._strips.clear()
+                self._redraw = None
+            else:  # a line that looks as it did keeps its strip (one rank changed: one line)
+                pairs = enumerate(zip(looks, self._looks, strict=True))
+                changed = {y for y, (new, old) in pairs if new != old}
+                for y in changed:
+                    self._strips.pop(y, None)
+                if self._redraw is not None:
+                    self._redraw |= changed
+            self._looks, self._looks_at = looks, width
             self._laid_out_at = width
-            self._strips.clear()
         return self._lines
 
     def cell_at(self, x: int, y: int) -> RankGridCell | None:
@@ -270,18 +287,25 @@ class RankGrid(Widget):
 
     def _changed(self) -> None:
         """Lay the lines out again, once for a burst of changes (384 node changes of a big
-        job: one layout); the screen's layout only when the number of lines changed (a
-        layout of a screen with a log pane per node is what costs)."""
-        self._laid_out_at = -1
-        self.refresh()
+        job: one layout), and redraw only the lines that changed (a rank's state, a GPU
+        sample: one line of many); the screen's layout only when the number of lines
+        changed (a layout of a screen with a log pane per node is what costs)."""
+        self._laid_out_at = -2  # not a width: the next layout compares line by line
         if not self._settling:
             self._settling = True
             self.call_later(self._settle)
 
     def _settle(self) -> None:
         self._settling = False
-        if len(self.lines) != self._height:
+        width = self.size.width
+        lines = self.lines
+        redraw, self._redraw = self._redraw, set()
+        if len(lines) != self._height:
             self.refresh(layout=True)
+        elif redraw is None:
+            self.refresh()
+        elif redraw:
+            self.refresh(*(Region(0, y, width, 1) for y in sorted(redraw)))
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
@@ -295,7 +319,7 @@ class RankGrid(Widget):
         self._strips.clear()
 
     def on_resize(self) -> None:
-        self._laid_out_at = -1
+        self._laid_out_at = -1  # Textual redraws every line of a resized widget
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -335,3 +359,10 @@ class RankGrid(Widget):
         if cell is not self._hovered:
             self._hovered = cell
             self.tooltip = cell.tooltip if cell is not None else None
+
+
+def _look(line: Line) -> tuple[object, ...]:
+    """Everything `_draw` draws a line from."""
+    return tuple(
+        (span.text, span.look, span.cell is not None and span.cell.selected) for span in line
+    )

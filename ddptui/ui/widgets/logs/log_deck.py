@@ -199,15 +199,15 @@ class NodeLogDeck(Vertical):
         text = state.value if state is not None else "not launched"
         if code is not None:
             text += f" (exit {code})"
-        pane.border_title = f"{node} · {text}"
+        pane.set_titles(f"{node} · {text}", self._subtitle())
+
+    def _subtitle(self) -> str:
+        return f"window: newest {self.max_lines} lines" if self.store.dropped else ""
 
     def _update_titles(self) -> None:
         for node, pane in self._panes.items():
             self._update_title(node, pane)
-        self._merged.border_title = f"{MERGED_LABEL} · node/rank prefixes"
-        skipped = self.store.dropped
-        for view in self.views:
-            view.border_subtitle = f"window: newest {self.max_lines} lines" if skipped else ""
+        self._merged.set_titles(f"{MERGED_LABEL} · node/rank prefixes", self._subtitle())
 
     # -- the operator's settings ------------------------------------------------------------
 

@@ -98,8 +98,17 @@ class LogView(FollowingView):
         self._stale: dict[int, FoldGroup] = {}  # folded rows not redrawn yet, by row
         self._dropped = 0  # rows pruned since the view was last emptied
         self._pass_style: Style | None = None  # while render_lines draws
+        self._titles: tuple[str, str] | None = None  # the border's, as last set
 
     # -- what it shows ----------------------------------------------------------------------
+
+    def set_titles(self, title: str, subtitle: str) -> None:
+        """The border's title and subtitle, set only when they change: Textual redraws the
+        whole view on every assignment, and the deck names them again on every tick that
+        skipped lines (each tick, under a flood)."""
+        if (title, subtitle) != self._titles:
+            self._titles = (title, subtitle)
+            self.border_title, self.border_subtitle = title, subtitle
 
     @property
     def merged(self) -> bool:
