@@ -22,9 +22,9 @@ from ddptui.ui.widgets.logs.log_entry import LogEntry
 # formatting more only takes the keys' time. The rest is counted as skipped; the run
 # directory has it.
 DEFAULT_BUFFER_LINES = 8000
-# The most of them the screen formats in one tick: a burst (the session's process sends up to
-# 8,000 lines at once after a quiet spell) is shown over a few ticks rather than stopping the
-# keys for one tick of 40 ms or more. Sustained, the session's process sends some 700 a tick.
+# The most of them the screen formats at once: a burst (the session's process sends up to 8,000
+# lines at once after a quiet spell) is shown over a few ticks rather than stopping the keys
+# for one tick of 40 ms or more. Sustained, the session's process sends some 700 a tick.
 TICK_LINES = 2000
 _new = tuple.__new__  # LogEntry(...) without its Python-level __new__: the hot path
 
@@ -56,10 +56,14 @@ class LineBuffer:
         with self._lock:
             self._window.skipped(counts)
 
-    def take(self, most: int | None = None) -> tuple[list[LogEntry], dict[str, int]]:
-        """The lines held (with `most`, the oldest `most` of them; the rest stay)."""
+    def take(self, catch_up: bool = False) -> tuple[list[LogEntry], dict[str, int]]:
+        """The oldest TICK_LINES lines held (the rest stay for the next take); `catch_up`:
+        the newest TICK_LINES, the older ones counted as skipped (nothing stays)."""
         with self._lock:
-            batches, dropped = self._window.take(self.limit, most)
+            if catch_up:
+                batches, dropped = self._window.take(min(self.limit, TICK_LINES))
+            else:
+                batches, dropped = self._window.take(self.limit, TICK_LINES)
         entries: list[LogEntry] = []  # built outside the lock: the session goes on meanwhile
         for batch in batches:
             node, ts, seq = batch.node, batch.ts, batch.first_seq
@@ -147,7 +151,7 @@ class SessionRelay:
         for batch in block.batches:
             self._buffer.append(batch)
 
-    def drain(self, most: int | None = TICK_LINES) -> tuple[list[LogEntry], dict[str, int]]:
-        """Lines since the last drain (the oldest `most` of them; None: all), and per node
-        how many were dropped before them."""
-        return self._buffer.take(most)
+    def drain(self, catch_up: bool = False) -> tuple[list[LogEntry], dict[str, int]]:
+        """Lines since the last drain, at most TICK_LINES (the oldest; with `catch_up`, the
+        newest and nothing left waiting), and per node how many were dropped before them."""
+        return self._buffer.take(catch_up)

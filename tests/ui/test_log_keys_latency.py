@@ -13,11 +13,12 @@ from textual.widgets._footer import FooterKey
 
 from ddptui.core.events import NodeState
 from ddptui.ui.app import DdpApp
+from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_view import LogView
 
-from .conftest import SIZE, local_spec
+from .conftest import SIZE, local_spec, wait_for
 from .widget_host import WidgetHost
 
 
@@ -174,6 +175,33 @@ async def test_switching_logs_keeps_the_footer_and_it_still_shows_new_keys() -> 
         await pilot.pause()
         shown = {key.description: key.key_display for key in screen.query(FooterKey)}
         assert shown["Next log"] == "x"
+
+
+async def test_a_launch_enables_and_disables_keys_in_place_and_they_act_as_shown() -> None:
+    app = DdpApp(local_spec("--sleep", "60", nodes=2))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        await pilot.pause()
+        keys = {key.action: key for key in screen.query(FooterKey)}
+        assert not keys["launch"].has_class("-disabled")
+        assert keys["teardown"].has_class("-disabled")
+
+        await pilot.press("l")
+        await wait_for(pilot, lambda: screen.job_active, "the run to start")
+        await pilot.pause()
+        after = {key.action: key for key in screen.query(FooterKey)}
+        assert after == keys  # the same widgets: nothing rebuilt
+        assert keys["launch"].has_class("-disabled") and keys["launch"]._disabled
+        assert not keys["teardown"].has_class("-disabled") and not keys["teardown"]._disabled
+
+        await pilot.click(keys["teardown"])  # a click on the key does what it shows
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: screen.summary is not None, "the teardown", timeout=60)
+        await pilot.pause()
+        ended = {key.action: key for key in screen.query(FooterKey)}  # more keys: rebuilt
+        assert not ended["launch"].has_class("-disabled")
+        assert ended["teardown"].has_class("-disabled")
 
 
 async def test_lines_arriving_lay_out_nothing_but_move_the_end_and_the_scrollbar() -> None:

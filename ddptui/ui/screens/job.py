@@ -406,7 +406,7 @@ class JobScreen(LogScreen):
             return
         if not self.follow:
             prepare_spare()  # for a launch again
-        self._flush_logs(everything=True)
+        self._flush_logs(catch_up=True)
         result = event.worker.result
         if event.state == WorkerState.SUCCESS and self.summary is None and result is not None:
             # The worker can finish before the summary's message is handled: show it now.
@@ -429,14 +429,14 @@ class JobScreen(LogScreen):
         self.grid.set_nodes(plan.node_names, plan.nproc_per_node)
         await self.logs.set_nodes(plan.node_names)
 
-    def _flush_logs(self, *, everything: bool = False) -> None:
-        """The lines the relay holds into the views: a tick takes at most its TICK_LINES
-        (the rest on the next ticks); `everything` at the run's end and before rank notices
-        (which come after every line before them)."""
+    def _flush_logs(self, *, catch_up: bool = False) -> None:
+        """The lines the relay holds into the views: a tick takes at most its TICK_LINES,
+        the oldest (the rest on the next ticks); `catch_up` (at the run's end, before rank
+        notices, which come after every line before them) the newest, the rest skipped."""
         if self._metrics_seen != bool(self.relay.metrics.samples):
             self._metrics_seen = not self._metrics_seen
             self.refresh_bindings()
-        entries, dropped = self.run.relay.drain(None) if everything else self.run.relay.drain()
+        entries, dropped = self.run.relay.drain(catch_up)
         if entries or dropped:
             self.logs.append(entries, dropped)
 
@@ -446,7 +446,7 @@ class JobScreen(LogScreen):
         changes = message.take()
         notes = rank_notices(self.ranks, changes, self.grid.nproc_per_node)
         if notes:
-            self._flush_logs(everything=True)
+            self._flush_logs(catch_up=True)
             self.logs.append(notes)
         for event in changes:
             self.ranks[(event.node, event.local_rank)] = event
@@ -545,7 +545,7 @@ class JobScreen(LogScreen):
         if self.run.summary is message.event:
             return
         self.run.summary = message.event
-        self._flush_logs(everything=True)  # every line before the summary shows with it
+        self._flush_logs(catch_up=True)  # every line before the summary shows with it
         self.outcome.set_summary(message.event, stopped_by=self.run.stop_request)
 
     def on_phase_update(self, message: PhaseUpdate) -> None:
