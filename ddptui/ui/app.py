@@ -16,7 +16,7 @@ from textual.screen import Screen
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.settle import settle_quietly
-from ddptui.core.session.process import GC_MIDDLE_THRESHOLD, GC_YOUNG_THRESHOLD
+from ddptui.core.session.process import GC_CONSOLE_THRESHOLDS
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.keymap import (
     BindingScopes,
@@ -129,7 +129,8 @@ class DdpApp(App[int]):
             self.set_keymap(self.keymap)
         # For as long as the app runs, with or without a job (core/session/process.py says why).
         young, middle, old = self._gc_thresholds
-        gc.set_threshold(max(young, GC_YOUNG_THRESHOLD), max(middle, GC_MIDDLE_THRESHOLD), old)
+        least_young, least_middle = GC_CONSOLE_THRESHOLDS
+        gc.set_threshold(max(young, least_young), max(middle, least_middle), old)
         if self.greeting:
             self.notify(self.greeting, timeout=8)
         if self.follow:

@@ -23,9 +23,9 @@ from ddptui.ui.widgets.logs.log_entry import LogEntry
 # directory has it.
 DEFAULT_BUFFER_LINES = 8000
 # The most of them the screen formats at once: a burst (the session's process sends up to 8,000
-# lines at once after a quiet spell) is shown over a few ticks rather than stopping the keys
+# lines at once after a quiet spell) is shown over half a second rather than stopping the keys
 # for one tick of 40 ms or more. Sustained, the session's process sends some 700 a tick.
-TICK_LINES = 2000
+TICK_LINES = 1000
 _new = tuple.__new__  # LogEntry(...) without its Python-level __new__: the hot path
 
 

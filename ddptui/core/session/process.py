@@ -56,19 +56,19 @@ if TYPE_CHECKING:
     from ddptui.core.runs.summary import RunSummary
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree this console runs from
-# Both processes of a session raise their collector's young threshold to this (Python's
-# default: 700). The session's process makes a tuple per line it ingests: at the default a
-# flood set off thousands of young collections and dozens of full ones per million lines.
-# The console's screen keeps every view's newest lines and Textual's strips, some 150,000
-# tracked objects: a full collection of them stopped it for 100-170 ms every few key presses.
+# The session's process raises its collector's young threshold to this (Python's default:
+# 700). It makes a tuple per line it ingests: at the default a flood set off thousands of
+# young collections and dozens of full ones per million lines.
 GC_YOUNG_THRESHOLD = 20_000
-# The console also collects its middle generation less often (Python's default: every 10
-# young collections). A middle collection looks at every object that outlived a young one
-# since the last: under a flood, the views' newest lines and Textual's cached strips, some
-# 40,000 objects, which stopped the screen for 20-55 ms every 1.5-2 s (a quiet 16-core host)
-# and so set the keys' worst latencies. At 100, one comes every 15-20 s of a flood; cycles
-# among young objects are still collected young.
-GC_MIDDLE_THRESHOLD = 100
+# The console's own thresholds, young and middle, while the app runs. Its screen keeps every
+# view's newest lines and Textual's strips: under a flood some 40,000 objects outlive a young
+# collection every few seconds, and a middle collection (Python's default: every 10 young
+# ones) looks at all of them. At 20,000 and 10, a middle collection stopped the screen for
+# 20-55 ms every 1.5-2 s and a young one for up to 30 ms (a quiet 16-core host), which set
+# the keys' worst latencies. At 5,000 and 400 a young collection takes 3-5 ms and a middle
+# one comes after as many allocations as a full one did before (every 15-20 s of a flood);
+# cycles among young objects are still collected young.
+GC_CONSOLE_THRESHOLDS = (5_000, 400)
 CHILD = "ddptui.core.session.child"
 
 
