@@ -120,7 +120,7 @@ def main() -> None:
     report.para(
         f"{NODES} pseudo-nodes, every line a metric line; {reps} repetition(s), metrics off "
         f"and on interleaved; load average during the app runs: "
-        f"{min(loads, default=0):.1f}..{max(loads, default=0):.1f} (2 cores, shared)."
+        f"{min(loads, default=0):.1f}..{max(loads, default=0):.1f} ({os.cpu_count()} cores)."
     )
     report.section("Core: Monitor.feed, lines per CPU-second (median)")
     core = Table(["metrics", "lines per CPU-s", "each run", "vs off"])

@@ -39,9 +39,10 @@ def render(data: dict[str, Any], command: str, doc: str | None) -> None:
         )
     if data.get("loads"):
         loads = data["loads"]
+        cores = data.get("env", {}).get("nproc", "?")
         report.para(
             f"1-minute load average at the start of each run: median {median(loads):.1f}, "
-            f"{min(loads):.1f} to {max(loads):.1f} (2 cores, shared with other work)."
+            f"{min(loads):.1f} to {max(loads):.1f} ({cores} cores, maybe shared)."
         )
     report.section("Core alone (in memory, no processes)")
     table = Table(
