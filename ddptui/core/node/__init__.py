@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import json
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
+
+from ddptui.core.node.step import STEP_PROGRAM_VAR
 
 # The line of each program that the console replaces with the job's description. The
 # description travels on stdin, inside the program: on the command line it would be readable
@@ -82,22 +85,30 @@ def reap_step_source() -> bytes:
     return _joined("gpu_sampler.py", "reaper.py", "each.py") + b"\n" + JOB_LINE + main
 
 
-# How a node runs a shell program sent on stdin (the Slurm step's task, step_task.sh): read
-# whole, then run. `sh -s` would do the same, but bash (the `sh` of many clusters) reads a
-# program from a pipe one byte at a time.
-STDIN_SHELL = 'eval "$(cat)"'
+# How a node runs the Slurm step's task (step_task.sh, a shell program): from srun's
+# environment (STEP_PROGRAM_VAR, taken out of it first, so the command never inherits it),
+# else read whole from stdin. srun hands its environment to every node inside the step's
+# launch request; stdin it copies to each task over a connection of its own, and 18 KB to 64
+# tasks that way cost the step about 0.2 s here. `sh -s` would read stdin too, but bash (the
+# `sh` of many clusters) reads a program from a pipe one byte at a time.
+STEP_SHELL = (
+    f"ddptui_program=${{{STEP_PROGRAM_VAR}-}}; unset {STEP_PROGRAM_VAR}; "
+    '[ -n "$ddptui_program" ] || ddptui_program=$(cat); eval "$ddptui_program"'
+)
 
 
 def step_task_script() -> bytes:
-    """The task of one Slurm step for every node, a shell program (`sh -c STDIN_SHELL`):
+    """The task of one Slurm step for every node, a shell program (`sh -c STEP_SHELL`):
     step.py puts every node's entry in front of it."""
     return resources.files(__name__).joinpath("step_task.sh").read_bytes()
 
 
+@functools.cache
 def port_check_source() -> bytes:
     """What the head node's task of that step runs to tell who holds the rendezvous port
     (netinfo.py without its docstrings and comments: srun hands the step's program to every
-    node; step.py adds its last lines)."""
+    node; step.py adds its last lines). Made once per process: parsing and writing netinfo.py
+    again took 10-25 ms of each launch, between the grant and the step's start."""
     tree = ast.parse(_joined("netinfo.py"))
     for node in ast.walk(tree):
         body = getattr(node, "body", None)

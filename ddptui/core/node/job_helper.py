@@ -23,7 +23,7 @@ from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
-from ddptui.core.node.step import split_step  # sent ahead of this program
+from ddptui.core.node.step import program_in_env, split_step  # sent ahead of this program
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
@@ -151,7 +151,11 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     null_fd = os.open(os.devnull, os.O_RDONLY)
     split = job.get("split")
     in_fd, out_fd = null_fd, log_fd
+    splitter, program = None, b""
     if split:  # one step for every node: its stream is split into their logs (step.py)
+        debug = (lambda log, e: _debug_env(job, log, e)) if job.get("hook") else None
+        splitter, program = split_step(split, env, debug, log_fd)
+        program = program_in_env(program, env)  # srun's environment, before srun starts
         in_fd, feed_fd = os.pipe()
         read_fd, out_fd = os.pipe()
     err_r, err_w = os.pipe()
@@ -171,15 +175,15 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
             os.write(err_w, f"{argv[0]}: {exc.strerror}".encode())
         os._exit(127)
     os.close(err_w)
-    splitter = None
     if split:
         os.close(in_fd)
         os.close(out_fd)
-        debug = (lambda log, e: _debug_env(job, log, e)) if job.get("hook") else None
-        splitter, program = split_step(split, env, debug, log_fd)
-        import threading  # here: only a step's supervisor feeds a program to its tasks
+        if program:
+            import threading  # here: only a step whose program is too large for srun's env
 
-        threading.Thread(target=_feed, args=(feed_fd, program), daemon=True).start()
+            threading.Thread(target=_feed, args=(feed_fd, program), daemon=True).start()
+        else:
+            os.close(feed_fd)
     failure = os.read(err_r, 4096).decode()
     os.close(err_r)
     _write_private(paths["pid"], f"{pid} {os.getpid()}\n")
@@ -204,7 +208,8 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
 
 
 def _feed(fd: int, data: bytes) -> None:
-    """The step's program to srun's stdin (srun passes it to every task: --input=all)."""
+    """The step's program to srun's stdin, where it was too large for srun's environment
+    (srun passes it to every task: --input=all)."""
     try:
         with os.fdopen(fd, "wb") as pipe:
             pipe.write(data)

@@ -62,6 +62,12 @@ def _quoted(text: object) -> str:
     return "'" + str(text).replace("'", "'\\''") + "'"
 
 
+# srun's environment carries the task's program to every node (STEP_SHELL reads it there);
+# one larger than this goes on srun's stdin instead: a single environment string may not
+# exceed 128 KiB at exec, and the rest of the environment and the command share that room.
+STEP_PROGRAM_VAR = "DDPTUI_STEP_PROGRAM"
+STEP_PROGRAM_ENV_MAX = 64 << 10
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEBUG_VAR = "DDPTUI_DEBUG_DIR"  # the node's debug directory (job_helper._debug_env)
 # What the head's ddptui_port_reason prints: why the port cannot be bound, nothing if it can.
@@ -86,14 +92,14 @@ IFNAME_PY = (
 
 
 def task_script(source: str, table: dict, python: list[str], port: dict[str, str]) -> bytes:
-    """The task's program for srun's stdin: every node's entry (a `case` on the node's name)
-    in front of step_task.sh (`source`, base64, without its comments). `python`: the node's
-    Python command, for the interfaces where a node has no `ip`; `port`: the head's port
-    check, a Python program ("source", base64: netinfo.py, which says who holds a port) run
-    on its stdin ("argv").
+    """The task's program (in srun's environment or on its stdin: program_in_env): every
+    node's entry (a `case` on the node's name) in front of step_task.sh (`source`, base64,
+    without its comments). `python`: the node's Python command, for the interfaces where a
+    node has no `ip`; `port`: the head's port check, a Python program ("source", base64:
+    netinfo.py, which says who holds a port) run on its stdin ("argv").
 
-    srun hands the whole program to every task (64 nodes: 64 copies through the nodes'
-    slurmstepd while the job starts), so what all nodes share is said once: the environment
+    srun hands the whole program to every task (64 nodes: 64 copies while the job starts),
+    so what all nodes share is said once: the environment
     values and the command's words every node has alike, then each node's own."""
     entries = table["nodes"]
     py = " ".join(_quoted(w) for w in python)
@@ -315,6 +321,15 @@ class StepSplit:
         for node in list(self.fds):
             if node not in self.exits:
                 self._end(node, self.srun_said.get(node, srun_code or 1))
+
+
+def program_in_env(program: bytes, env: dict[str, str]) -> bytes:
+    """Put the task's program in srun's environment `env` where it fits; returns what is
+    left for srun's stdin (nothing, or the whole program)."""
+    if len(program) > STEP_PROGRAM_ENV_MAX or b"\0" in program:
+        return program
+    env[STEP_PROGRAM_VAR] = program.decode()
+    return b""
 
 
 def split_step(split: dict, env: dict[str, str], debug: object, own_fd: int) -> tuple:

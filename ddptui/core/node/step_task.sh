@@ -1,8 +1,10 @@
 # The task of one Slurm step for every node (see step.py): run this node's command.
 #
-# A POSIX shell program, sent by srun on every task's stdin (`sh -c 'eval "$(cat)"'`): a
-# Python per task cost every node a Python's start and a compile while the job starts (0.4 s
-# of the step at 64 nodes on a shared host). step.py puts the table above this text: a `case`
+# A POSIX shell program, carried by srun's environment to every task (node.STEP_SHELL runs
+# it; too large a one comes on stdin instead): a Python per task cost every node a Python's
+# start and a compile while the job starts (0.4 s of the step at 64 nodes on a shared host).
+# Like the command's own environment, srun's and the task's are readable by the job's user
+# alone; the task takes the program out of its environment before anything else runs. step.py puts the table above this text: a `case`
 # on SLURMD_NODENAME that sets the node's command (ddptui_exec), its environment
 # (ddptui_env, exported in the command's subshell only: secret values never reach a command
 # line), its tag and its start checks; ddptui_port_reason (a Python, on the head node only)

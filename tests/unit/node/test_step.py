@@ -15,14 +15,20 @@ import pytest
 
 from ddptui.core.node import (
     STDIN_PROGRAM,
-    STDIN_SHELL,
+    STEP_SHELL,
     job_helper_source,
     port_check_source,
     step_task_script,
     with_job,
 )
 from ddptui.core.node.each import MARK
-from ddptui.core.node.step import StepSplit, task_script
+from ddptui.core.node.step import (
+    STEP_PROGRAM_ENV_MAX,
+    STEP_PROGRAM_VAR,
+    StepSplit,
+    program_in_env,
+    task_script,
+)
 
 
 def _split(tmp_path: Path, nodes: list[str]) -> tuple[StepSplit, dict[str, Path], Path]:
@@ -79,7 +85,7 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
 
 
 def _task(
-    node: str, argv: list[str], shell: str = "sh", **checks: object
+    node: str, argv: list[str], shell: str = "sh", via_env: bool = True, **checks: object
 ) -> subprocess.CompletedProcess[bytes]:
     tag = f"r{os.getpid()}.0"
     entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
@@ -91,20 +97,35 @@ def _task(
     }
     program = task_script(base64.b64encode(step_task_script()).decode(), table, python, port)
     env = {**os.environ, "SLURMD_NODENAME": node}
-    return subprocess.run([shell, "-c", STDIN_SHELL], input=program, capture_output=True, env=env)
+    stdin = program_in_env(program, env) if via_env else program
+    return subprocess.run([shell, "-c", STEP_SHELL], input=stdin, capture_output=True, env=env)
 
 
 @pytest.mark.parametrize("shell", ["sh", "bash"])
-def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(shell: str) -> None:
-    script = 'import os, sys; print(os.environ["X"] + "|" + os.environ["DDPTUI_TAG"]); sys.exit(4)'
-    done = _task("node1", [sys.executable, "-c", script], shell)
+@pytest.mark.parametrize("via_env", [True, False])
+def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
+    shell: str, via_env: bool
+) -> None:
+    script = (
+        "import os, sys; print(os.environ['X'] + '|' + os.environ['DDPTUI_TAG'] + "
+        f"str('{STEP_PROGRAM_VAR}' in os.environ)); sys.exit(4)"
+    )
+    done = _task("node1", [sys.executable, "-c", script], shell, via_env)
     assert done.returncode == 4
     tag = f"r{os.getpid()}.0"
-    said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f'it\'s "$q" `x`\n|{tag}\n'.encode()
+    said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f'it\'s "$q" `x`\n|{tag}False\n'.encode()
     assert done.stdout == said + MARK + b"proof 0\n" + MARK + b"exit 4\n"
     missing = _task("node9", ["true"], shell)
     assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
     assert b"exit 127" in missing.stdout and b"proof" not in missing.stdout
+
+
+def test_the_program_goes_in_sruns_environment_unless_too_large() -> None:
+    env: dict[str, str] = {}
+    assert program_in_env(b"echo hi", env) == b"" and env == {STEP_PROGRAM_VAR: "echo hi"}
+    large = b"#" * (STEP_PROGRAM_ENV_MAX + 1)
+    assert program_in_env(large, env := {}) == large and env == {}
+    assert program_in_env(b"a\0b", env := {}) == b"a\0b" and env == {}
 
 
 def test_each_node_runs_its_own_words_with_the_shared_env_and_its_own() -> None:
@@ -124,9 +145,7 @@ def test_each_node_runs_its_own_words_with_the_shared_env_and_its_own() -> None:
     assert program.count(b"shared") == 1 and program.count(script.encode()) == 1
     for i, node in enumerate(["node1", "node2"]):
         env = {**os.environ, "SLURMD_NODENAME": node}
-        done = subprocess.run(
-            ["sh", "-c", STDIN_SHELL], input=program, capture_output=True, env=env
-        )
+        done = subprocess.run(["sh", "-c", STEP_SHELL], input=program, capture_output=True, env=env)
         assert f"--local-addr={i} shared own{i}\n".encode() in done.stdout
 
 

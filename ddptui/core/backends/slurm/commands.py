@@ -15,7 +15,7 @@ from ddptui.core.job.plan import (
     node_environment,
 )
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.core.node import STDIN_PROGRAM, STDIN_SHELL
+from ddptui.core.node import STDIN_PROGRAM, STEP_SHELL
 
 JOB_PREFIX = "ddptui"
 STEP_LOG = "step.log"  # srun direct: one step, one labelled stream, demuxed per node
@@ -136,7 +136,8 @@ def nodes_step_argv(
     spec: JobSpec, job_id: str, run_id: str, nodes: Sequence[str], cpus: int, cwd: str
 ) -> list[str]:
     """One step for every node's torchrun (node/step.py): a task per node, each running
-    node/step_task.sh (a shell program on every task's stdin), which picks its node's line;
+    node/step_task.sh (a shell program in srun's environment, else on every task's stdin),
+    which picks its node's line;
     `--label` lets the console's side split the stream back into one log per node."""
     argv = [
         "srun",
@@ -154,7 +155,7 @@ def nodes_step_argv(
     ]
     if cpus:
         argv.append(f"--cpus-per-task={cpus}")
-    return [*argv, *container_flags(spec, cwd), "sh", "-c", STDIN_SHELL]
+    return [*argv, *container_flags(spec, cwd), "sh", "-c", STEP_SHELL]
 
 
 def direct_argv(spec: JobSpec) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 from ddptui.core.backends.slurm.commands import every_node_argv, nodes_step_argv
 from ddptui.core.backends.slurm.gpu_follow import LabelledGpu
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.node import STDIN_PROGRAM, STDIN_SHELL
+from ddptui.core.node import STDIN_PROGRAM, STEP_SHELL
 from ddptui.core.node.each import MARK
 from ddptui.core.node.gpu_sampler import GPU_MARK
 
@@ -17,7 +17,7 @@ from ddptui.core.node.gpu_sampler import GPU_MARK
 def test_one_step_runs_a_task_per_node_with_its_program_on_stdin() -> None:
     spec = JobSpec(script="train.py", nodes=3, nproc_per_node=2)
     argv = nodes_step_argv(spec, "12", "run1", ["a", "b", "c"], 2, "/work")
-    assert argv[:1] == ["srun"] and argv[-3:] == ["sh", "-c", STDIN_SHELL]
+    assert argv[:1] == ["srun"] and argv[-3:] == ["sh", "-c", STEP_SHELL]
     for flag in (
         "--jobid=12",
         "--nodes=3",
