@@ -17,6 +17,10 @@ from typing import IO
 from ddptui.core.backends.transport import ChunkSink
 
 POLL_S = 0.1
+# Until the node's first output its log is looked at twice as often: that first line says a
+# rank runs, the moment the launch is judged by (a 64-node step waited 50 ms more on average
+# for its last node's line at POLL_S); once output has come, POLL_S.
+FIRST_POLL_S = 0.05
 CHECK_EVERY_S = 2.0
 EXIT_GRACE_S = 2.0
 READ_SIZE = 1 << 16
@@ -70,18 +74,19 @@ async def follow_log(
     done = exit_path(path)
     reader = _Reader(path, offset)
     idle = 0.0
+    poll = FIRST_POLL_S
     try:
         while True:
             chunk = reader.read()
             if chunk:
                 on_chunk(chunk)
-                idle = 0.0
+                idle, poll = 0.0, POLL_S
                 continue
             if done.exists():
                 reader.drain(on_chunk)
                 return read_exit(done)
-            await asyncio.sleep(POLL_S)
-            idle += POLL_S
+            await asyncio.sleep(poll)
+            idle += poll
             if ended is None or idle < CHECK_EVERY_S:
                 continue
             idle = 0.0
