@@ -216,7 +216,14 @@ class HelperBackend(Backend):
 
     def _launch_stream(self, command: NodeCommand) -> LaunchStream:
         """The helper's `launch` of the node's job, under way: its report, then its log."""
-        job = {
+        transport = self.transport(command.node)
+        argv = self._argv("launch")
+        stdin = with_job(self._helper_source, self.launch_job(command))
+        return LaunchStream(lambda sink: transport.stream(argv, sink, stdin=stdin))
+
+    def launch_job(self, command: NodeCommand) -> dict[str, Any]:
+        """What the helper's `launch` is told of the node's job (its JOB)."""
+        return {
             "argv": list(command.argv),
             "env": dict(command.env),
             "cwd": command.cwd,
@@ -231,9 +238,6 @@ class HelperBackend(Backend):
             else self.spec.script,
             **self.start_checks(command),
         }
-        transport = self.transport(command.node)
-        argv, stdin = self._argv("launch"), with_job(self._helper_source, job)
-        return LaunchStream(lambda sink: transport.stream(argv, sink, stdin=stdin))
 
     def prestart(self, command: NodeCommand) -> None:
         """Start the node's job now, ahead of the session's `start` (SSH: a host as soon as

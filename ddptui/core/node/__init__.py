@@ -133,12 +133,34 @@ def probe_source() -> bytes:
     return _joined("netinfo.py", "probe.py")
 
 
+def job_text(job: Mapping[str, Any]) -> bytes:
+    """The job's description as a program's JOB holds it (base64 JSON)."""
+    return base64.b64encode(json.dumps(dict(job)).encode())
+
+
 def with_job(source: bytes, job: Mapping[str, Any]) -> bytes:
     """`source` with the job's description in place of its JOB line, to send on stdin."""
     if source.count(JOB_LINE) != 1:
         raise ValueError("the node program has no JOB line")
-    encoded = base64.b64encode(json.dumps(dict(job)).encode())
-    return source.replace(JOB_LINE, b'JOB = "' + encoded + b'"\n')
+    return source.replace(JOB_LINE, b'JOB = "' + job_text(job) + b'"\n')
+
+
+# A job helper started before its job is known (the Slurm step's supervisor, on the
+# console's host): `python3 -S -c AHEAD_PROGRAM LENGTH VERB ARGS` with the program
+# (job_ahead_source) on stdin, then the job (job_text) once known. The program is compiled
+# as soon as its LENGTH bytes have come, and its JOB line waits for the rest of stdin.
+AHEAD_PROGRAM = (
+    "import sys;n=int(sys.argv.pop(1));"
+    "exec(compile(sys.stdin.buffer.read(n),'<ddptui-node>','exec'))"
+)
+_JOB_LATER = b"JOB = sys.stdin.buffer.read().decode()  # the job follows the program on stdin\n"
+
+
+def job_ahead_source(source: bytes) -> bytes:
+    """`source` (a program with a JOB line, after `import sys`) for AHEAD_PROGRAM."""
+    if source.count(JOB_LINE) != 1:
+        raise ValueError("the node program has no JOB line")
+    return source.replace(JOB_LINE, _JOB_LATER)
 
 
 def ras_query_source() -> bytes:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_script import (
     HELPER_FILE,
@@ -67,13 +68,15 @@ from ddptui.core.backends.slurm.job import SlurmJob
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
 from ddptui.core.backends.slurm.srun_output import slurm_complaint
+from ddptui.core.backends.slurm.supervisor import StepSupervisor
 from ddptui.core.backends.slurm.teardown import SlurmTeardown
-from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport
+from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport, TransportError
 from ddptui.core.events import AllocationChanged, Notice, TeardownReport
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, LaunchPlan, NodeCommand, NodeTarget
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.node import (
     STDIN_PROGRAM,
+    job_text,
     node_probe_source,
     port_check_source,
     step_task_script,
@@ -125,6 +128,7 @@ class SlurmBackend(HelperBackend):
         self._gpu_begun: asyncio.Future[None] | None = None
         self._gpu_tools: dict[str, bool] = {}  # may the node have a GPU (probe, task's mark)
         self._job_asked: tuple[asyncio.Future[JobInfo | None] | None, float] = (None, 0.0)
+        self._ahead: asyncio.Future[StepSupervisor] | None = None  # the step's, started ahead
 
     def node_log_path(self, command: NodeCommand) -> str:
         if self.job.direct or command.tag == direct_tag(self.run.run_id):
@@ -153,6 +157,10 @@ class SlurmBackend(HelperBackend):
         self.job.mode = resolve_mode(self.spec)
         if self.job.direct:
             direct_argv(self.spec)  # a container engine srun cannot run fails here, early
+        elif self.job.mode != "sbatch":  # the one step's supervisor starts while Slurm answers
+            self._ahead = asyncio.ensure_future(
+                StepSupervisor.start(self.python(), self._helper_source, "launch")
+            )
         if self.job.mode == "existing":
             job = await self.alloc.existing(os.environ["SLURM_JOB_ID"])
             how = "the allocation this console runs in"
@@ -367,6 +375,13 @@ class SlurmBackend(HelperBackend):
         )
         tag = direct_tag(self.run.run_id)
         step = NodeCommand(first.node, first.address, first.index, tuple(argv), {}, None, tag=tag)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            with contextlib.suppress(TransportError):  # not started: started here, as always
+                supervisor = await ahead
+                job = job_text(self.launch_job(step))
+                told = LaunchStream(lambda sink: supervisor.run(job, sink))
+                self._prestarted[step.node] = (step, told)
         await super().start(step)
         launch = self._launches.pop(step.node, None)
         if launch is not None:  # its tail of the step's own log is not needed
@@ -592,10 +607,19 @@ class SlurmBackend(HelperBackend):
             return list((await self.reap_tag(self._transport, tag))["leftover"])
         return []
 
+    async def _drop_ahead(self) -> None:
+        """The step's supervisor started ahead and never told its job: stopped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            with contextlib.suppress(TransportError):
+                await (await ahead).close()
+
     async def release(self) -> None:
+        await self._drop_ahead()
         await self.teardown.release()
 
     async def detach(self) -> None:
+        await self._drop_ahead()
         if self.job.job_id is not None:
             self.teardown.announce("detached", f"the job runs on: ddptui attach {self.run.run_id}")
 
