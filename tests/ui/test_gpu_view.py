@@ -70,6 +70,7 @@ async def test_cells_panel_and_flags_at_two_sizes() -> None:
         assert len([n for n in screen.outcome.notices if n.level == "warning"]) == 2
 
         assert not screen.gpus.display or not screen.gpus.has_class("-shown")
+        assert not list(screen.gpus.query(GpuBlock))  # none built until the panel shows
         await pilot.press("u")
         await settle(pilot)
         assert screen.gpus.has_class("-shown")
@@ -83,6 +84,10 @@ async def test_cells_panel_and_flags_at_two_sizes() -> None:
         assert [len(s.data or []) for s in blocks[1].query(Sparkline)] == [24, 24]
         assert blocks[1].mem_bar.has_class("-high") and not blocks[0].mem_bar.has_class("-high")
         assert "made no progress" in str(blocks[2].flags.render())
+        feed(screen, gpu_events(3))  # while it shows, each sample reaches its block
+        await settle(pilot)
+        assert [len(s.data or []) for s in blocks[1].query(Sparkline)] == [27, 27]
+        assert "· 62% ·" in str(blocks[0].heading.render())  # the newest sample (was 71%)
         await pilot.press("u")
         await settle(pilot)
         assert not screen.gpus.has_class("-shown")
@@ -90,7 +95,7 @@ async def test_cells_panel_and_flags_at_two_sizes() -> None:
         await pilot.resize_terminal(80, 24)
         await settle(pilot)
         short = texts(app)
-        assert any("71%" in t and "70%" in t for t in short), short  # the narrow grid's form
+        assert any("62%" in t and "70%" in t for t in short), short  # the narrow grid's form
 
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 from rich.style import Style
 from rich.text import Text
@@ -68,6 +69,22 @@ def gpu_heading(node: str, gpu: GpuStat) -> Text:
     return text
 
 
+class GpuHistory:
+    """One GPU's samples over the run and its last sample and flags, kept whether or not the
+    panel shows (its blocks are built when it first shows)."""
+
+    def __init__(self) -> None:
+        self.util: deque[float] = deque(maxlen=HISTORY)
+        self.mem: deque[float] = deque(maxlen=HISTORY)
+        self.last: GpuStat | None = None
+        self.flags: list[GpuFlag] = []
+
+    def add(self, gpu: GpuStat, flags: list[GpuFlag]) -> None:
+        self.util.append(float(gpu.util or 0))
+        self.mem.append(float(gpu.mem_used_mib or 0))
+        self.last, self.flags = gpu, flags
+
+
 class GpuBlock(Vertical):
     """One GPU: its heading, a sparkline of utilisation, the memory bar, a sparkline of memory
     and the flags it raised last."""
@@ -83,12 +100,11 @@ class GpuBlock(Vertical):
     }
     """
 
-    def __init__(self, node: str, index: int) -> None:
+    def __init__(self, node: str, index: int, history: GpuHistory) -> None:
         super().__init__()
         self.node = node
         self.index = index
-        self.util: deque[float] = deque(maxlen=HISTORY)
-        self.mem: deque[float] = deque(maxlen=HISTORY)
+        self.history = history
         self.heading = Static(classes="gpu-heading")
         self.util_line = GaugeSparkline(100, classes="gpu-util")
         self.mem_bar = Static(classes="gpu-mem")
@@ -102,13 +118,18 @@ class GpuBlock(Vertical):
         yield self.mem_line
         yield self.flags
 
-    def add(self, gpu: GpuStat, flags: list[GpuFlag]) -> None:
-        self.util.append(float(gpu.util or 0))
-        self.mem.append(float(gpu.mem_used_mib or 0))
+    def on_mount(self) -> None:
+        self.show_history()
+
+    def show_history(self) -> None:
+        """Draw the GPU as its history has it now."""
+        gpu, flags, history = self.history.last, self.history.flags, self.history
+        if gpu is None:
+            return
         self.heading.update(gpu_heading(self.node, gpu))
-        self.util_line.data = list(self.util)
-        self.mem_line.top = float(gpu.mem_total_mib or max(self.mem) or 1)
-        self.mem_line.data = list(self.mem)
+        self.util_line.data = list(history.util)
+        self.mem_line.top = float(gpu.mem_total_mib or max(history.mem) or 1)
+        self.mem_line.data = list(history.mem)
         self.mem_bar.update("mem " + memory_bar(gpu))
         self.mem_bar.set_class(any(f.kind == MEM_FLAG for f in flags), "-high")
         self.flags.update("\n".join(f"⚠ {f.detail}" for f in flags))
@@ -116,7 +137,12 @@ class GpuBlock(Vertical):
 
 
 class GpuPanel(Vertical):
-    """Hidden until the operator asks for it (`gpu.panel`); fed every node's GPU samples."""
+    """Hidden until the operator asks for it (`gpu.panel`); fed every node's GPU samples.
+
+    The samples are kept as they come; the blocks that draw them are built when the panel
+    first shows and updated only while it shows. Built at the first sample, a block a GPU
+    (five widgets each) cost a 16-node run's screen a second of its start, whether or not
+    anyone looked."""
 
     DEFAULT_CSS = """
     GpuPanel {
@@ -131,22 +157,43 @@ class GpuPanel(Vertical):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.histories: dict[tuple[str, int], GpuHistory] = {}
         self.blocks: dict[tuple[str, int], GpuBlock] = {}
         self.note = Static("no GPU telemetry yet (none comes from nodes without GPUs)")
 
     def compose(self) -> ComposeResult:
         yield self.note
 
+    @property
+    def shown(self) -> bool:
+        return self.has_class("-shown")
+
     def show_report(self, event: GpuReport) -> None:
-        self.note.display = False
         for gpu in event.gpus:
-            key = (event.node, gpu.index)
-            block = self.blocks.get(key)
-            if block is None:
-                block = self.blocks[key] = GpuBlock(event.node, gpu.index)
-                self.mount(block)
-            block.add(gpu, [f for f in event.flags if f.gpu == gpu.index])
+            history = self.histories.setdefault((event.node, gpu.index), GpuHistory())
+            history.add(gpu, [f for f in event.flags if f.gpu == gpu.index])
+        if self.shown:
+            self._draw([(event.node, gpu.index) for gpu in event.gpus])
 
     def toggle(self) -> bool:
         self.toggle_class("-shown")
-        return self.has_class("-shown")
+        if self.shown:
+            self._draw(self.blocks)
+        return self.shown
+
+    def _draw(self, keys: Iterable[tuple[str, int]]) -> None:
+        """The blocks of `keys` as their GPUs are now, and a new block for every GPU that has
+        none yet (drawn once mounted)."""
+        for key in keys:
+            block = self.blocks.get(key)
+            if block is not None:
+                block.show_history()
+        new = [
+            GpuBlock(node, index, history)
+            for (node, index), history in self.histories.items()
+            if (node, index) not in self.blocks
+        ]
+        if new:
+            self.note.display = False
+            self.blocks.update(((b.node, b.index), b) for b in new)
+            self.mount_all(new)  # each draws its history once mounted
