@@ -175,8 +175,11 @@ def _running_run(state: Path) -> str | None:
     db = state / "history.sqlite3"
     if not db.exists():
         return None
-    with sqlite3.connect(db) as conn:
-        row = conn.execute("SELECT id FROM runs WHERE status = 'running'").fetchone()
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("SELECT id FROM runs WHERE status = 'running'").fetchone()
+    except sqlite3.OperationalError:  # the file made, its table not yet
+        return None
     return row[0] if row else None
 
 
