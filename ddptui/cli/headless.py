@@ -45,12 +45,14 @@ def run_headless(
     out: TextIO = sys.stdout,
     attach: RunDir | None = None,
     detach: bool = False,
+    run_id: str | None = None,
 ) -> int:
     """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean.
 
     With `detach`, return once every node is launched and leave the job running (exit 0 if
     it launched); SIGUSR1 detaches at any time. `ddptui attach RUN_ID` follows it later.
     SIGUSR2 acts on the run directory's `control` file (`act_on_control_file`).
+    `run_id`: the new run's id, when it was chosen before (an early allocation names it).
     """
 
     def emit(event: Event) -> None:
@@ -65,7 +67,10 @@ def run_headless(
         out.flush()
 
     async def main() -> int:
-        session = Session(spec, emit, run=attach, detach_after_launch=detach)
+        run = attach or (RunDir.create(run_id) if run_id else None)
+        session = Session(
+            spec, emit, run=run, detach_after_launch=detach, attaching=attach is not None
+        )
         end_startup()  # the backend and its engine are imported by now
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -14,8 +14,10 @@ import ctypes
 import signal
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ddptui.core.backends.base import BackendError
+from ddptui.core.backends.slurm import early_alloc
 from ddptui.core.backends.slurm.cli import (
     JobInfo,
     SlurmError,
@@ -39,6 +41,75 @@ def _term_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+class _Salloc(Protocol):
+    """A salloc under way, as `SlurmAllocator.salloc` reads it."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def readline(self) -> bytes: ...
+
+    async def wait(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+
+class _OwnSalloc:
+    """salloc started by the allocator."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def readline(self) -> bytes:
+        assert self._proc.stderr is not None
+        return await self._proc.stderr.readline()
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    def terminate(self) -> None:
+        self._proc.terminate()
+
+
+async def _salloc(argv: Sequence[str]) -> _OwnSalloc:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_term_with_parent,
+    )
+    return _OwnSalloc(proc)
+
+
+class _EarlySalloc:
+    """salloc started early, its stderr read by its own thread (early_alloc.EarlySalloc)."""
+
+    def __init__(self, early: early_alloc.EarlySalloc) -> None:
+        self._early = early
+
+    @property
+    def returncode(self) -> int | None:
+        return self._early.proc.returncode
+
+    async def readline(self) -> bytes:
+        line = await asyncio.to_thread(self._early.lines.get)
+        if line is None:
+            self._early.lines.put(None)  # the end, for whoever asks again
+        return line or b""
+
+    async def wait(self) -> int:
+        return await asyncio.to_thread(self._early.proc.wait)
+
+    def terminate(self) -> None:
+        self._early.proc.terminate()
+
+
 class SlurmAllocator:
     """Asks Slurm for nodes and reports every state of the request as AllocationChanged."""
 
@@ -51,24 +122,20 @@ class SlurmAllocator:
     # -- salloc -----------------------------------------------------------------------------------
 
     async def salloc(self, argv: Sequence[str]) -> JobInfo:
-        """`salloc --no-shell ...`: returns once granted; salloc's own error if refused."""
+        """`salloc --no-shell ...`: returns once granted; salloc's own error if refused. The
+        same salloc started early (early_alloc.py) is taken over rather than run again."""
         self.emit(AllocationChanged("requested", None, (), " ".join(argv)))
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=_term_with_parent,
-        )
-        assert proc.stderr is not None
+        early = early_alloc.claim(argv)
+        if early is None:
+            await asyncio.to_thread(early_alloc.discard)  # one for another job: given back
+        proc: _Salloc = _EarlySalloc(early) if early is not None else await _salloc(argv)
         job_id: str | None = None
         granted = False
         errors: list[str] = []
         info = [""]  # salloc's latest word on why it waits, read by the pending watcher
         watcher: asyncio.Task[None] | None = None
         try:
-            while raw := await proc.stderr.readline():
+            while raw := await proc.readline():
                 line = parse_salloc_line(raw.decode(errors="replace"))
                 if line.kind == "error":
                     errors.append(line.text)
@@ -112,7 +179,7 @@ class SlurmAllocator:
                         )
                     )
 
-    async def _abandon(self, proc: asyncio.subprocess.Process, job_id: str | None) -> None:
+    async def _abandon(self, proc: _Salloc, job_id: str | None) -> None:
         """The operator gave up waiting: withdraw the request and show it is gone."""
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):

@@ -32,6 +32,7 @@ from typing import Any
 
 from ddptui.core.backends.base import BackendError, Emit, HelperBackend
 from ddptui.core.backends.launch_stream import LaunchStream
+from ddptui.core.backends.slurm import supervisor
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_script import (
     HELPER_FILE,
@@ -128,7 +129,7 @@ class SlurmBackend(HelperBackend):
         self._gpu_begun: asyncio.Future[None] | None = None
         self._gpu_tools: dict[str, bool] = {}  # may the node have a GPU (probe, task's mark)
         self._job_asked: tuple[asyncio.Future[JobInfo | None] | None, float] = (None, 0.0)
-        self._ahead: asyncio.Future[StepSupervisor] | None = None  # the step's, started ahead
+        self._ahead: StepSupervisor | None = None  # the step's supervisor, started ahead
 
     def node_log_path(self, command: NodeCommand) -> str:
         if self.job.direct or command.tag == direct_tag(self.run.run_id):
@@ -158,9 +159,8 @@ class SlurmBackend(HelperBackend):
         if self.job.direct:
             direct_argv(self.spec)  # a container engine srun cannot run fails here, early
         elif self.job.mode != "sbatch":  # the one step's supervisor starts while Slurm answers
-            self._ahead = asyncio.ensure_future(
-                StepSupervisor.start(self.python(), self._helper_source, "launch")
-            )
+            with contextlib.suppress(TransportError):  # else started at launch, as always
+                self._ahead = supervisor.take(self.python(), self._helper_source, "launch")
         if self.job.mode == "existing":
             job = await self.alloc.existing(os.environ["SLURM_JOB_ID"])
             how = "the allocation this console runs in"
@@ -377,11 +377,9 @@ class SlurmBackend(HelperBackend):
         step = NodeCommand(first.node, first.address, first.index, tuple(argv), {}, None, tag=tag)
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            with contextlib.suppress(TransportError):  # not started: started here, as always
-                supervisor = await ahead
-                job = job_text(self.launch_job(step))
-                told = LaunchStream(lambda sink: supervisor.run(job, sink))
-                self._prestarted[step.node] = (step, told)
+            job = job_text(self.launch_job(step))
+            told = LaunchStream(lambda sink: ahead.run(job, sink))
+            self._prestarted[step.node] = (step, told)
         await super().start(step)
         launch = self._launches.pop(step.node, None)
         if launch is not None:  # its tail of the step's own log is not needed
@@ -611,8 +609,7 @@ class SlurmBackend(HelperBackend):
         """The step's supervisor started ahead and never told its job: stopped."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            with contextlib.suppress(TransportError):
-                await (await ahead).close()
+            await asyncio.to_thread(ahead.close)
 
     async def release(self) -> None:
         await self._drop_ahead()

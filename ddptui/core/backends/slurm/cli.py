@@ -9,6 +9,7 @@ Slurm release and fails on any other).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import ipaddress
@@ -17,7 +18,8 @@ import os
 import re
 import socket
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +173,16 @@ def last_error(text: str) -> str:
 # -- running the CLI ------------------------------------------------------------------------------
 
 
+AnswersAhead = Callable[[Sequence[str]], "Future[CommandResult] | None"]
+_answers_ahead: list[AnswersAhead] = []
+
+
+def answer_ahead(answers: AnswersAhead) -> None:
+    """Let `answers` answer Slurm commands asked ahead (early_alloc.py): each answer is
+    taken once, by `slurm()` running exactly that command."""
+    _answers_ahead[:] = [answers]
+
+
 async def slurm(
     argv: Sequence[str],
     *,
@@ -179,10 +191,16 @@ async def slurm(
     check: bool = True,
 ) -> CommandResult:
     """Run a Slurm command on this machine (SLURM_CONF etc. come from our environment)."""
+    ahead = _answers_ahead[0](argv) if _answers_ahead and stdin is None else None
     try:
-        result = await LocalTransport().run(argv, stdin=stdin, timeout=limit_s)
+        if ahead is not None:
+            result = await asyncio.wrap_future(ahead)
+        else:
+            result = await LocalTransport().run(argv, stdin=stdin, timeout=limit_s)
     except TransportError as exc:
         raise SlurmError(str(exc)) from None
+    except (OSError, subprocess.SubprocessError) as exc:  # asked ahead, and that failed
+        raise SlurmError(f"{argv[0]}: {exc}") from None
     if check and result.exit_code != 0:
         raise SlurmError(f"{argv[0]}: {last_error(result.stderr) or f'exit {result.exit_code}'}")
     return result

@@ -1,10 +1,12 @@
 """Provides StepSupervisor: the one step's supervisor (the job helper's `launch` on the
-console's host), started while Slurm grants the allocation and told its job at launch.
+console's host), started before the job is known and told its job at launch.
 
 Why: between the grant and srun's start, the supervisor's Python starting and compiling the
-job helper (75 KB) took 0.05-0.15 s of the launch at 64 nodes on a shared host; started
-ahead, it does that while salloc and the questions after the grant are answered, and waits
-at its JOB line for the job (node.AHEAD_PROGRAM).
+job helper (75 KB) took 0.05-0.25 s of the launch at 64 nodes on a shared host; started
+ahead (by `ddptui run --headless` with the early salloc, else when the backend allocates), it
+does that while Slurm grants the allocation, and waits at its JOB line for the job
+(node.AHEAD_PROGRAM). Its pipes are read by threads, so it may start before the console's
+event loop exists.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import threading
 
 from ddptui.core.backends.transport import ChunkSink, CommandResult, TransportError
 from ddptui.core.node import AHEAD_PROGRAM, job_ahead_source
+
+READ_SIZE = 1 << 16
 
 
 class StepSupervisor:
@@ -22,56 +28,96 @@ class StepSupervisor:
     LocalTransport.stream would (its start report, then its output), `close` stops one
     never told."""
 
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self._proc = proc
-        self._used = False
-
-    @classmethod
-    async def start(cls, python: str, source: bytes, verb: str) -> StepSupervisor:
+    def __init__(self, python: str, source: bytes, verb: str) -> None:
+        self.started_as = (python, source, verb)
         program = job_ahead_source(source)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *(python, "-S", "-c", AHEAD_PROGRAM, str(len(program)), verb),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=os.environ.copy(),
+            self._proc = subprocess.Popen(
+                [python, "-S", "-c", AHEAD_PROGRAM, str(len(program)), verb],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:
             raise TransportError(f"cannot run {python}: {exc.strerror}") from None
-        assert proc.stdin is not None
-        proc.stdin.write(program)  # the pipe takes the rest as the helper reads it
-        return cls(proc)
+        self._used = False
+        # the program to its stdin meanwhile (more than a pipe holds)
+        self._sending = threading.Thread(target=self._send, args=(program,), daemon=True)
+        self._sending.start()
+
+    def _send(self, data: bytes, close: bool = False) -> None:
+        assert self._proc.stdin is not None
+        with contextlib.suppress(OSError):  # it ended early: its stderr says why
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+            if close:
+                self._proc.stdin.close()
+
+    def _told(self, job: bytes) -> None:
+        self._sending.join()
+        self._send(job, close=True)
 
     async def run(self, job: bytes, on_stdout: ChunkSink) -> CommandResult:
         """Send the job (node.job_text) and hand the helper's stdout to `on_stdout` until it
         ends; cancelling stops it."""
         proc, self._used = self._proc, True
-        assert proc.stdin and proc.stdout and proc.stderr
-        err_task = asyncio.ensure_future(proc.stderr.read())
+        assert proc.stdout is not None and proc.stderr is not None
+        err_read = asyncio.ensure_future(asyncio.to_thread(proc.stderr.read))
         try:
-            proc.stdin.write(job)
-            with contextlib.suppress(ConnectionError):
-                await proc.stdin.drain()
-            proc.stdin.close()
-            while chunk := await proc.stdout.read(1 << 16):
+            await asyncio.to_thread(self._told, job)
+            out = proc.stdout.fileno()
+            while chunk := await asyncio.to_thread(os.read, out, READ_SIZE):
                 on_stdout(chunk)
-            err = await err_task
-            await proc.wait()
+            err = await err_read
+            code = await asyncio.to_thread(proc.wait)
         finally:
-            if proc.returncode is None:
+            if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
-                await proc.wait()
-            err_task.cancel()
-        return CommandResult(proc.returncode, "", err.decode(errors="replace"))
+                await asyncio.to_thread(proc.wait)
+            err_read.cancel()
+        return CommandResult(code, "", err.decode(errors="replace"))
 
-    async def close(self) -> None:
+    def close(self) -> None:
         """Stop a supervisor never told its job (it has started nothing)."""
         if self._used:
             return
         self._used = True
-        if self._proc.returncode is None:
+        if self._proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()
-        await self._proc.wait()
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+
+
+_ahead: StepSupervisor | None = None
+
+
+def start_ahead(python: str, source: bytes, verb: str) -> None:
+    """Start the step's supervisor now, for the backend to take (`take`)."""
+    global _ahead
+    discard()
+    with contextlib.suppress(TransportError):
+        _ahead = StepSupervisor(python, source, verb)
+
+
+def take(python: str, source: bytes, verb: str) -> StepSupervisor:
+    """The supervisor started ahead if it runs exactly this, else one started now."""
+    global _ahead
+    ahead, _ahead = _ahead, None
+    if ahead is not None and ahead.started_as == (python, source, verb):
+        return ahead
+    if ahead is not None:
+        ahead.close()
+    return StepSupervisor(python, source, verb)
+
+
+def discard() -> None:
+    """Stop a supervisor started ahead that nobody took."""
+    global _ahead
+    ahead, _ahead = _ahead, None
+    if ahead is not None:
+        ahead.close()
