@@ -9,7 +9,7 @@ import pytest
 
 from ddptui.ui.app import DdpApp
 from ddptui.ui.commands import CommandError, parse_command
-from ddptui.ui.relay import SessionRelay
+from ddptui.ui.relay import DEFAULT_BUFFER_LINES, TICK_LINES, SessionRelay
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import FilterError, LogFilter
 from ddptui.ui.widgets.logs.log_rows import format_entry, wrap_rows
@@ -194,7 +194,11 @@ async def test_a_flood_stays_bounded_and_the_console_answers_keys() -> None:
                     (f"flood line {i}", i % 4, i % 2) for i in range(first + node, first + 500, 2)
                 ]
                 relay.emit(NodeLines(f"local{node}", lines, first + node))
-        screen._flush_logs()
+        ticks = 0
+        while relay._buffer.held:  # a tick takes the oldest TICK_LINES of what the relay kept
+            screen._flush_logs()
+            ticks += 1
+        assert ticks == DEFAULT_BUFFER_LINES // TICK_LINES
         await pilot.press("right_square_bracket")
         assert screen.logs.active_node == "local1"
         deck = screen.logs
