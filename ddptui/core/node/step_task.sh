@@ -30,16 +30,24 @@ else
 fi
 
 # The interface holding the node's address, for GLOO/NCCL_SOCKET_IFNAME (iproute2's `ip`;
-# where it is missing, the node's Python asks the kernel per interface).
+# where it is missing, the node's Python asks the kernel per interface). `ip -o` prints
+# `N: NAME[@LINK]    inet ADDR/LEN ...`; asked for the address alone, the name is cut out of
+# its one line by the shell (at 64 tasks sharing a host, the loop over every address cost
+# the step's start 0.05 s); an `ip` that cannot filter gets the loop.
 ddptui_ifname=
 if [ -n "$ddptui_ifname_for" ]; then
     if command -v ip >/dev/null 2>&1; then
-        ddptui_ifname=$(ip -o -4 addr show 2>/dev/null | while read -r _ ddptui_if _ ddptui_addr _; do
-            if [ "${ddptui_addr%/*}" = "$ddptui_ifname_for" ]; then
-                printf '%s\n' "${ddptui_if%@*}"
-                break
-            fi
-        done)
+        ddptui_ifname=$(ip -o -4 addr show to "$ddptui_ifname_for/32" 2>/dev/null)
+        ddptui_ifname=${ddptui_ifname#*: }
+        ddptui_ifname=${ddptui_ifname%% *}
+        ddptui_ifname=${ddptui_ifname%@*}
+        [ -n "$ddptui_ifname" ] || ddptui_ifname=$(ip -o -4 addr show 2>/dev/null |
+            while read -r _ ddptui_if _ ddptui_addr _; do
+                if [ "${ddptui_addr%/*}" = "$ddptui_ifname_for" ]; then
+                    printf '%s\n' "${ddptui_if%@*}"
+                    break
+                fi
+            done)
     else
         ddptui_ifname=$(ddptui_ifname_holding "$ddptui_ifname_for" 2>/dev/null)
     fi
