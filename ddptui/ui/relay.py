@@ -16,10 +16,10 @@ from ddptui.core.session.wire import LineBlock
 from ddptui.ui.messages import RankBatch, RankUpdates, message_for
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 
-# The most lines the screen takes a tick (15 a second). The session's process already paces
-# what it sends (10,000 lines a second under a flood, bursts of up to 8,000 at once: see
-# core/session/child.py); this bounds what waits here when the screen falls behind, since
-# formatting more only takes the keys' time. The rest is counted as skipped; the run
+# The most lines held here for the screen (its ticks come 15 a second). The session's process
+# already paces what it sends (10,000 lines a second under a flood, bursts of up to 8,000 at
+# once: see core/session/child.py); this bounds what waits here when the screen falls behind,
+# since formatting more only takes the keys' time. The rest is counted as skipped; the run
 # directory has it.
 DEFAULT_BUFFER_LINES = 8000
 # The most of them the screen formats at once: a burst (the session's process sends up to 8,000
