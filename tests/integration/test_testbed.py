@@ -268,9 +268,14 @@ def test_teardown_leaves_nothing() -> None:
         tb.ssh.ssh("a1", "setsid sleep 300 >/dev/null 2>&1 < /dev/null &")
         tb.exec(tb.head, ["sleep", "300"])
         assert wait_until(lambda: any("sleep 300" in d for d in tb.describe_pids("a1")))
-        pids = {p for ns in tb.namespaces for p in pids_in_netns(f"/run/netns/{ns}")}
-        pids |= {p.pid for p in cluster._procs}  # munged lives outside the namespaces
-        assert len(pids) >= 2 + 2 + 2 + 3, pids  # sshd x2, slurmd x2, sleeps, ctld+munged
+
+        def every_pid() -> set[int]:
+            pids = {p for ns in tb.namespaces for p in pids_in_netns(f"/run/netns/{ns}")}
+            return pids | {p.pid for p in cluster._procs}  # munged lives outside them
+
+        # sshd x2, slurmd x2, the sleeps, ctld+munged (the head's sleep may not be up yet)
+        assert wait_until(lambda: len(every_pid()) >= 2 + 2 + 2 + 3), every_pid()
+        pids = every_pid()
         namespaces, workdir = tb.namespaces, tb.workdir
         cluster.stop()
     finally:
