@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -223,7 +222,11 @@ def _main(argv: list[str] | None) -> int:
                 check_local_script(spec)
                 local_gpus(spec)  # more GPUs than this machine has: refused now
             if args.headless:
-                run_id = _allocate_early(spec)  # while headless mode is imported
+                run_id = None
+                if spec.backend == "slurm":  # salloc goes out while headless mode is imported
+                    from ddptui.core.backends.slurm.early_alloc import allocate_ahead
+
+                    run_id = allocate_ahead(spec)
                 from ddptui.cli.headless import run_headless
 
                 return run_headless(spec, lines=args.lines, detach=args.detach, run_id=run_id)
@@ -236,42 +239,6 @@ def _main(argv: list[str] | None) -> int:
 
 
 COMMANDS = ("run", "preflight", "history", "attach", "serve")
-
-
-def _allocate_early(spec: JobSpec) -> str | None:
-    """A headless run on a new Slurm allocation: salloc goes out now, named after the run's
-    id (returned), and the backend takes it over (early_alloc.py). DDPTUI_EARLY_SALLOC=0
-    turns it off. None when there is none."""
-    import os
-
-    if spec.backend != "slurm" or os.environ.get("DDPTUI_EARLY_SALLOC") == "0":
-        return None
-    from ddptui.core.backends.slurm import early_alloc
-    from ddptui.core.backends.slurm.commands import resolve_mode, salloc_argv
-    from ddptui.core.job.spec import SpecError
-    from ddptui.core.runs.run_dir import new_run_id
-
-    try:
-        if resolve_mode(spec) != "salloc":
-            return None
-    except SpecError:
-        return None  # the backend says it in its own words
-    run_id = new_run_id()
-    # Until headless mode takes the signals over, TERM and HUP end ddptui through its exit
-    # (which gives the allocation back), not at once as by default.
-    for number in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, _exit_on_signal)
-    early_alloc.request(salloc_argv(spec, run_id), spec.nodes)
-    if spec.slurm.launch != "srun":  # the one step's supervisor too (supervisor.py)
-        from ddptui.core.backends.slurm import supervisor
-        from ddptui.core.node import job_helper_source
-
-        supervisor.start_ahead(sys.executable, job_helper_source(), "launch")
-    return run_id
-
-
-def _exit_on_signal(number: int, _frame: object) -> None:
-    raise SystemExit(128 + number)
 
 
 def _flags_before_command(argv: list[str]) -> tuple[str, list[str]] | None:

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import TYPE_CHECKING
 
 import hostlist
 
@@ -36,6 +39,9 @@ from ddptui.core.backends.slurm.cli import (
     parse_squeue_json,
 )
 from ddptui.core.backends.transport import CommandResult
+
+if TYPE_CHECKING:
+    from ddptui.core.job.spec import JobSpec
 
 PR_SET_PDEATHSIG = 1
 DISCARD_WAIT_S = 10.0
@@ -198,3 +204,36 @@ def discard() -> None:
     early, _early = _early, None
     if early is not None:
         early.discard()
+
+
+def allocate_ahead(spec: JobSpec) -> str | None:
+    """A headless run on a new Slurm allocation: salloc goes out now, named after the run's
+    id (returned), for the backend's allocator to take over. DDPTUI_EARLY_SALLOC=0 turns it
+    off. None when there is none."""
+    if os.environ.get("DDPTUI_EARLY_SALLOC") == "0":
+        return None
+    from ddptui.core.backends.slurm.commands import resolve_mode, salloc_argv
+    from ddptui.core.job.spec import SpecError
+    from ddptui.core.runs.run_dir import new_run_id
+
+    try:
+        if resolve_mode(spec) != "salloc":
+            return None
+    except SpecError:
+        return None  # the backend says it in its own words
+    run_id = new_run_id()
+    # Until headless mode takes the signals over, TERM and HUP end ddptui through its exit
+    # (which gives the allocation back), not at once as by default.
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _exit_on_signal)
+    request(salloc_argv(spec, run_id), spec.nodes)
+    if spec.slurm.launch != "srun":  # the one step's supervisor too (supervisor.py)
+        from ddptui.core.backends.slurm import supervisor
+        from ddptui.core.node import job_helper_source
+
+        supervisor.start_ahead(sys.executable, job_helper_source(), "launch")
+    return run_id
+
+
+def _exit_on_signal(number: int, _frame: object) -> None:
+    raise SystemExit(128 + number)
