@@ -73,3 +73,60 @@ def test_every_line_is_taken_once_in_order_or_counted_dropped(
     assert len(taken) + dropped == len(sent)
     positions = [sent.index(line) for line in taken]
     assert positions == sorted(positions)  # in arrival order, none twice
+
+
+def test_lines_an_earlier_hop_skipped_come_after_the_ones_held_so_those_go_with_them() -> None:
+    """The session's process skipped a node's tail while the relay still held older lines of
+    it: shown as held-then-note, the note would stand before lines it came after."""
+    window = LineWindow()
+    window.append(batch("a", 0, 5), keep=100)
+    window.append(batch("b", 0, 5), keep=100)
+    window.skipped({"a": 3, "b": 0})  # a's lines 5-7, after every line a has here
+    window.append(batch("a", 8, 2), keep=100)
+    taken, dropped = window.take(100)
+    assert {n: c for n, c in dropped.items() if c} == {"a": 8}  # 5 held + 3: before a 8
+    assert texts(taken) == [(f"b {i}", i) for i in range(5)] + [("a 8", 8), ("a 9", 9)]
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("lines"), st.integers(0, 2), st.integers(1, 20)),
+        st.tuples(st.just("skipped"), st.integers(0, 2), st.integers(1, 20)),
+        st.tuples(st.just("take"), st.integers(1, 40), st.one_of(st.none(), st.integers(1, 30))),
+    ),
+    max_size=30,
+)
+
+
+@given(ops, st.integers(1, 60))
+def test_a_screen_that_shows_each_count_before_the_lines_has_every_node_in_order(
+    steps: list[tuple[str, int, int | None]], keep: int
+) -> None:
+    """Replayed as the screen does (a take's counts first, then its lines), each node's lines
+    and counts add up to its seq numbers in order: every count stands where its lines were."""
+    window = LineWindow()
+    sent = {f"n{i}": 0 for i in range(3)}  # the next seq of each node
+    seen = dict.fromkeys(sent, 0)  # each node's seq as the screen has it
+
+    def show(taken: list[NodeLines], dropped: dict[str, int]) -> None:
+        for node, count in dropped.items():
+            seen[node] += count
+        for b in taken:
+            for i in range(len(b.lines)):
+                assert b.first_seq + i == seen[b.node], (b.node, b.first_seq + i, seen)
+                seen[b.node] += 1
+
+    for kind, a, b in steps:
+        if kind == "take":
+            show(*window.take(a, b))
+            continue
+        node = f"n{a}"
+        assert b is not None
+        if kind == "lines":
+            window.append(batch(node, sent[node], b), keep)
+        else:
+            window.skipped({node: b})
+        sent[node] += b
+    while window.count or window.dropped:
+        show(*window.take(keep))
+    assert seen == sent

@@ -11,7 +11,8 @@ at each hop so a flood never makes the console fall behind. The four bounds, in 
 3. The console's log store keeps `DEFAULT_STORE_LINES` (ui/widgets/logs/log_store.py), and
 4. each log view draws at most `DEFAULT_MAX_LINES` rows (ui/widgets/logs/log_view.py).
 
-What a window leaves out is counted per node and shown as skipped; nothing is lost on disk.
+What a window leaves out is counted per node and shown as skipped, where the lines were (a
+node's count is always of lines older than any it holds); nothing is lost on disk.
 """
 
 from __future__ import annotations
@@ -47,7 +48,18 @@ class LineWindow:
             self.dropped[oldest.node] += len(oldest.lines)
 
     def skipped(self, counts: dict[str, int]) -> None:
-        """Lines an earlier hop left out, counted with this window's own."""
+        """Lines an earlier hop left out, counted with this window's own. They came after
+        every line held of their node, so those are left out with them: a node's count always
+        stands for lines older than any it still holds (the screen shows the count first)."""
+        if any(counts.get(b.node) for b in self._batches):
+            kept: deque[NodeLines] = deque()
+            for held in self._batches:
+                if counts.get(held.node):
+                    self.count -= len(held.lines)
+                    self.dropped[held.node] += len(held.lines)
+                else:
+                    kept.append(held)
+            self._batches = kept
         self.dropped.update(counts)
 
     def take(self, keep: int, most: int | None = None) -> tuple[list[NodeLines], dict[str, int]]:
