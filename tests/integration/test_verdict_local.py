@@ -50,8 +50,10 @@ def test_a_skipped_all_reduce_stalls_once_and_stays_stalled_for_three_minutes(
 def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path) -> None:
     """From step 5 rank 1 all-reduces twice the size: gloo aborts a rank that received it
     (SIGABRT), and the others end by an exception (their peer gone). The odd rank's record of
-    that all_reduce is written at its exit, within the agent's 0.1 s before it stops the rest:
-    the verdict names rank 1, the rank with the odd size, not the rank gloo aborted."""
+    that all_reduce is written at its exception, most often within the agent's 0.1 s before it
+    stops the rest: the verdict then names rank 1, the rank with the odd size, not the rank
+    gloo aborted. Where the agent's SIGTERM came first (a loaded host), no rank wrote the odd
+    record and the verdict says gloo's word, that the odd rank may be the aborted one's peer."""
     proc = _start(tmp_path, "--nodes", "2", "--nproc-per-node", "2", MISMATCH, "--steps", "40")
     out, _ = proc.communicate(timeout=240)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -61,9 +63,14 @@ def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path
     assert final["signature"] == "collective_mismatch" and final["domain"] == "job"
     assert final["outlook"] == "fix_first"
     mismatches = [e for e in events if e["event"] == "mismatch"]
-    assert mismatches, [e["event"] for e in events]
-    assert mismatches[0]["kind"] == "size" and mismatches[0]["culprits"] == [1]
-    assert final["rank"] == 1 and "rank 1: size mismatch" in final["evidence"][0]
+    if _odd_size_written(tmp_path / "state", rank=1, numel=2048):
+        assert mismatches, [e["event"] for e in events]  # written: the audit must see it
+        assert mismatches[0]["kind"] == "size" and mismatches[0]["culprits"] == [1]
+        assert final["rank"] == 1 and "rank 1: size mismatch" in final["evidence"][0]
+    else:  # nothing to see it by: the audit says nothing, the verdict gives gloo's word
+        assert not mismatches, mismatches
+        assert "the odd rank may be its peer" in final["summary"]
+        assert "Received data size" in final["evidence"][0]
     summary = events[-1]
     assert (
         summary["verdict"]
@@ -72,3 +79,12 @@ def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path
     )
     for rank in summary["ranks"]:
         assert "To enable traceback" not in rank["error"]
+
+
+def _odd_size_written(state: Path, rank: int, numel: int) -> bool:
+    """Whether `rank`'s collective sampler wrote a record of a collective of `numel`."""
+    for path in state.glob(f"runs/*/nodes/*.debug/collectives/rank_{rank}.jsonl"):
+        for line in path.read_text().splitlines():
+            if any(row[3] == [[numel]] for row in json.loads(line)["rows"]):
+                return True
+    return False
