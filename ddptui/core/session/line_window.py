@@ -51,10 +51,11 @@ class LineWindow:
         """Lines an earlier hop left out, counted with this window's own. They came after
         every line held of their node, so those are left out with them: a node's count always
         stands for lines older than any it still holds (the screen shows the count first)."""
-        if any(counts.get(b.node) for b in self._batches):
+        gone = {node for node, count in counts.items() if count}
+        if gone:
             kept: deque[NodeLines] = deque()
             for held in self._batches:
-                if counts.get(held.node):
+                if held.node in gone:
                     self.count -= len(held.lines)
                     self.dropped[held.node] += len(held.lines)
                 else:
