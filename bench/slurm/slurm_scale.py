@@ -25,7 +25,7 @@ import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ PHASES = (
 Sample = dict[str, Any]
 
 
-def _clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, int]:
+def clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, int]:
     """Seconds until no node has a stray process and squeue is empty; else how many dirty."""
     t0 = time.monotonic()
     hosts = cluster.tb.hosts
@@ -65,12 +65,7 @@ def _clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, in
 
 
 def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = None) -> Sample:
-    argv = ddptui_argv(
-        cluster.tb,
-        *("run", "--headless", "--backend", "slurm", "--nodes", str(n)),
-        *("--nproc-per-node", "1", "--hang-timeout", "3600"),
-        *("--launcher", f"bash {STANDIN}", "slurm_scale.py"),
-    )
+    argv = headless_argv(cluster, n, STANDIN)
     env = cluster_env(cluster, tmp / "state")
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
@@ -85,7 +80,7 @@ def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = Non
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
-    _, dirty = _clean(cluster)
+    _, dirty = clean(cluster)
     events = stream.events()
 
     def first(kind: str, state: str = "", after: float = 0.0) -> float:
@@ -114,9 +109,28 @@ def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = Non
     }
 
 
-def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
-    argv = cluster.argv(["srun", "-N", str(n), "--ntasks-per-node=1", "bash", STANDIN])
-    stream = TimedStream(argv, env=cluster.env, cwd=tmp, merge_stderr=True)
+def headless_argv(cluster: SlurmCluster, n: int, standin: str) -> list[str]:
+    """`ddptui run --headless` on the testbed's Slurm: a task per node, `bash STANDIN`."""
+    return ddptui_argv(
+        cluster.tb,
+        *("run", "--headless", "--backend", "slurm", "--nodes", str(n)),
+        *("--nproc-per-node", "1", "--hang-timeout", "3600"),
+        *("--launcher", f"bash {standin}", "slurm_scale.py"),
+    )
+
+
+def srun_by_hand(
+    cluster: SlurmCluster,
+    n: int,
+    command: Sequence[str],
+    cwd: Path,
+    flags: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> tuple[TimedStream, float | None]:
+    """`srun -N N ... COMMAND` started by hand, until every node's stand-in said it is ready:
+    the stream and the seconds that took (None: not all within the timeout)."""
+    argv = cluster.argv(["srun", "-N", str(n), "--ntasks-per-node=1", *flags, *command])
+    stream = TimedStream(argv, env={**cluster.env, **(env or {})}, cwd=cwd, merge_stderr=True)
     seen: set[str] = set()
 
     def ready(line: str) -> bool:
@@ -124,7 +138,11 @@ def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
             seen.add(line.split("host=")[-1].strip())
         return len(seen) == n
 
-    green = stream.until(ready, timeout=600)
+    return stream, stream.until(ready, timeout=600)
+
+
+def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+    stream, green = srun_by_hand(cluster, n, ["bash", STANDIN], tmp)
     if green is None:
         stream.proc.kill()
         raise RuntimeError(f"srun: not all ready: {stream.seen[-3:]}")
@@ -132,7 +150,7 @@ def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
-    _, dirty = _clean(cluster)
+    _, dirty = clean(cluster)
     return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
 
 

@@ -27,7 +27,6 @@ import re
 import signal
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,9 @@ from typing import Any
 from bench.common.hosts import TimedStream, all_ranks_running
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
+from bench.slurm.slurm_scale import clean, headless_argv, srun_by_hand
 from testbed import SlurmCluster, Testbed, cleanup_stale
-from testbed.slurm_ddptui import cluster_env, ddptui_argv
+from testbed.slurm_ddptui import cluster_env
 from testbed.standins import FLEET_STANDIN
 
 STANDIN = str(FLEET_STANDIN)
@@ -60,28 +60,13 @@ READY = re.compile(r"ddptui:(\d+):0\]:fleet stand-in ready .* t=([\d.]+)")
 
 def srun_variant(cluster: SlurmCluster, n: int, flags: list[str], command: list[str],
                  env: dict[str, str]) -> float:  # fmt: skip
-    argv = cluster.argv(["srun", "-N", str(n), "--ntasks-per-node=1", *flags, *command])
-    stream = TimedStream(argv, env={**cluster.env, **env}, cwd=Path("/tmp"), merge_stderr=True)
-    seen: set[str] = set()
-
-    def ready(line: str) -> bool:
-        if "fleet stand-in ready" in line:
-            seen.add(line.split("host=")[-1].strip())
-        return len(seen) == n
-
-    green = stream.until(ready, timeout=300)
+    stream, green = srun_by_hand(cluster, n, command, Path("/tmp"), flags, env)
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=300)
-    _gone(cluster)
+    clean(cluster)
     if green is None:
         raise RuntimeError(f"srun {flags} {command[:2]}: not all ready: {stream.seen[-3:]}")
     return green
-
-
-def _gone(cluster: SlurmCluster) -> None:
-    deadline = time.monotonic() + 60
-    while cluster.squeue_ids() and time.monotonic() < deadline:
-        time.sleep(0.2)
 
 
 def _cpu_s(pid: int) -> float:
@@ -93,18 +78,13 @@ def ddptui_step(cluster: SlurmCluster, n: int, tmp: Path) -> dict[str, Any]:
     standin = tmp / "stamped_standin.sh"
     standin.write_text(STAMPED)
     state = Path(tempfile.mkdtemp(dir=tmp))
-    argv = ddptui_argv(
-        cluster.tb,
-        *("run", "--headless", "--backend", "slurm", "--nodes", str(n)),
-        *("--nproc-per-node", "1", "--hang-timeout", "3600"),
-        *("--launcher", f"bash {standin}", "step_parts.py"),
-    )
-    stream = TimedStream(argv, env=cluster_env(cluster, state), cwd=tmp)
+    stream = TimedStream(headless_argv(cluster, n, str(standin)), env=cluster_env(cluster, state),
+                         cwd=tmp)  # fmt: skip
     green = stream.until(all_ranks_running(n), timeout=300)
     cpu = _cpu_s(stream.proc.pid)
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=300)
-    _gone(cluster)
+    clean(cluster)
     if green is None:
         raise RuntimeError(f"ddptui: not all running: {stream.seen[-3:]}")
     events = stream.events()
