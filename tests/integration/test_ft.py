@@ -4,7 +4,8 @@ through headless mode's control file (`kill_group NODE`: every worker of it, SIG
 other groups keep stepping while it is out, its torchrun starts it again and it heals from a
 live group (the Lighthouse's quorum: it left, then joined steps behind); the run finishes
 green and teardown proves every node clean, the Lighthouse included. On Slurm, the same
-within one allocation."""
+within one allocation. And the kill that lands while a peer waits for the victim in the
+gradients' all-reduce (a straggler group, so it always does): the peer steps on."""
 
 from __future__ import annotations
 
@@ -94,15 +95,21 @@ def check_killed_group_healed(
     assert proofs == dict.fromkeys(nodes, True), proofs
 
 
+def popen_local(tmp_path: Path, groups: int, *trainer_args: str) -> subprocess.Popen[str]:
+    """A headless torchft run of `groups` pseudo-nodes of the bundled trainer; state under
+    tmp_path/state."""
+    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--ft-replicas", str(groups)]
+    argv += [*FT_JOB, str(TRAINER), *trainer_args]
+    env = {**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
+    )
+
+
 def test_local_three_replica_groups_one_killed_heals(tmp_path: Path) -> None:
     state = tmp_path / "state"
     steps = 60
-    argv = [sys.executable, "-m", "ddptui.cli", "run", "--headless", "--ft-replicas", "3"]
-    argv += [*FT_JOB, str(TRAINER), "--steps", str(steps), "--step-time", "0.25"]
-    env = {**os.environ, "DDPTUI_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env
-    )
+    proc = popen_local(tmp_path, 3, "--steps", str(steps), "--step-time", "0.25")
     events = kill_a_group_once_all_step(proc, state, "local1", 3)
     check_killed_group_healed(events, ["local0", "local1", "local2"], 1, steps)
     plan = next(e for e in events if e["event"] == "plan")
@@ -110,6 +117,24 @@ def test_local_three_replica_groups_one_killed_heals(tmp_path: Path) -> None:
     assert "torchft_lighthouse" in lines[0] and all("lighthouse" not in x for x in lines[1:])
     ports = {re.findall(r"--rdzv_endpoint=127\.0\.0\.1:(\d+)", x)[0] for x in lines}
     assert len(ports) == 3  # pseudo-nodes share an address: a rendezvous port each
+
+
+def test_a_group_killed_while_its_peer_waits_in_the_allreduce_leaves_the_peer_stepping(
+    tmp_path: Path,
+) -> None:
+    """Group 1 comes late to every all-reduce (a straggler), so group 0 is waiting for it
+    there when it is killed: gloo's read fails under the comm hook. The peer must take it as
+    a step not committed and step on (torchft 0.2.0's own hook asserted: it crashed too)."""
+    steps = 30
+    proc = popen_local(
+        tmp_path, 2, "--steps", str(steps), "--step-time", "0.1", "--slow-group", "1",
+        "--slow-s", "0.6",
+    )  # fmt: skip
+    events = kill_a_group_once_all_step(proc, tmp_path / "state", "local1", 2)
+    check_killed_group_healed(events, ["local0", "local1"], 1, steps)
+    peer = next((tmp_path / "state" / "runs").glob("*/nodes/000-local0.log")).read_text()
+    assert "got exception waiting for work" in peer  # the kill came mid-all-reduce
+    assert "AssertionError" not in peer
 
 
 def test_ssh_two_replica_groups_one_killed_heals(testbed: Testbed, tmp_path: Path) -> None:
