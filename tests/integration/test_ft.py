@@ -124,10 +124,13 @@ def test_a_group_killed_while_its_peer_waits_in_the_allreduce_leaves_the_peer_st
 ) -> None:
     """Group 1 comes late to every all-reduce (a straggler), so group 0 is waiting for it
     there when it is killed: gloo's read fails under the comm hook. The peer must take it as
-    a step not committed and step on (torchft 0.2.0's own hook asserted: it crashed too)."""
+    a step not committed and step on (torchft 0.2.0's own hook asserted: it crashed too).
+    No sleep between steps: group 1 asks for its next quorum as soon as it commits, so from
+    then on the peer meets it in the all-reduce; only a kill in those few milliseconds would
+    find the peer waiting for a quorum instead."""
     steps = 30
     proc = popen_local(
-        tmp_path, 2, "--steps", str(steps), "--step-time", "0.1", "--slow-group", "1",
+        tmp_path, 2, "--steps", str(steps), "--step-time", "0", "--slow-group", "1",
         "--slow-s", "0.6",
     )  # fmt: skip
     events = kill_a_group_once_all_step(proc, tmp_path / "state", "local1", 2)
