@@ -3,8 +3,10 @@ local log flood."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -25,6 +27,19 @@ TRAINERS = [
     ("elastic_ddp.py", ["--steps", "3"], "Start running basic DDP example on rank"),
 ]
 TRAINER_CASES = pytest.mark.parametrize(("script", "args", "expect"), TRAINERS)
+
+
+def load_trainer(filename: str) -> ModuleType:
+    """A bundled trainer's module, loaded by path once (trainer/ is a script directory, not a
+    package): `load_trainer("_dist.py")`."""
+    name = f"trainer_{Path(filename).stem.strip('_')}_under_test"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TRAINER / filename)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up here
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 def trainer_args(args: list[str], tmp: Path) -> list[str]:

@@ -20,7 +20,7 @@ from testbed import SlurmCluster
 from testbed.netns import Testbed
 from tests.cases import ROOT
 from tests.integration.elastic_run import act_then_finish
-from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, start
+from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, node_logs, start
 from tests.integration.sshrun import popen_headless, read_until
 
 TRAINER = ROOT / "trainer" / "ft_ddp.py"
@@ -135,7 +135,7 @@ def test_a_group_killed_while_its_peer_waits_in_the_allreduce_leaves_the_peer_st
     )  # fmt: skip
     events = kill_a_group_once_all_step(proc, tmp_path / "state", "local1", 2)
     check_killed_group_healed(events, ["local0", "local1"], 1, steps)
-    peer = next((tmp_path / "state" / "runs").glob("*/nodes/000-local0.log")).read_text()
+    peer = node_logs(events[-1])["000-local0.log"]
     assert "got exception waiting for work" in peer  # the kill came mid-all-reduce
     assert "AssertionError" not in peer
 

@@ -11,11 +11,8 @@ hook in the backward) and torchft's `_ManagedWork` (which takes the failure) are
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from datetime import timedelta
-from types import ModuleType
 
 import pytest
 import torch
@@ -25,21 +22,9 @@ from torch._C._distributed_c10d import _create_work_from_future
 from torchft import DistributedDataParallel
 from torchft.manager import _ManagedWork
 
-from tests.cases import TRAINER as TRAINER_DIR
+from tests.cases import load_trainer
 
 LOST = "[gloo/transport/tcp/pair.cc:537] Read error [10.0.0.2]:18135: Connection reset by peer"
-
-
-def _load_ft_ddp() -> ModuleType:
-    """trainer/ft_ddp.py by path: trainer/ is a script directory, not a package."""
-    name = "trainer_ft_ddp_under_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, TRAINER_DIR / "ft_ddp.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 class _PeerGone(dist._Work):
@@ -72,26 +57,28 @@ class _Manager:
         self.errors.append(e)
 
 
-def _grads(ddp_class: type, manager: _Manager) -> list[torch.Tensor]:
-    """One backward through `ddp_class` (torch's real reducer calls the comm hook; torchft's
-    DDP soaks up its own set-up in a dummy group); the gradients it leaves."""
+def _grads(wrap: Callable[[nn.Module], nn.Module]) -> list[torch.Tensor]:
+    """One backward through `wrap(model)` (a DDP: torch's real reducer calls the comm hook,
+    torchft's DDP soaks up its own set-up in a dummy group); the gradients it leaves."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1))
-    ddp = ddp_class(manager, model)
+    ddp = wrap(model)  # held through the backward: DDP's hooks find it by weak reference
     ddp(torch.randn(5, 4)).sum().backward()
     return [p.grad for p in model.parameters()]
 
 
 def _local_grads() -> list[torch.Tensor]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 1))
-    model(torch.randn(5, 4)).sum().backward()
-    return [p.grad for p in model.parameters()]
+    """The same backward with no all-reduce at all."""
+    return _grads(lambda model: model)
+
+
+def _trainers_ddp(manager: _Manager) -> Callable[[nn.Module], nn.Module]:
+    return lambda model: load_trainer("ft_ddp.py")._DDP(manager, model)
 
 
 def test_a_peer_lost_mid_allreduce_leaves_the_local_grads_and_the_manager_the_error() -> None:
     manager = _Manager(lambda tensor: _PeerGone())
-    grads = _grads(_load_ft_ddp()._DDP, manager)
+    grads = _grads(_trainers_ddp(manager))
     assert all(torch.equal(a, b) for a, b in zip(grads, _local_grads(), strict=True))
     assert [str(e) for e in manager.errors] == [LOST]  # so the step is not committed
     assert "got exception waiting for work" in manager._logger.said[0]
@@ -102,7 +89,7 @@ def test_torchfts_own_ddp_fails_the_backward_on_the_same_loss() -> None:
     torchft handles the loss itself and the trainer's hook can go."""
     manager = _Manager(lambda tensor: _PeerGone())
     with pytest.raises(AssertionError):
-        _grads(DistributedDataParallel, manager)
+        _grads(lambda model: DistributedDataParallel(manager, model))
     assert len(manager.errors) == 1
 
 
@@ -113,6 +100,6 @@ def test_a_good_allreduce_gives_ddp_the_reduced_grads() -> None:
         return _create_work_from_future(done)
 
     manager = _Manager(doubled)
-    grads = _grads(_load_ft_ddp()._DDP, manager)
+    grads = _grads(_trainers_ddp(manager))
     assert all(torch.equal(a, 2 * b) for a, b in zip(grads, _local_grads(), strict=True))
     assert manager.errors == []

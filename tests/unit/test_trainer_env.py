@@ -7,33 +7,15 @@ milliseconds and pin the rules the scripts rely on under every launcher.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.cases import TRAINER as TRAINER_DIR
+from tests.cases import load_trainer
 
-
-def _load_dist() -> ModuleType:
-    """Load trainer/_dist.py by path: trainer/ is a script directory, not a package."""
-    name = "trainer_dist_under_test"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, TRAINER_DIR / "_dist.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-D = _load_dist()
+D = load_trainer("_dist.py")
 
 TORCHRUN_ENV = {
     "RANK": "5",
