@@ -55,8 +55,9 @@ fi
 
 # The head node first binds the rendezvous port as c10d's store will: a port in use ends the
 # step at once (the other nodes would wait in the rendezvous for a head that never starts),
-# the reason in the head's log.
-if [ -n "$ddptui_port_check" ]; then
+# the reason (who holds it) in the head's log. A port that binds needs no reason.
+# shellcheck disable=SC2086 # the address and the port, two words
+if [ -n "$ddptui_port_check" ] && ! ddptui_port_bindable $ddptui_port_check 2>/dev/null; then
     # shellcheck disable=SC2086 # the address and the port, two words
     ddptui_taken=$(ddptui_port_reason $ddptui_port_check)
     if [ -n "$ddptui_taken" ]; then

@@ -85,15 +85,21 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
 
 
 def _task(
-    node: str, argv: list[str], shell: str = "sh", via_env: bool = True, **checks: object
+    node: str,
+    argv: list[str],
+    shell: str = "sh",
+    via_env: bool = True,
+    report: list[str] | None = None,
+    **checks: object,
 ) -> subprocess.CompletedProcess[bytes]:
+    """`report`: the port report's command (default: the real one, on its stdin)."""
     tag = f"r{os.getpid()}.0"
     entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
     table = {"nodes": {"node1": {**entry, **checks}}}
     python = [sys.executable]
     port = {
         "source": base64.b64encode(port_check_source()).decode(),
-        "argv": [*python, "-S", "-c", STDIN_PROGRAM],
+        "argv": report or [*python, "-S", "-c", STDIN_PROGRAM],
     }
     program = task_script(base64.b64encode(step_task_script()).decode(), table, python, port)
     env = {**os.environ, "SLURMD_NODENAME": node}
@@ -173,6 +179,25 @@ def test_the_task_finds_its_interface_and_a_taken_rendezvous_port(tmp_path: Path
         refused.stdout
     )
     assert refused.stdout.endswith(MARK + b"exit 1\n")
+
+
+def test_a_free_port_starts_the_command_without_the_port_report(tmp_path: Path) -> None:
+    # the report's command stands for the whole report: it leaves a file when it runs
+    ran = tmp_path / "report-ran"
+    report = ["sh", "-c", f'touch {ran}; echo "in use by a stand-in"', "report"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    done = _task("node1", ["echo", "started"], report=report, port_check=["127.0.0.1", free])
+    assert done.returncode == 0 and b"started\n" in done.stdout and not ran.exists()
+    with socket.socket() as held:  # bound, not listening: only the bind itself can tell
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        refused = _task("node1", ["echo", "started"], report=report, port_check=["127.0.0.1", port])
+    assert refused.returncode == 1 and ran.exists() and b"started" not in refused.stdout
+    assert f"rendezvous port {port} on node1 is not available (in use by a stand-in)".encode() in (
+        refused.stdout
+    )
 
 
 def test_a_command_that_cannot_start_says_so() -> None:
