@@ -1,16 +1,22 @@
-"""Provides the cases more than one test file runs: the bundled trainers, a Slurm job and a
-local log flood."""
+"""Provides the cases more than one test file runs: the bundled trainers, a Slurm job, a
+local log flood and one task of the Slurm step for every node."""
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import os
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from ddptui.core.job.spec import JobSpec, make_spec
+from ddptui.core.node import STDIN_PROGRAM, STEP_SHELL, port_check_source, step_task_script
+from ddptui.core.node.step import program_in_env, task_script
 from testbed.standins import FLOOD_NODE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,4 +75,35 @@ def flood_spec(workdir: Path, nodes: int, lines: int, rate: float = 0.0) -> JobS
         script_args=("--lines", str(lines), "--rate", str(rate)),
         launcher=f"{sys.executable} {FLOOD}",
         workdir=str(workdir),
+    )
+
+
+def step_task(
+    node: str,
+    argv: list[str],
+    shell: str = "sh",
+    via_env: bool = True,
+    report: list[str] | None = None,
+    prefix: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    **checks: object,
+) -> subprocess.CompletedProcess[bytes]:
+    """The Slurm step's task (node/step_task.sh) as SLURMD_NODENAME=`node` runs it, with
+    node1's entry: `argv`, a tag and an env value, and `checks` (port_check, ifname_for).
+    `report`: the port report's command (default: the real one, on its stdin); `prefix`:
+    what runs the task's shell (a network namespace's `ip netns exec NS`); `env`: values
+    over this process's environment."""
+    tag = f"r{os.getpid()}.0"
+    entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
+    table = {"nodes": {"node1": {**entry, **checks}}}
+    python = [sys.executable]
+    port = {
+        "source": base64.b64encode(port_check_source()).decode(),
+        "argv": report or [*python, "-S", "-c", STDIN_PROGRAM],
+    }
+    program = task_script(base64.b64encode(step_task_script()).decode(), table, python, port)
+    task_env = {**os.environ, **(env or {}), "SLURMD_NODENAME": node}
+    stdin = program_in_env(program, task_env) if via_env else program
+    return subprocess.run(
+        [*prefix, shell, "-c", STEP_SHELL], input=stdin, capture_output=True, env=task_env
     )

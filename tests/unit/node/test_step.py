@@ -17,7 +17,6 @@ from ddptui.core.node import (
     STDIN_PROGRAM,
     STEP_SHELL,
     job_helper_source,
-    port_check_source,
     step_task_script,
     with_job,
 )
@@ -29,6 +28,7 @@ from ddptui.core.node.step import (
     program_in_env,
     task_script,
 )
+from tests.cases import step_task
 
 
 def _split(tmp_path: Path, nodes: list[str]) -> tuple[StepSplit, dict[str, Path], Path]:
@@ -84,29 +84,6 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
     assert logs["node2"].read_bytes() == b"up\nsrun: error: node2: task 1: Killed\n"
 
 
-def _task(
-    node: str,
-    argv: list[str],
-    shell: str = "sh",
-    via_env: bool = True,
-    report: list[str] | None = None,
-    **checks: object,
-) -> subprocess.CompletedProcess[bytes]:
-    """`report`: the port report's command (default: the real one, on its stdin)."""
-    tag = f"r{os.getpid()}.0"
-    entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
-    table = {"nodes": {"node1": {**entry, **checks}}}
-    python = [sys.executable]
-    port = {
-        "source": base64.b64encode(port_check_source()).decode(),
-        "argv": report or [*python, "-S", "-c", STDIN_PROGRAM],
-    }
-    program = task_script(base64.b64encode(step_task_script()).decode(), table, python, port)
-    env = {**os.environ, "SLURMD_NODENAME": node}
-    stdin = program_in_env(program, env) if via_env else program
-    return subprocess.run([shell, "-c", STEP_SHELL], input=stdin, capture_output=True, env=env)
-
-
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 @pytest.mark.parametrize("via_env", [True, False])
 def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
@@ -116,12 +93,12 @@ def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(
         "import os, sys; print(os.environ['X'] + '|' + os.environ['DDPTUI_TAG'] + "
         f"str('{STEP_PROGRAM_VAR}' in os.environ)); sys.exit(4)"
     )
-    done = _task("node1", [sys.executable, "-c", script], shell, via_env)
+    done = step_task("node1", [sys.executable, "-c", script], shell, via_env)
     assert done.returncode == 4
     tag = f"r{os.getpid()}.0"
     said = MARK + b"node node1\n" + MARK + b"gpu 0\n" + f'it\'s "$q" `x`\n|{tag}False\n'.encode()
     assert done.stdout == said + MARK + b"proof 0\n" + MARK + b"exit 4\n"
-    missing = _task("node9", ["true"], shell)
+    missing = step_task("node9", ["true"], shell)
     assert missing.returncode == 127 and b"node node9 has no command" in missing.stdout
     assert b"exit 127" in missing.stdout and b"proof" not in missing.stdout
 
@@ -157,23 +134,23 @@ def test_each_node_runs_its_own_words_with_the_shared_env_and_its_own() -> None:
 
 def test_the_task_proves_its_node_only_once_no_process_carries_its_tag() -> None:
     # a child of the command outlives it a moment: the proof waits for it, and counts it
-    brief = _task("node1", ["sh", "-c", "(sleep 0.3 &); exit 3"])
+    brief = step_task("node1", ["sh", "-c", "(sleep 0.3 &); exit 3"])
     assert brief.stdout.endswith(MARK + b"proof 1\n" + MARK + b"exit 3\n")
     # one that stays (a new session, as torchrun's workers): no proof, the reap step's turn
-    stays = _task("node1", ["sh", "-c", "(setsid sleep 3 >/dev/null 2>&1 &); exit 3"])
+    stays = step_task("node1", ["sh", "-c", "(setsid sleep 3 >/dev/null 2>&1 &); exit 3"])
     assert b"proof" not in stays.stdout and stays.stdout.endswith(MARK + b"exit 3\n")
 
 
 def test_the_task_finds_its_interface_and_a_taken_rendezvous_port(tmp_path: Path) -> None:
     script = 'import os; print(os.environ.get("GLOO_SOCKET_IFNAME"))'
-    done = _task("node1", [sys.executable, "-c", script], ifname_for="127.0.0.1")
+    done = step_task("node1", [sys.executable, "-c", script], ifname_for="127.0.0.1")
     assert b"\nlo\n" in done.stdout and done.returncode == 0
     with socket.socket() as held:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        refused = _task("node1", ["true"], port_check=["127.0.0.1", port])
+        refused = step_task("node1", ["true"], port_check=["127.0.0.1", port])
     assert refused.returncode == 1
     assert f"rendezvous port {port} on node1 is not available (in use by PID".encode() in (
         refused.stdout
@@ -188,12 +165,14 @@ def test_a_free_port_starts_the_command_without_the_port_report(tmp_path: Path) 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
-    done = _task("node1", ["echo", "started"], report=report, port_check=["127.0.0.1", free])
+    done = step_task("node1", ["echo", "started"], report=report, port_check=["127.0.0.1", free])
     assert done.returncode == 0 and b"started\n" in done.stdout and not ran.exists()
     with socket.socket() as held:  # bound, not listening: only the bind itself can tell
         held.bind(("127.0.0.1", 0))
         port = held.getsockname()[1]
-        refused = _task("node1", ["echo", "started"], report=report, port_check=["127.0.0.1", port])
+        refused = step_task(
+            "node1", ["echo", "started"], report=report, port_check=["127.0.0.1", port]
+        )
     assert refused.returncode == 1 and ran.exists() and b"started" not in refused.stdout
     assert f"rendezvous port {port} on node1 is not available (in use by a stand-in)".encode() in (
         refused.stdout
@@ -201,7 +180,7 @@ def test_a_free_port_starts_the_command_without_the_port_report(tmp_path: Path) 
 
 
 def test_a_command_that_cannot_start_says_so() -> None:
-    done = _task("node1", ["/nonexistent/torchrun", "--nnodes=2"])
+    done = step_task("node1", ["/nonexistent/torchrun", "--nnodes=2"])
     assert done.returncode == 127
     assert b"ddptui: cannot start /nonexistent/torchrun" in done.stderr
 
