@@ -21,11 +21,12 @@ namespace, and squeue empty. Interleaved; the table gives totals and seconds per
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,30 @@ def clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, int
         if time.monotonic() - t0 > timeout:
             return None, len(left)
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def slurm_testbed(n: int, name: str) -> Iterator[tuple[SlurmCluster, Path, str]]:
+    """N slurmd nodes up and idle (the cluster), a scratch directory (removed after), and the
+    sentence that says how long the cluster took to come up."""
+    cleanup_stale()
+    t0 = time.monotonic()
+    tb = Testbed(n).start()
+    try:
+        cluster = SlurmCluster(tb, cpus=1).start(timeout=300)
+        built = time.monotonic() - t0
+        version = cluster.run(["sinfo", "-V"], check=False).stdout.strip()
+        try:
+            with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp_name:
+                yield (
+                    cluster,
+                    Path(tmp_name),
+                    (f"{version}: {n} slurmd up and idle {built:.1f} s after the testbed began."),
+                )
+        finally:
+            cluster.stop()
+    finally:
+        tb.close()
 
 
 def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = None) -> Sample:
@@ -171,29 +196,16 @@ def main() -> None:
     report.para(compile_bytecode(*([args.baseline] if args.baseline else [])))
     if args.baseline:
         report.para(f"Baseline `{BASE}`: {describe_tree(args.baseline)}.")
-    cleanup_stale()
-    t0 = time.monotonic()
-    tb = Testbed(n).start()
-    try:
-        cluster = SlurmCluster(tb, cpus=1).start(timeout=300)
-        built = time.monotonic() - t0
-        version = cluster.run(["sinfo", "-V"], check=False).stdout.strip()
-        report.para(f"{version}: {n} slurmd up and idle {built:.1f} s after the testbed began.")
-        try:
-            with tempfile.TemporaryDirectory(prefix="bench-slurm-scale-") as tmp_name:
-                tmp = Path(tmp_name)
-                base = args.baseline
-                tools: dict[str, Callable[[int], Sample]] = {
-                    OURS: lambda _: ddptui_run(cluster, n, tmp),
-                    BY_HAND: lambda _: srun_run(cluster, n, tmp),
-                }
-                if base is not None:
-                    tools[BASE] = lambda _: ddptui_run(cluster, n, tmp, tree=base)
-                runs = interleaved(reps, tools)
-        finally:
-            cluster.stop()
-    finally:
-        tb.close()
+    with slurm_testbed(n, "slurm-scale") as (cluster, tmp, built):
+        report.para(built)
+        base = args.baseline
+        tools: dict[str, Callable[[int], Sample]] = {
+            OURS: lambda _: ddptui_run(cluster, n, tmp),
+            BY_HAND: lambda _: srun_run(cluster, n, tmp),
+        }
+        if base is not None:
+            tools[BASE] = lambda _: ddptui_run(cluster, n, tmp, tree=base)
+        runs = interleaved(reps, tools)
     report.section(f"{n} nodes, N={reps} interleaved")
     table = Table(
         ["launch", "to all running (median)", "per node", "teardown (median)", "per node",

@@ -34,8 +34,8 @@ from typing import Any
 from bench.common.hosts import TimedStream, all_ranks_running
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
-from bench.slurm.slurm_scale import clean, headless_argv, srun_by_hand
-from testbed import SlurmCluster, Testbed, cleanup_stale
+from bench.slurm.slurm_scale import clean, headless_argv, slurm_testbed, srun_by_hand
+from testbed import SlurmCluster
 from testbed.slurm_ddptui import cluster_env
 from testbed.standins import FLEET_STANDIN
 
@@ -118,32 +118,20 @@ def main() -> None:
     report = Report("slurm_step_parts", f"Where a Slurm step's start goes: {n} nodes",
                     command_line())  # fmt: skip
     report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    cleanup_stale()
-    tb = Testbed(n).start()
-    try:
-        cluster = SlurmCluster(tb, cpus=1).start(timeout=300)
-        try:
-            with tempfile.TemporaryDirectory(prefix="bench-step-parts-") as tmp_name:
-                tmp = Path(tmp_name)
-                plain = ["bash", STANDIN]
-                pad = {"DDPTUI_BENCH_PADDING": "x" * 18_000}
-                variants: dict[str, Callable[[int], Any]] = {
-                    "plain": lambda _: srun_variant(cluster, n, [], plain, {}),
-                    "18 KB in env": lambda _: srun_variant(cluster, n, [], plain, pad),
-                    "task work": lambda _: srun_variant(
-                        cluster, n, [], ["sh", "-c", TASK_WORK], {}
-                    ),
-                    "task work + Python": lambda _: srun_variant(
-                        cluster, n, [], ["sh", "-c", HEAD_PYTHON + TASK_WORK], {}
-                    ),
-                    "--input=none": lambda _: srun_variant(cluster, n, ["--input=none"], plain, {}),
-                    "ddptui": lambda _: ddptui_step(cluster, n, tmp),
-                }
-                runs = interleaved(reps, variants)
-        finally:
-            cluster.stop()
-    finally:
-        tb.close()
+    with slurm_testbed(n, "step-parts") as (cluster, tmp, _):
+        plain = ["bash", STANDIN]
+        pad = {"DDPTUI_BENCH_PADDING": "x" * 18_000}
+        variants: dict[str, Callable[[int], Any]] = {
+            "plain": lambda _: srun_variant(cluster, n, [], plain, {}),
+            "18 KB in env": lambda _: srun_variant(cluster, n, [], plain, pad),
+            "task work": lambda _: srun_variant(cluster, n, [], ["sh", "-c", TASK_WORK], {}),
+            "task work + Python": lambda _: srun_variant(
+                cluster, n, [], ["sh", "-c", HEAD_PYTHON + TASK_WORK], {}
+            ),
+            "--input=none": lambda _: srun_variant(cluster, n, ["--input=none"], plain, {}),
+            "ddptui": lambda _: ddptui_step(cluster, n, tmp),
+        }
+        runs = interleaved(reps, variants)
     report.section(f"srun by hand and its variants, {n} nodes, N={reps} interleaved")
     table = Table(["variant", "to all ready (median)", "each run"])
     for name, samples in runs.items():

@@ -31,8 +31,8 @@ from bench.common.hosts import TimedStream, all_ranks_running
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
 from bench.common.trees import compile_bytecode, describe_tree
-from bench.slurm.slurm_scale import STANDIN, clean, headless_argv
-from testbed import SlurmCluster, Testbed, cleanup_stale
+from bench.slurm.slurm_scale import STANDIN, clean, headless_argv, slurm_testbed
+from testbed import SlurmCluster
 from testbed.slurm_ddptui import cluster_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,34 +107,24 @@ def main() -> None:
     report.para(compile_bytecode(*trees.values()))
     if args.baseline:
         report.para(f"Baseline: {describe_tree(args.baseline)}")
-    cleanup_stale()
-    tb = Testbed(n).start()
-    try:
-        cluster = SlurmCluster(tb, cpus=1).start(timeout=300)
+    with slurm_testbed(n, "step-replay") as (cluster, tmp, built):
+        report.para(built)
+        steps = {name: capture_step(cluster, n, tree, tmp) for name, tree in trees.items()}
+        got = cluster.run(["salloc", "--no-shell", "-N", str(n), "-J", "bench-replay"])
+        found = re.search(r"Granted job allocation (\d+)", got.stderr)
+        if found is None:
+            raise RuntimeError(f"salloc: {got.stderr.strip()}")
+        job = found.group(1)
         try:
-            with tempfile.TemporaryDirectory(prefix="bench-step-replay-") as tmp_name:
-                tmp = Path(tmp_name)
-                steps = {name: capture_step(cluster, n, tree, tmp) for name, tree in trees.items()}
-                got = cluster.run(["salloc", "--no-shell", "-N", str(n), "-J", "bench-replay"])
-                found = re.search(r"Granted job allocation (\d+)", got.stderr)
-                if found is None:
-                    raise RuntimeError(f"salloc: {got.stderr.strip()}")
-                job = found.group(1)
-                try:
-                    plain = ["srun", f"--jobid={job}", f"-N{n}", "--ntasks-per-node=1"]
-                    variants = {"plain step": _replayer(cluster, n, [*plain, "bash", STANDIN],
-                                                        dict(cluster.env))}  # fmt: skip
-                    for name, (argv, env) in steps.items():
-                        moved = [f"--jobid={job}" if w.startswith("--jobid=") else w for w in argv]
-                        variants[name] = _replayer(cluster, n, moved, env)
-                    runs = interleaved(reps, variants)
-                finally:
-                    cluster.run(["scancel", job])
-                    clean(cluster)
+            plain = ["srun", f"--jobid={job}", f"-N{n}", "--ntasks-per-node=1", "bash", STANDIN]
+            variants = {"plain step": _replayer(cluster, n, plain, dict(cluster.env))}
+            for name, (argv, env) in steps.items():
+                moved = [f"--jobid={job}" if w.startswith("--jobid=") else w for w in argv]
+                variants[name] = _replayer(cluster, n, moved, env)
+            runs = interleaved(reps, variants)
         finally:
-            cluster.stop()
-    finally:
-        tb.close()
+            cluster.run(["scancel", job])
+            clean(cluster)
     report.section(f"srun's start to every node's ready line, {n} nodes, N={reps} interleaved")
     table = Table(["step", "median", "over the plain step", "each run"])
     base = median(runs["plain step"])
