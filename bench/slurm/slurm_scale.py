@@ -78,11 +78,8 @@ def slurm_testbed(n: int, name: str) -> Iterator[tuple[SlurmCluster, Path, str]]
         version = cluster.run(["sinfo", "-V"], check=False).stdout.strip()
         try:
             with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp_name:
-                yield (
-                    cluster,
-                    Path(tmp_name),
-                    (f"{version}: {n} slurmd up and idle {built:.1f} s after the testbed began."),
-                )
+                up = f"{version}: {n} slurmd up and idle {built:.1f} s after the testbed began."
+                yield cluster, Path(tmp_name), up
         finally:
             cluster.stop()
     finally:
@@ -154,8 +151,21 @@ def srun_by_hand(
 ) -> tuple[TimedStream, float | None]:
     """`srun -N N ... COMMAND` started by hand, until every node's stand-in said it is ready:
     the stream and the seconds that took (None: not all within the timeout)."""
-    argv = cluster.argv(["srun", "-N", str(n), "--ntasks-per-node=1", *flags, *command])
-    stream = TimedStream(argv, env={**cluster.env, **(env or {})}, cwd=cwd, merge_stderr=True)
+    argv = ["srun", "-N", str(n), "--ntasks-per-node=1", *flags, *command]
+    return srun_until_ready(cluster, n, argv, {**cluster.env, **(env or {})}, cwd)
+
+
+def srun_until_ready(
+    cluster: SlurmCluster,
+    n: int,
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float = 600,
+) -> tuple[TimedStream, float | None]:
+    """An srun line (`argv`, in the head namespace) started, until the stand-ins on `n`
+    nodes said they are ready: the stream and the seconds that took (None: not in time)."""
+    stream = TimedStream(cluster.argv(argv), env=env, cwd=cwd, merge_stderr=True)
     seen: set[str] = set()
 
     def ready(line: str) -> bool:
@@ -163,7 +173,7 @@ def srun_by_hand(
             seen.add(line.split("host=")[-1].strip())
         return len(seen) == n
 
-    return stream, stream.until(ready, timeout=600)
+    return stream, stream.until(ready, timeout=timeout)
 
 
 def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:

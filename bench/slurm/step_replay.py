@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import statistics
-import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -31,14 +31,23 @@ from bench.common.hosts import TimedStream, all_ranks_running
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
 from bench.common.trees import compile_bytecode, describe_tree
-from bench.slurm.slurm_scale import STANDIN, clean, headless_argv, slurm_testbed
+from bench.slurm.slurm_scale import (
+    STANDIN,
+    clean,
+    headless_argv,
+    slurm_testbed,
+    srun_until_ready,
+)
 from testbed import SlurmCluster
 from testbed.slurm_ddptui import cluster_env
 
 ROOT = Path(__file__).resolve().parents[2]
+# The first srun the console runs is its step (a reap step at teardown would come later).
 WRAPPER = """#!/bin/sh
-printf '%s\\0' "$@" > "{out}/argv"
-env -0 > "{out}/env"
+if [ ! -e "{out}/argv" ]; then
+    printf '%s\\0' "$@" > "{out}/argv"
+    env -0 > "{out}/env"
+fi
 exec {srun} "$@"
 """
 Step = tuple[list[str], dict[str, str]]
@@ -49,8 +58,7 @@ def capture_step(cluster: SlurmCluster, n: int, tree: Path, tmp: Path) -> Step:
     out = Path(tempfile.mkdtemp(dir=tmp))
     wrap = out / "bin"
     wrap.mkdir()
-    real = subprocess.run(["sh", "-c", "command -v srun"], capture_output=True, text=True)
-    (wrap / "srun").write_text(WRAPPER.format(out=out, srun=real.stdout.strip()))
+    (wrap / "srun").write_text(WRAPPER.format(out=out, srun=shutil.which("srun")))
     (wrap / "srun").chmod(0o755)
     env = cluster_env(cluster, out / "state", PYTHONPATH=str(tree))
     env["PATH"] = f"{wrap}:{env['PATH']}"
@@ -68,15 +76,7 @@ def capture_step(cluster: SlurmCluster, n: int, tree: Path, tmp: Path) -> Step:
 
 def replay(cluster: SlurmCluster, n: int, argv: list[str], env: dict[str, str]) -> float:
     """Seconds from srun's start to every node's ready line."""
-    stream = TimedStream(cluster.argv(argv), env=env, cwd=Path("/tmp"), merge_stderr=True)
-    seen: set[str] = set()
-
-    def ready(line: str) -> bool:
-        if "fleet stand-in ready" in line:
-            seen.add(line.split("host=")[-1].strip())
-        return len(seen) == n
-
-    green = stream.until(ready, timeout=120)
+    stream, green = srun_until_ready(cluster, n, argv, env, Path("/tmp"), timeout=120)
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=120)
     if green is None:

@@ -79,7 +79,6 @@ fi
 # the reason (who holds it) in the head's log. A port that binds needs no reason.
 # shellcheck disable=SC2086 # the address and the port, two words
 if [ -n "$ddptui_port_check" ] && ! ddptui_port_bindable $ddptui_port_check 2>/dev/null; then
-    # shellcheck disable=SC2086 # the address and the port, two words
     ddptui_taken=$(ddptui_port_reason $ddptui_port_check)
     if [ -n "$ddptui_taken" ]; then
         printf 'ddptui: rendezvous port %s on %s is not available (%s): choose another with --rdzv-port\n' \
