@@ -13,7 +13,7 @@ import contextlib
 import ctypes
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from ddptui.core.backends.base import BackendError
@@ -30,8 +30,20 @@ from ddptui.core.events import AllocationChanged, Event, Notice
 
 PR_SET_PDEATHSIG = 1
 POLL_S = 1.0
+# Between two looks at squeue for a job or steps to be gone: short at first (after scancel or
+# a step's end, a job usually leaves squeue within a tenth of a second; a fixed 0.25 s cost a
+# teardown up to that on every look), then doubling up to GONE_POLL_S.
+GONE_FIRST_POLL_S = 0.05
 GONE_POLL_S = 0.25
 GONE_TIMEOUT_S = 120.0
+
+
+def gone_pauses() -> Iterator[float]:
+    """The pauses between the looks of one wait: 0.05 s, doubling up to GONE_POLL_S."""
+    pause = GONE_FIRST_POLL_S
+    while True:
+        yield pause
+        pause = min(pause * 2, GONE_POLL_S)
 
 
 def _term_with_parent() -> None:
@@ -265,12 +277,13 @@ class SlurmAllocator:
     async def wait_gone(self, job_id: str) -> bool:
         """Until squeue no longer lists the job as pending, running or completing."""
         deadline = time.monotonic() + GONE_TIMEOUT_S
+        pauses = gone_pauses()
         while time.monotonic() < deadline:
             with contextlib.suppress(SlurmError):
                 job = await self.query.job(job_id)
                 if job is None or job.ended:
                     return True
-            await asyncio.sleep(GONE_POLL_S)
+            await asyncio.sleep(next(pauses))
         return False
 
     async def release(self, job_id: str, why: str = "") -> bool:
@@ -290,9 +303,10 @@ class SlurmAllocator:
         self, job_id: str, names: Sequence[str], timeout: float = GONE_TIMEOUT_S
     ) -> bool:
         deadline = time.monotonic() + timeout
+        pauses = gone_pauses()
         while time.monotonic() < deadline:
             with contextlib.suppress(SlurmError):
                 if not [s for s in await self.query.steps(job_id) if s.name in names]:
                     return True
-            await asyncio.sleep(GONE_POLL_S)
+            await asyncio.sleep(next(pauses))
         return False
