@@ -15,7 +15,12 @@ per host namespace (real Slurm 22.05, munge). On every node the fleet's stand-in
 - by hand: `srun -N N --ntasks-per-node=1 bash fleet_standin.sh` (one step, N tasks, the
   same stand-in), launched = every node's ready line; teardown = SIGTERM to srun (it
   kills the tasks and ends the job) until srun exits; nothing is proven.
-Both are then checked from outside: no process other than the daemons in any node's
+- floor: what any console pays that validates the job in Python before it asks Slurm, then
+  uses salloc and one step: `python -c 'import ddptui.cli.jobargs'` (the job's models,
+  pydantic), `salloc --no-shell`, a plain `srun --jobid` of the same stand-in; teardown =
+  SIGTERM to that srun until it exits, then scancel until squeue no longer lists the job.
+  ddptui's cost over it is its own; the floor's over srun by hand is the design's.
+All are then checked from outside: no process other than the daemons in any node's
 namespace, and squeue empty. Interleaved; the table gives totals and seconds per node.
 """
 
@@ -23,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +40,7 @@ from typing import Any
 from bench.common.hosts import TimedStream, all_ranks_running, slurm_strays
 from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
 from bench.common.stats import interleaved, median
-from bench.common.trees import compile_bytecode, describe_tree
+from bench.common.trees import ROOT, compile_bytecode, describe_tree
 from testbed import SlurmCluster, Testbed, cleanup_stale
 from testbed.slurm_ddptui import cluster_env, ddptui_argv
 from testbed.standins import FLEET_STANDIN
@@ -42,6 +49,7 @@ STANDIN = str(FLEET_STANDIN)
 OURS = "ddptui (salloc + one step)"
 BASE = "ddptui (base)"
 BY_HAND = "srun by hand (one step)"
+FLOOR = "floor (spec imported, salloc, plain step)"
 PHASES = (
     "to salloc granted",
     "granted to step started",
@@ -176,6 +184,36 @@ def srun_until_ready(
     return stream, stream.until(ready, timeout=timeout)
 
 
+def floor_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+    """What any console that validates the job in Python before asking Slurm, then uses
+    salloc and a step, pays at least: the job's models imported (ddptui.cli.jobargs, with
+    pydantic), `salloc --no-shell`, then a plain `srun --jobid` of the stand-in; teardown =
+    SIGTERM to that srun until it exits, then scancel until squeue no longer lists the job.
+    Nothing of ddptui runs: no task program, no stream split, no proof."""
+    script = (
+        f"{shlex.quote(sys.executable)} -c 'import ddptui.cli.jobargs' && "
+        f"out=$(salloc --no-shell -N {n} --ntasks-per-node=1 --cpus-per-task=1 2>&1) && "
+        "job=$(printf '%s' \"$out\" | sed -n 's/.*Granted job allocation \\([0-9]*\\).*/\\1/p') && "
+        'echo "job=$job" && '
+        f"exec srun --jobid=$job -N {n} --ntasks-per-node=1 bash {shlex.quote(STANDIN)}"
+    )
+    env = {**cluster.env, "PYTHONPATH": str(ROOT)}
+    stream, green = srun_until_ready(cluster, n, ["sh", "-c", script], env, tmp)
+    jobs = [line.split("=", 1)[1] for _, line in stream.seen if line.startswith("job=")]
+    if green is None or not jobs:
+        stream.proc.kill()
+        raise RuntimeError(f"floor: not all ready: {stream.seen[-3:]}")
+    t0 = time.monotonic()
+    stream.proc.send_signal(signal.SIGTERM)
+    stream.finish(timeout=600)
+    cluster.run(["scancel", jobs[0]], check=False)
+    while cluster.run(["squeue", "-h", "-j", jobs[0]], check=False).stdout.strip():
+        time.sleep(0.02)
+    teardown = time.monotonic() - t0
+    _, dirty = clean(cluster)
+    return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
+
+
 def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
     stream, green = srun_by_hand(cluster, n, ["bash", STANDIN], tmp)
     if green is None:
@@ -212,6 +250,7 @@ def main() -> None:
         tools: dict[str, Callable[[int], Sample]] = {
             OURS: lambda _: ddptui_run(cluster, n, tmp),
             BY_HAND: lambda _: srun_run(cluster, n, tmp),
+            FLOOR: lambda _: floor_run(cluster, n, tmp),
         }
         if base is not None:
             tools[BASE] = lambda _: ddptui_run(cluster, n, tmp, tree=base)
@@ -252,6 +291,12 @@ def main() -> None:
                 f"{tool} / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
                 f"{down / down_theirs:.2f}x (its allocation {granted:.2f} s after it started)"
             )
+    floor = runs[FLOOR]
+    low, low_down = (median([s[k] for s in floor]) for k in ("launch", "teardown"))
+    ratios.append(
+        f"{FLOOR} / srun by hand, launch: {low / theirs:.2f}x, teardown: "
+        f"{low_down / down_theirs:.2f}x"
+    )
     report.para(
         "; ".join(ratios) + ". Load average at the end: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
