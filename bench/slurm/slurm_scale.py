@@ -33,7 +33,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,13 +60,16 @@ PHASES = (
 Sample = dict[str, Any]
 
 
-def clean(cluster: SlurmCluster, timeout: float = 60) -> tuple[float | None, int]:
-    """Seconds until no node has a stray process and squeue is empty; else how many dirty."""
+def clean(
+    cluster: SlurmCluster, timeout: float = 60, keep: Collection[str] = ()
+) -> tuple[float | None, int]:
+    """Seconds until no node has a stray process and squeue lists no job but those in `keep`
+    (other users' jobs, queued); else how many nodes are dirty."""
     t0 = time.monotonic()
     hosts = cluster.tb.hosts
     while True:
         left = {h: p for h, p in slurm_strays(cluster.tb, hosts).items() if p}
-        if not left and not cluster.squeue_ids():
+        if not left and not set(cluster.squeue_ids()) - set(keep):
             return time.monotonic() - t0, 0
         if time.monotonic() - t0 > timeout:
             return None, len(left)
@@ -94,7 +97,9 @@ def slurm_testbed(n: int, name: str) -> Iterator[tuple[SlurmCluster, Path, str]]
         tb.close()
 
 
-def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = None) -> Sample:
+def ddptui_run(
+    cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = None, keep: Collection[str] = ()
+) -> Sample:
     argv = headless_argv(cluster, n, STANDIN)
     env = cluster_env(cluster, tmp / "state")
     if tree is not None:
@@ -110,7 +115,7 @@ def ddptui_run(cluster: SlurmCluster, n: int, tmp: Path, tree: Path | None = Non
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
-    _, dirty = clean(cluster)
+    _, dirty = clean(cluster, keep=keep)
     events = stream.events()
 
     def first(kind: str, state: str = "", after: float = 0.0) -> float:
@@ -214,7 +219,7 @@ def floor_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
     return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
 
 
-def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
+def srun_run(cluster: SlurmCluster, n: int, tmp: Path, keep: Collection[str] = ()) -> Sample:
     stream, green = srun_by_hand(cluster, n, ["bash", STANDIN], tmp)
     if green is None:
         stream.proc.kill()
@@ -223,7 +228,7 @@ def srun_run(cluster: SlurmCluster, n: int, tmp: Path) -> Sample:
     stream.proc.send_signal(signal.SIGTERM)
     stream.finish(timeout=600)
     teardown = time.monotonic() - t0
-    _, dirty = clean(cluster)
+    _, dirty = clean(cluster, keep=keep)
     return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
 
 

@@ -1,7 +1,10 @@
 """Provides the Slurm CLI as async calls, parsers of what it prints, and CliQuery.
 
 CliQuery answers SlurmQuery (query.py), the read-only questions the backend asks, with
-`squeue --json`, `squeue -s`, `scontrol`: the path this project tests against Slurm 22.05.
+`scontrol -o show job`, `squeue -s`, `scontrol -o show node`: the path this project tests
+against Slurm 22.05. Every question names its job or nodes, so the controller answers with
+those alone, whatever else is queued (`squeue --json` sends every job it knows: in 22.05 it
+ignores -j).
 `choose_query()` picks the pyslurm adapter instead only where `import pyslurm` works and
 pyslurm was built for the Slurm that `scontrol --version` reports (pyslurm binds exactly one
 Slurm release and fails on any other).
@@ -13,7 +16,6 @@ import asyncio
 import contextlib
 import importlib.util
 import ipaddress
-import json
 import os
 import re
 import socket
@@ -21,7 +23,6 @@ import subprocess
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 import hostlist
 
@@ -40,6 +41,14 @@ _QUEUED = re.compile(r"job (\d+) queued and waiting for resources")
 _NODE_ADDR = re.compile(r"\bNodeAddr=(\S+)")
 _NODE_NAME = re.compile(r"^NodeName=(\S+)")
 _VERSION = re.compile(r"(\d+)\.(\d+)")
+# `scontrol -o show job`: KEY=VALUE words; a job's name and its pending reason may hold spaces
+_JOB_WORD = re.compile(
+    r"(?:^|\s)(JobId|JobState|Restarts|ExitCode|NodeList|NumNodes|NumCPUs)=(\S*)"
+)
+_JOB_NAME = re.compile(r"(?:^|\s)JobName=(.*?) UserId=")
+_JOB_REASON = re.compile(r"(?:^|\s)Reason=(.*?) Dependency=")
+_LEADING_INT = re.compile(r"\d+")
+JOB_GONE = "Invalid job id specified"  # scontrol, once the controller has forgotten the job
 CLI_TIMEOUT_S = 30.0
 
 
@@ -60,41 +69,51 @@ class SallocLine:
 # -- parsers (pure) -------------------------------------------------------------------------------
 
 
-def _number(value: Any) -> int | None:
-    """Slurm >= 23.02 wraps numbers as {"set": bool, "number": n}; 22.05 gives plain ints."""
-    if isinstance(value, dict):
-        if value.get("set", True) and "number" in value:
-            return int(value["number"])
-        if "return_code" in value:
-            return _number(value["return_code"])
-        return None
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def job_argv(job_id: str) -> list[str]:
+    """The question for one job's record (CliQuery.job, and early_alloc asks it ahead).
+
+    Not `squeue --json`: in 22.05 it ignores -j and sends every job the controller knows,
+    finished ones too. With 2,000 jobs queued that is 6 MB and 0.4 s a question, against
+    1 KB and 13 ms for this (bench/results/slurm_busy_queue.md), and the console asks
+    while a run is quiet, every second or two, for the whole run."""
+    return ["scontrol", "-o", "show", "job", str(job_id)]
 
 
-def parse_squeue_json(text: str) -> dict[str, JobInfo]:
-    """`squeue --json` -> job id -> JobInfo (22.05 lists finished jobs too, and ignores -j)."""
-    data = json.loads(text)
-    jobs: dict[str, JobInfo] = {}
-    for raw in data.get("jobs", []):
-        job_id = str(raw.get("job_id"))
-        reason = raw.get("state_reason") or ""
-        jobs[job_id] = JobInfo(
-            job_id=job_id,
-            name=str(raw.get("name") or ""),
-            states=job_states(raw.get("job_state")),
-            reason="" if reason == "None" else str(reason),
-            nodes=str(raw.get("nodes") or ""),
-            cpus=_number(raw.get("cpus")) or 0,
-            node_count=_number(raw.get("node_count")) or 0,
-            exit_code=_number(raw.get("exit_code")),
-            restarts=_number(raw.get("restart_cnt")) or 0,
+def _leading_int(value: str) -> int:
+    """`4`, and `1-1` (a pending job's node count: a range) -> its first number; else 0."""
+    found = _LEADING_INT.match(value)
+    return int(found.group()) if found else 0
+
+
+def _exit_code(value: str) -> int | None:
+    """ExitCode `CODE:SIGNAL` -> the code, or 128 + the signal as a shell reports it."""
+    code, _, signal_number = value.partition(":")
+    if not code.isdigit():
+        return None
+    return 128 + int(signal_number) if signal_number.isdigit() and int(signal_number) else int(code)
+
+
+def parse_scontrol_job(text: str, job_id: str) -> JobInfo | None:
+    """`scontrol -o show job ID` (a line per job record) -> that job; None without its line."""
+    for line in text.splitlines():
+        words = dict(_JOB_WORD.findall(line))
+        if words.get("JobId") != str(job_id):
+            continue
+        name, reason = _JOB_NAME.search(line), _JOB_REASON.search(line)
+        said = reason.group(1) if reason else ""
+        nodes = words.get("NodeList", "")
+        return JobInfo(
+            job_id=str(job_id),
+            name=name.group(1) if name else "",
+            states=job_states(words.get("JobState", "")),
+            reason="" if said in ("None", "(null)") else said,
+            nodes="" if nodes == "(null)" else nodes,
+            cpus=_leading_int(words.get("NumCPUs", "")),
+            node_count=_leading_int(words.get("NumNodes", "")),
+            exit_code=_exit_code(words.get("ExitCode", "")),
+            restarts=_leading_int(words.get("Restarts", "")),
         )
-    return jobs
+    return None
 
 
 def parse_salloc_line(line: str) -> SallocLine:
@@ -207,13 +226,17 @@ async def slurm(
 
 
 class CliQuery:
-    """SlurmQuery through the Slurm CLI (squeue, scontrol)."""
+    """SlurmQuery through the Slurm CLI (scontrol, squeue -s)."""
 
     name = "cli"
 
     async def job(self, job_id: str) -> JobInfo | None:
-        result = await slurm(["squeue", "--json"])
-        return parse_squeue_json(result.stdout).get(str(job_id))
+        result = await slurm(job_argv(job_id), check=False)
+        if result.exit_code != 0:
+            if JOB_GONE in result.stderr:
+                return None
+            raise SlurmError(f"scontrol: {last_error(result.stderr) or f'exit {result.exit_code}'}")
+        return parse_scontrol_job(result.stdout, job_id)
 
     async def steps(self, job_id: str) -> list[StepInfo]:
         result = await slurm(

@@ -3,7 +3,7 @@ as the job is known, while the rest of the console is still being imported.
 
 Why: from the job's spec to the allocator's salloc the headless console imports its session,
 monitor and diagnosis (0.1-0.2 s at 64 nodes on a shared host), and after the grant it asks
-squeue for the job and scontrol for the nodes' addresses before the step can start. salloc
+scontrol for the job and for the nodes' addresses before the step can start. salloc
 and those two questions take about that long, so they are made here, in a thread, meanwhile:
 `request` starts salloc (the very command the allocator would run, with the run's id in its
 job name), and the thread reads what salloc says and, once it is granted, asks the same two
@@ -35,8 +35,9 @@ import hostlist
 from ddptui.core.backends.slurm.cli import (
     CLI_TIMEOUT_S,
     answer_ahead,
+    job_argv,
     parse_salloc_line,
-    parse_squeue_json,
+    parse_scontrol_job,
 )
 from ddptui.core.backends.transport import CommandResult
 
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 
 PR_SET_PDEATHSIG = 1
 DISCARD_WAIT_S = 10.0
-
-# the squeue and scontrol commands the backend runs after the grant (CliQuery.job, .node_addresses)
-SQUEUE = ("squeue", "--json")
 
 
 def _term_with_parent() -> None:
@@ -100,10 +98,11 @@ class EarlySalloc:
             granted = granted or line.kind == "granted"
             self.lines.put(raw)
         self.proc.wait()
-        asked = self._expect(SQUEUE) if granted and self.proc.returncode == 0 else None
+        job = tuple(job_argv(self.job_id)) if self.job_id else None
+        asked = self._expect(job) if job and granted and self.proc.returncode == 0 else None
         self.lines.put(None)
-        if asked is not None:
-            self._ask_ahead(asked)
+        if job is not None and asked is not None:
+            self._ask_ahead(job, asked)
 
     def _expect(self, argv: tuple[str, ...]) -> Future[CommandResult] | None:
         """An answer to come, registered before anyone may ask for it."""
@@ -114,12 +113,12 @@ class EarlySalloc:
             self.answers[argv] = asked
             return asked
 
-    def _ask_ahead(self, asked: Future[CommandResult]) -> None:
-        """squeue for the job, then scontrol for its nodes, as the backend asks next; each
-        answer is registered before the one before it is told, so no question of the
-        backend's comes in between."""
+    def _ask_ahead(self, job: tuple[str, ...], asked: Future[CommandResult]) -> None:
+        """The job's record (`job`), then its nodes' addresses, as the backend asks next
+        (CliQuery.job, .node_addresses); each answer is registered before the one before
+        it is told, so no question of the backend's comes in between."""
         try:
-            answer = _run(SQUEUE)
+            answer = _run(job)
         except (OSError, subprocess.SubprocessError) as exc:
             asked.set_exception(exc)
             return
@@ -138,7 +137,7 @@ class EarlySalloc:
         if answer.exit_code != 0:
             return None
         try:
-            job = parse_squeue_json(answer.stdout).get(self.job_id or "")
+            job = parse_scontrol_job(answer.stdout, self.job_id or "")
             if job is None or not job.nodes:
                 return None
             names: list[str] = hostlist.expand_hostlist(job.nodes)[: self._nodes]

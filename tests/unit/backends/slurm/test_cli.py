@@ -1,64 +1,124 @@
-"""Slurm CLI output parsed: squeue --json of 22.05 and newer, salloc, scontrol, steps, sbatch."""
+"""Slurm CLI output parsed: scontrol show job (captured from 22.05), salloc, steps, sbatch."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
 from ddptui.core.backends.slurm.cli import (
     CliQuery,
+    JobInfo,
+    SlurmError,
     choose_query,
     job_states,
     parse_hostnames,
     parse_node_addresses,
     parse_salloc_line,
     parse_sbatch_parsable,
-    parse_squeue_json,
+    parse_scontrol_job,
     parse_steps,
     parse_version,
 )
 
-# `squeue --json` of Slurm 22.05.8 (trimmed): job_state is a string, numbers are plain.
-SQUEUE_2205 = """{"meta": {"Slurm": {"release": "22.05.8"}}, "errors": [], "jobs": [
- {"job_id": 4, "name": "ddptui-r1", "job_state": "PENDING", "state_reason": "PartitionNodeLimit",
-  "nodes": "", "cpus": 5, "node_count": 5, "exit_code": 0},
- {"job_id": 5, "name": "no-shell", "job_state": "RUNNING", "state_reason": "None",
-  "nodes": "node[1-2]", "cpus": 4, "node_count": 2, "exit_code": 0},
- {"job_id": 3, "name": "no-shell", "job_state": "CANCELLED", "state_reason": "None",
-  "nodes": "node[1-3]", "cpus": 3, "node_count": 3, "exit_code": 0},
- {"job_id": 6, "name": "x", "job_state": "COMPLETING", "state_reason": "None",
-  "nodes": "node1", "cpus": 1, "node_count": 1, "exit_code": 0}]}"""
-
-# The shape of newer releases (openapi v0.0.40+): state lists, numbers wrapped.
-SQUEUE_NEWER = """{"jobs": [
- {"job_id": 42, "name": "ddptui-r2", "job_state": ["PENDING"], "state_reason": "Resources",
-  "nodes": "", "cpus": {"set": true, "infinite": false, "number": 8},
-  "node_count": {"set": true, "infinite": false, "number": 2},
-  "exit_code": {"status": ["PENDING"], "return_code": {"set": false, "number": 0}}},
- {"job_id": 43, "name": "y", "job_state": ["CANCELLED", "COMPLETING"], "state_reason": "None",
-  "nodes": "gpu[01-02]", "cpus": {"set": true, "number": 16},
-  "node_count": {"set": true, "number": 2},
-  "exit_code": {"status": ["SIGNALED"], "return_code": {"set": true, "number": 15}}},
- {"job_id": 44, "name": "z", "job_state": ["RUNNING"], "state_reason": "None",
-  "nodes": "gpu03", "cpus": {"set": true, "number": 8}, "node_count": {"set": true, "number": 1},
-  "exit_code": {"status": ["SUCCESS"], "return_code": {"set": true, "number": 0}}}]}"""
+# `scontrol -o show job ID` of Slurm 22.05.8, captured on the testbed: each case, then its line
+CAPTURES = Path(__file__).parents[3] / "data" / "slurm" / "scontrol_show_job_2205.txt"
 
 
-def test_squeue_json_of_slurm_2205() -> None:
-    jobs = parse_squeue_json(SQUEUE_2205)
-    assert jobs["4"].pending and jobs["4"].reason == "PartitionNodeLimit"
-    assert jobs["5"].running and jobs["5"].reason == "" and jobs["5"].cpus_per_node == 2
-    assert jobs["5"].nodes == "node[1-2]" and not jobs["5"].ended
-    assert jobs["3"].ended and not jobs["3"].running
-    assert not jobs["6"].ended  # still completing: its processes may be alive
+def _captured() -> dict[str, str]:
+    cases: dict[str, str] = {}
+    case = ""
+    for line in CAPTURES.read_text().splitlines()[1:]:
+        if line.startswith("# "):
+            case = line[2:]
+        elif line.strip():
+            cases[case] = line
+    return cases
 
 
-def test_squeue_json_of_newer_slurm() -> None:
-    jobs = parse_squeue_json(SQUEUE_NEWER)
-    assert jobs["42"].pending and jobs["42"].reason == "Resources"
-    assert jobs["42"].cpus_per_node == 4 and jobs["42"].exit_code is None
-    assert jobs["43"].states == ("CANCELLED", "COMPLETING") and not jobs["43"].ended
-    assert jobs["43"].exit_code == 15 and jobs["43"].state == "CANCELLED+COMPLETING"
-    assert jobs["44"].running and jobs["44"].exit_code == 0
+def _job(case: str) -> JobInfo:
+    line = _captured()[case]
+    job_id = line.split()[0].partition("=")[2]
+    job = parse_scontrol_job(f"{line}\n", job_id)
+    assert job is not None
+    return job
+
+
+def test_a_running_allocation() -> None:
+    job = _job("running")
+    assert job.running and not job.pending and not job.ended
+    assert (job.job_id, job.name, job.nodes) == ("2006", "ddptui-capture", "node[1-2]")
+    assert (job.cpus, job.node_count, job.cpus_per_node) == (2, 2, 1)
+    assert (job.reason, job.exit_code, job.restarts) == ("", 0, 0)
+
+
+def test_a_pending_job_has_its_reason_and_no_nodes() -> None:
+    held = _job("held")  # NumNodes=1-1: a pending job's node count is a range
+    assert held.pending and held.reason == "JobHeldUser"
+    assert (held.nodes, held.node_count) == ("", 1)
+
+
+def test_ended_jobs_with_their_exit_codes() -> None:
+    failed = _job("failed")  # ExitCode=3:0
+    assert failed.ended and failed.state == "FAILED" and failed.exit_code == 3
+    assert failed.reason == "NonZeroExitCode"
+    assert _job("signal").exit_code == 128 + 9  # ExitCode=0:9, as a shell reports it
+    cancelled = _job("cancelled")
+    assert cancelled.ended and cancelled.exit_code == 128 + 15
+    timeout = _job("timeout")  # its time limit reached
+    assert timeout.ended and timeout.state == "TIMEOUT" and timeout.reason == "TimeLimit"
+
+
+def test_a_completing_job_has_not_ended() -> None:
+    job = _job("cancel_now")  # just scancelled: its processes may be alive
+    assert job.states == ("COMPLETING",) and not job.ended and not job.running
+
+
+def test_a_requeued_job_counts_its_restarts_and_has_not_ended() -> None:
+    completing, pending = _job("requeued"), _job("requeued_pending")
+    assert completing.restarts == pending.restarts == 1
+    assert not completing.ended and not pending.ended
+    assert pending.pending and pending.reason == "BeginTime"
+
+
+def test_another_jobs_line_or_none_is_not_the_job() -> None:
+    line = _captured()["running"]
+    assert parse_scontrol_job(line, "206") is None
+    assert parse_scontrol_job("", "2006") is None
+    # a name with spaces (sbatch -J 'my run') is read whole
+    spaced = line.replace("JobName=ddptui-capture ", "JobName=my run ")
+    job = parse_scontrol_job(spaced, "2006")
+    assert job is not None and job.name == "my run" and job.running
+
+
+async def test_the_cli_asks_for_the_one_job_and_a_forgotten_one_is_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$4" in\n'
+        f"2006) cat <<'EOF'\n{_captured()['running']}\nEOF\n;;\n"
+        "down) echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1;;\n"
+        "*) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1;;\n"
+        "esac\n"
+    )
+    scontrol.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    query = CliQuery()
+    job = await query.job("2006")
+    assert job is not None and job.running and job.nodes == "node[1-2]"
+    assert await query.job("77") is None  # gone from the controller
+    with pytest.raises(SlurmError, match="Unable to contact slurm controller"):
+        await query.job("down")
+    assert calls.read_text().splitlines() == [
+        "-o show job 2006",
+        "-o show job 77",
+        "-o show job down",
+    ]
 
 
 def test_job_state_string_and_list() -> None:

@@ -4,7 +4,6 @@ Slurm commands."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,19 +15,18 @@ from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.cli import CliQuery
 from ddptui.core.events import AllocationChanged, Event
 
-SQUEUE_JSON = {
-    "jobs": [
-        {"job_id": 7, "name": "ddptui-r1", "job_state": "RUNNING", "state_reason": "None",
-         "nodes": "n[1-3]", "cpus": 3, "node_count": 3}
-    ]
-}  # fmt: skip
+SCONTROL_JOB = (
+    "JobId=7 JobName=ddptui-r1 UserId=alice(1000) GroupId=alice(1000) JobState=RUNNING "
+    "Reason=None Dependency=(null) Restarts=0 ExitCode=0:0 ReqNodeList=(null) NodeList=n[1-3] "
+    "NumNodes=3 NumCPUs=3"
+)
 ARGV = ["salloc", "--no-shell", "--job-name=ddptui-r1", "--nodes=2"]
 
 
 @pytest.fixture
 def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """salloc that pends then grants job 7; squeue, scontrol and scancel that log their
-    arguments (one line each) in calls.log."""
+    """salloc that pends then grants job 7; scontrol (show job, show node) and scancel that
+    log their arguments (one line each) in calls.log."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls.log"
@@ -38,8 +36,8 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         "echo 'salloc: Pending job allocation 7' >&2\n"
         "echo 'salloc: job 7 queued and waiting for resources' >&2\n"
         "echo 'salloc: Granted job allocation 7' >&2\n",
-        "squeue": f"cat <<'EOF'\n{json.dumps(SQUEUE_JSON)}\nEOF\n",
-        "scontrol": 'echo "NodeName=n1 NodeAddr=10.9.0.1"; echo "NodeName=n2 NodeAddr=10.9.0.2"\n',
+        "scontrol": f'[ "$3" = job ] && {{ echo "{SCONTROL_JOB}"; exit; }}\n'
+        'echo "NodeName=n1 NodeAddr=10.9.0.1"; echo "NodeName=n2 NodeAddr=10.9.0.2"\n',
         "scancel": "",
     }
     for name, body in tools.items():
@@ -62,14 +60,13 @@ async def test_the_allocator_takes_it_over_with_the_answers_after_the_grant(
     states = [e.state for e in events if isinstance(e, AllocationChanged)]
     assert states == ["requested", "pending"]  # granted is the backend's, with the nodes
     assert await query.node_addresses(["n1", "n2"]) == {"n1": "10.9.0.1", "n2": "10.9.0.2"}
-    # one salloc, squeue and scontrol each: the allocator ran none of them again
-    assert [c.split()[0] for c in _calls(fake_slurm)] == [
-        "salloc",
-        "squeue",
-        "scontrol",
+    # salloc, the job's record and its nodes' addresses once each: the allocator ran none again
+    assert [c for c in _calls(fake_slurm) if not c.startswith("salloc")] == [
+        "scontrol -o show job 7",
+        "scontrol -o show node n1,n2",
     ]
-    await query.job("7")  # an answer is taken once: now squeue runs again
-    assert _calls(fake_slurm)[-1] == "squeue --json"
+    await query.job("7")  # an answer is taken once: now scontrol is asked again
+    assert _calls(fake_slurm)[-1] == "scontrol -o show job 7"
     early_alloc.discard()
     assert not [c for c in _calls(fake_slurm) if c.startswith("scancel")]  # taken over
 
