@@ -43,7 +43,7 @@ _NODE_NAME = re.compile(r"^NodeName=(\S+)")
 _VERSION = re.compile(r"(\d+)\.(\d+)")
 # `scontrol -o show job`: KEY=VALUE words; a job's name and its pending reason may hold spaces
 _JOB_WORD = re.compile(
-    r"(?:^|\s)(JobId|JobState|Restarts|ExitCode|NodeList|NumNodes|NumCPUs)=(\S*)"
+    r"(?:^|\s)(JobId|JobName|JobState|Reason|Restarts|ExitCode|NodeList|NumNodes|NumCPUs)=(\S*)"
 )
 _JOB_NAME = re.compile(r"(?:^|\s)JobName=(.*?) UserId=")
 _JOB_REASON = re.compile(r"(?:^|\s)Reason=(.*?) Dependency=")
@@ -99,12 +99,13 @@ def parse_scontrol_job(text: str, job_id: str) -> JobInfo | None:
         words = dict(_JOB_WORD.findall(line))
         if words.get("JobId") != str(job_id):
             continue
+        # whole where the next key is the usual one, else its first word
         name, reason = _JOB_NAME.search(line), _JOB_REASON.search(line)
-        said = reason.group(1) if reason else ""
+        said = reason.group(1) if reason else words.get("Reason", "")
         nodes = words.get("NodeList", "")
         return JobInfo(
             job_id=str(job_id),
-            name=name.group(1) if name else "",
+            name=name.group(1) if name else words.get("JobName", ""),
             states=job_states(words.get("JobState", "")),
             reason="" if said in ("None", "(null)") else said,
             nodes="" if nodes == "(null)" else nodes,

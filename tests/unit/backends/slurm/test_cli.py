@@ -92,6 +92,13 @@ def test_another_jobs_line_or_none_is_not_the_job() -> None:
     assert job is not None and job.name == "my run" and job.running
 
 
+def test_keys_in_another_order_still_give_their_first_word() -> None:
+    line = "JobId=9 JobState=PENDING Reason=Priority JobName=ddptui-r9 NumNodes=2-2 NumCPUs=2"
+    job = parse_scontrol_job(line, "9")
+    assert job is not None
+    assert (job.name, job.reason, job.node_count) == ("ddptui-r9", "Priority", 2)
+
+
 async def test_the_cli_asks_for_the_one_job_and_a_forgotten_one_is_none(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
