@@ -21,10 +21,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
+from bench.common.report import Table, arg_parser, fmt_s
 from bench.common.stats import interleaved, median
-from bench.common.trees import compile_bytecode, describe_tree
-from bench.slurm.slurm_scale import BASE, BY_HAND, OURS, Sample, ddptui_run, slurm_testbed, srun_run
+from bench.slurm.slurm_scale import (
+    BASE,
+    BY_HAND,
+    OURS,
+    Sample,
+    ddptui_run,
+    slurm_testbed,
+    srun_run,
+    tree_report,
+)
 from testbed import SlurmCluster
 
 SQUEUE_JSON = "squeue --json"
@@ -47,6 +55,10 @@ def ask(cluster: SlurmCluster, argv: list[str]) -> Sample:
     return {"seconds": took, "bytes": len(done.stdout.encode())}
 
 
+def _median(samples: list[Sample], key: str) -> float:
+    return median([s[key] for s in samples])
+
+
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--nodes", type=int, default=4)
@@ -57,11 +69,9 @@ def main() -> None:
     n = 2 if args.quick else args.nodes
     queued = 50 if args.quick else args.queued
     reps = 1 if args.quick else args.reps
-    report = Report("slurm_busy_queue", f"Slurm with {queued} jobs queued", command_line())
-    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(compile_bytecode(*([args.baseline] if args.baseline else [])))
-    if args.baseline:
-        report.para(f"Baseline `{BASE}`: {describe_tree(args.baseline)}.")
+    report = tree_report(
+        "slurm_busy_queue", f"Slurm with {queued} jobs queued", __doc__, args.baseline
+    )
     with slurm_testbed(n, "busy-queue") as (cluster, tmp, built):
         report.para(built)
         t0 = time.monotonic()
@@ -87,8 +97,8 @@ def main() -> None:
     for name, samples in asked.items():
         table.add(
             name,
-            fmt_s(median([s["seconds"] for s in samples])),
-            f"{median([s['bytes'] for s in samples]) / 1024:.0f} KiB",
+            fmt_s(_median(samples, "seconds")),
+            f"{_median(samples, 'bytes') / 1024:.0f} KiB",
             " ".join(f"{s['seconds']:.3f}" for s in samples),
         )
     report.table(table)
@@ -98,14 +108,14 @@ def main() -> None:
         for tool, samples in runs.items():
             whole.add(
                 tool,
-                fmt_s(median([s["launch"] for s in samples])),
-                fmt_s(median([s["teardown"] for s in samples])),
+                fmt_s(_median(samples, "launch")),
+                fmt_s(_median(samples, "teardown")),
                 " ".join(str(s["dirty nodes"]) for s in samples),
             )
         report.table(whole)
         phases = Table(["phase", OURS, BASE])
         for phase in ("to salloc granted", "granted to step started", "proven to released"):
-            phases.add(phase, *[fmt_s(median([s[phase] for s in runs[t]])) for t in (OURS, BASE)])
+            phases.add(phase, *[fmt_s(_median(runs[t], phase)) for t in (OURS, BASE)])
         report.table(phases)
     report.write()
 

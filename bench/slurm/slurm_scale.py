@@ -232,6 +232,17 @@ def srun_run(cluster: SlurmCluster, n: int, tmp: Path, keep: Collection[str] = (
     return {"launch": green, "teardown": teardown, "dirty nodes": dirty}
 
 
+def tree_report(name: str, title: str, doc: str | None, baseline: Path | None) -> Report:
+    """A report that opens with the benchmark's description (its docstring but the first
+    line), how the trees are compiled, and the baseline tree if there is one."""
+    report = Report(name, title, command_line())
+    report.para(doc.split("\n\n", 1)[1].strip() if doc else "")
+    report.para(compile_bytecode(*([baseline] if baseline else [])))
+    if baseline:
+        report.para(f"Baseline `{BASE}`: {describe_tree(baseline)}.")
+    return report
+
+
 def main() -> None:
     parser = arg_parser(__doc__)
     parser.add_argument("--nodes", type=int, default=64)
@@ -244,11 +255,7 @@ def main() -> None:
     args = parser.parse_args()
     n = 4 if args.quick else args.nodes
     reps = 1 if args.quick else args.reps
-    report = Report("slurm_scale", f"Slurm at scale: {n} slurmd nodes", command_line())
-    report.para(__doc__.split("\n\n", 1)[1].strip() if __doc__ else "")
-    report.para(compile_bytecode(*([args.baseline] if args.baseline else [])))
-    if args.baseline:
-        report.para(f"Baseline `{BASE}`: {describe_tree(args.baseline)}.")
+    report = tree_report("slurm_scale", f"Slurm at scale: {n} slurmd nodes", __doc__, args.baseline)
     with slurm_testbed(n, "slurm-scale") as (cluster, tmp, built):
         report.para(built)
         base = args.baseline
