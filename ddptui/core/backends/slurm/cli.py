@@ -73,8 +73,8 @@ def job_argv(job_id: str) -> list[str]:
     """The question for one job's record (CliQuery.job, and early_alloc asks it ahead).
 
     Not `squeue --json`: in 22.05 it ignores -j and sends every job the controller knows,
-    finished ones too. With 2,000 jobs queued that is 6 MB and 0.4 s a question, against
-    1 KB and 13 ms for this (bench/results/slurm_busy_queue.md), and the console asks
+    finished ones too. With 2,000 jobs queued that is 6 MB and 0.3 s a question, against
+    1 KiB and 10 ms for this (bench/results/slurm_busy_queue.md), and the console asks
     while a run is quiet, every second or two, for the whole run."""
     return ["scontrol", "-o", "show", "job", str(job_id)]
 
