@@ -49,15 +49,19 @@ def _tool_version(argv: Sequence[str]) -> str:
     return text[0].strip() if text else "?"
 
 
+def load_average() -> str:
+    """This machine's load averages (1, 5, 15 minutes), as the reports print them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def environment() -> dict[str, str]:
     """What a reader needs to weigh the numbers: machine, load, and every version involved."""
-    load = os.getloadavg()
     return {
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "nproc": str(os.cpu_count()),
         "cpu": _cpu_model(),
         "kernel": platform.release(),
-        "load average at start": " ".join(f"{x:.2f}" for x in load),
+        "load average at start": load_average(),
         "python": platform.python_version(),
         "torch": _version("torch"),
         "textual": _version("textual"),

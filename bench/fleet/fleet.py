@@ -40,7 +40,7 @@ from bench.common.hosts import (
     hosts_apart,
     wait_clean,
 )
-from bench.common.report import Report, arg_parser, command_line
+from bench.common.report import Report, arg_parser, command_line, load_average
 from bench.common.stats import interleaved
 from bench.common.trees import ROOT, compile_bytecode, describe_tree
 from bench.fleet.report import BASE, NOTES, Sample, summarize, summarize_ui
@@ -289,7 +289,7 @@ def main() -> None:
             summarize_ui(report, n, uis)
     finally:
         tb.close()
-    report.para(f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")
+    report.para(f"Load average at the end: {load_average()}.")
     report.section("Where the launch time goes, and what would close the gap")
     report.para(NOTES)
     report.write()

@@ -22,7 +22,16 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.common.report import Report, Table, arg_parser, command_line, fmt_ms, ratio, verdict
+from bench.common.report import (
+    Report,
+    Table,
+    arg_parser,
+    command_line,
+    fmt_ms,
+    load_average,
+    ratio,
+    verdict,
+)
 from bench.common.stats import interleaved, median, percentile
 from bench.common.trees import ROOT, compile_bytecode
 
@@ -160,7 +169,7 @@ def main() -> None:
         f"(target < {TARGET_S * 1000:.0f} ms: "
         f"{verdict(ours < TARGET_S, f'+{(ours - TARGET_S) * 1000:.0f} ms')}); "
         f"without early sockets {fmt_ms(median(times['ddptui run --headless (engine first)']))}. "
-        f"Load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}. "
+        f"Load average at the end: {load_average()}. "
         "On a shared machine every process start stretches with the load: the bare "
         f"interpreter's floor was {fmt_ms(floor)} here (about 40 ms on an idle core), so "
         f"the ratio to it ({ratio(ours, floor)}) is the figure to compare between runs."

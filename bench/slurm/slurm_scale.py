@@ -27,7 +27,6 @@ namespace, and squeue empty. Interleaved; the table gives totals and seconds per
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import signal
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.hosts import TimedStream, all_ranks_running, slurm_strays
-from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
+from bench.common.report import Report, Table, arg_parser, command_line, fmt_s, load_average
 from bench.common.stats import interleaved, median
 from bench.common.trees import ROOT, compile_bytecode, describe_tree
 from testbed import SlurmCluster, Testbed, cleanup_stale
@@ -295,24 +294,15 @@ def main() -> None:
     by_hand = runs[BY_HAND]
     theirs, down_theirs = (median([s[k] for s in by_hand]) for k in ("launch", "teardown"))
     ratios = []
-    for tool in (OURS, BASE):
-        if tool in runs:
-            ours, down = (median([s[k] for s in runs[tool]]) for k in ("launch", "teardown"))
+    for tool in (t for t in (OURS, BASE, FLOOR) if t in runs):
+        ours, down = (median([s[k] for s in runs[tool]]) for k in ("launch", "teardown"))
+        ratio = f"{tool} / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
+        ratio += f"{down / down_theirs:.2f}x"
+        if "granted" in runs[tool][0]:  # ddptui's own (the floor has no events)
             granted = median([s["granted"] for s in runs[tool]])
-            ratios.append(
-                f"{tool} / srun by hand, launch: {ours / theirs:.2f}x, teardown: "
-                f"{down / down_theirs:.2f}x (its allocation {granted:.2f} s after it started)"
-            )
-    floor = runs[FLOOR]
-    low, low_down = (median([s[k] for s in floor]) for k in ("launch", "teardown"))
-    ratios.append(
-        f"{FLOOR} / srun by hand, launch: {low / theirs:.2f}x, teardown: "
-        f"{low_down / down_theirs:.2f}x"
-    )
-    report.para(
-        "; ".join(ratios) + ". Load average at the end: "
-        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
-    )
+            ratio += f" (its allocation {granted:.2f} s after it started)"
+        ratios.append(ratio)
+    report.para("; ".join(ratios) + f". Load average at the end: {load_average()}.")
     report.write()
 
 

@@ -18,7 +18,6 @@ captured; its tags and logs point into the capture's state directory, kept until
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -28,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.common.hosts import TimedStream, all_ranks_running
-from bench.common.report import Report, Table, arg_parser, command_line, fmt_s
+from bench.common.report import Report, Table, arg_parser, command_line, fmt_s, load_average
 from bench.common.stats import interleaved, median
 from bench.common.trees import compile_bytecode, describe_tree
 from bench.slurm.slurm_scale import (
@@ -136,7 +135,7 @@ def main() -> None:
     spread = {k: statistics.pstdev(v) for k, v in runs.items()}
     report.para("Spread (population standard deviation): "
                 + ", ".join(f"{k} {v:.3f} s" for k, v in spread.items()) + f". Load average at "
-                f"the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")  # fmt: skip
+                f"the end: {load_average()}.")  # fmt: skip
     report.write()
 
 

@@ -4,7 +4,6 @@ testbed, ddptui's Slurm backend vs the sbatch script torn down with scancel."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import tempfile
 import time
@@ -19,7 +18,7 @@ from bench.common.hosts import (
     all_envcheck_lines,
     all_ranks_running,
 )
-from bench.common.report import Report, Table, fmt_s
+from bench.common.report import Report, Table, fmt_s, load_average
 from bench.common.stats import interleaved, median
 from bench.teardown.runs import (
     HOSTS,
@@ -279,7 +278,7 @@ def slurm_part(report: Report, runs: int) -> None:
             report.para(
                 "Reproduce this part alone: `python -m bench.teardown.teardown --only slurm`. "
                 f"Run at {dt_now()}, load average at start "
-                f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}."
+                f"{load_average()}."
             )
             report.para(SLURM_ABOUT)
             report.para(_slurm_setup(cluster))

@@ -31,16 +31,17 @@ fi
 
 # The interface holding the node's address, for GLOO/NCCL_SOCKET_IFNAME. A node with one
 # interface besides lo (a VM, a container, a network namespace) needs no look: that one
-# carries its traffic. /proc/net/dev lists the interfaces of this process's own network
-# namespace (/sys/class/net may be another's: a daemon entered with nsenter keeps the
-# host's); its two header lines hold a `|`. (At 64 tasks sharing a host, running `ip` was
+# carries its traffic (an address of lo's own, 127.*, is not). /proc/net/dev lists the
+# interfaces of this process's own network namespace (/sys/class/net may be another's: a
+# daemon entered with nsenter keeps the host's); its two header lines hold a `|`. (At 64 tasks sharing a host, running `ip` was
 # about 0.1 s of the step's start.) Else iproute2's `ip`; where it is missing, the node's
 # Python asks the kernel per interface. `ip -o` prints `N: NAME[@LINK]    inet ADDR/LEN
 # ...`; asked for the address alone, the name is cut out of its one line by the shell (at
 # 64 tasks sharing a host, the loop over every address cost the step's start 0.05 s); an
 # `ip` that cannot filter gets the loop.
 ddptui_ifname=
-if [ -n "$ddptui_ifname_for" ] && [ -r /proc/net/dev ]; then
+if [ -n "$ddptui_ifname_for" ] && [ "${ddptui_ifname_for#127.}" = "$ddptui_ifname_for" ] &&
+    [ -r /proc/net/dev ]; then
     ddptui_ifs=0
     while IFS=: read -r ddptui_if _; do
         case $ddptui_if in
@@ -51,10 +52,7 @@ if [ -n "$ddptui_ifname_for" ] && [ -r /proc/net/dev ]; then
         ddptui_ifs=$((ddptui_ifs + 1))
         ddptui_one=$ddptui_if
     done </proc/net/dev
-    case $ddptui_ifname_for in
-    127.*) ;;
-    *) [ "$ddptui_ifs" = 1 ] && ddptui_ifname=$ddptui_one ;;
-    esac
+    [ "$ddptui_ifs" = 1 ] && ddptui_ifname=$ddptui_one
 fi
 if [ -n "$ddptui_ifname_for" ] && [ -z "$ddptui_ifname" ]; then
     if command -v ip >/dev/null 2>&1; then

@@ -222,8 +222,13 @@ async def slurm(
     except (OSError, subprocess.SubprocessError) as exc:  # asked ahead, and that failed
         raise SlurmError(f"{argv[0]}: {exc}") from None
     if check and result.exit_code != 0:
-        raise SlurmError(f"{argv[0]}: {last_error(result.stderr) or f'exit {result.exit_code}'}")
+        raise failed(argv, result)
     return result
+
+
+def failed(argv: Sequence[str], result: CommandResult) -> SlurmError:
+    """The error of a Slurm command that exited non-zero, in Slurm's words."""
+    return SlurmError(f"{argv[0]}: {last_error(result.stderr) or f'exit {result.exit_code}'}")
 
 
 class CliQuery:
@@ -232,11 +237,12 @@ class CliQuery:
     name = "cli"
 
     async def job(self, job_id: str) -> JobInfo | None:
-        result = await slurm(job_argv(job_id), check=False)
+        argv = job_argv(job_id)
+        result = await slurm(argv, check=False)
         if result.exit_code != 0:
             if JOB_GONE in result.stderr:
                 return None
-            raise SlurmError(f"scontrol: {last_error(result.stderr) or f'exit {result.exit_code}'}")
+            raise failed(argv, result)
         return parse_scontrol_job(result.stdout, job_id)
 
     async def steps(self, job_id: str) -> list[StepInfo]:

@@ -98,11 +98,12 @@ class EarlySalloc:
             granted = granted or line.kind == "granted"
             self.lines.put(raw)
         self.proc.wait()
-        job = tuple(job_argv(self.job_id)) if self.job_id else None
-        asked = self._expect(job) if job and granted and self.proc.returncode == 0 else None
+        granted = granted and self.proc.returncode == 0 and self.job_id is not None
+        question = tuple(job_argv(self.job_id or ""))
+        asked = self._expect(question) if granted else None
         self.lines.put(None)
-        if job is not None and asked is not None:
-            self._ask_ahead(job, asked)
+        if asked is not None:
+            self._ask_ahead(question, asked)
 
     def _expect(self, argv: tuple[str, ...]) -> Future[CommandResult] | None:
         """An answer to come, registered before anyone may ask for it."""
