@@ -9,3 +9,5 @@ from pathlib import Path
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+pytest_plugins = ["tests.tiers"]

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.knobs import BALANCED_S
 from tests.procs import pids_with_tag
 
 SCRIPT = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
@@ -93,11 +94,13 @@ def test_a_slow_node_is_named_as_a_node(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(900)
 def test_a_balanced_job_of_three_minutes_names_nobody(tmp_path: Path) -> None:
-    # 1,850 steps of at least 0.1 s of sleep each: over 3 minutes however fast the machine
-    events = _run(tmp_path, "--steps", "1850", timeout=600)
+    # steps of at least 0.1 s of sleep each (1,850 by default): over BALANCED_S (3 minutes)
+    # however fast the machine
+    steps = int(BALANCED_S * 10) + 50
+    events = _run(tmp_path, "--steps", str(steps), timeout=BALANCED_S + 420)
     running = [e["ts"] for e in events if e["event"] == "rank" and e["state"] == "running"]
     summary = events[-1]
-    assert summary["ts"] - min(running) >= 180, "the job ran for less than 3 minutes"
+    assert summary["ts"] - min(running) >= BALANCED_S, f"the job ran for less than {BALANCED_S} s"
     assert _stragglers(events) == [] and summary["straggler"] is None
     debug = Path(summary["run_dir"]) / "nodes"
     lines = sum(
