@@ -28,6 +28,7 @@ class Domain(enum.StrEnum):
 
     JOB = "job"  # the job's code, data or launch configuration
     INFRASTRUCTURE = "infrastructure"  # nodes, GPUs, network, scheduler
+    OPERATOR = "operator"  # the operator's own hand: a teardown, a kill, a drill
     UNKNOWN = "unknown"
 
 

@@ -1,0 +1,1 @@
+"""The story of a run: its incidents, in order, the one account every surface reads."""

@@ -1,0 +1,439 @@
+"""Provides Story: a run's incidents in order, built from what the detectors said, and its lead.
+
+The monitor reads and keeps state, `diagnose/` judges; this orders and words. Every finding
+the session emits (a failure's verdict, a collective mismatch, a stall, a straggler, a wrong
+number, a restart round, a lost node, the operator's stop) becomes one incident or updates
+the one it repeats: the NCCL audit's mismatch at every later collective counts, it is not a
+new incident. The lead is the incident an operator reads first, on every surface: the
+failure the verdict judged, else the first failure by the ranks' clocks, else the operator's
+stop, else what only slowed the run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
+from ddptui.core.diagnose.audit_watch import MismatchReport
+from ddptui.core.diagnose.patterns import NAN_OR_INF
+from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook
+from ddptui.core.diagnose.speed import StragglerReport
+from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
+from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
+from ddptui.core.events import (
+    Event,
+    FailureReport,
+    NodeChanged,
+    NodeState,
+    RankChanged,
+    RankState,
+)
+from ddptui.core.monitor.cycles import CycleReport, MembershipChange, MembershipChanged
+from ddptui.core.story.incident import Incident, IncidentKind, IncidentReport
+
+# The verdict's signature -> the incident's kind (any other signature of a failed rank: crash).
+SIGNATURE_KINDS = {
+    "cuda_oom": IncidentKind.OUT_OF_MEMORY,
+    "host_oom_killer": IncidentKind.OUT_OF_MEMORY,
+    "nan_inf": IncidentKind.NON_FINITE,
+    COLLECTIVE_MISMATCH: IncidentKind.COLLECTIVE_MISMATCH,
+    "collective_timeout": IncidentKind.HANG,
+    "node_lost": IncidentKind.NODE_LOST,
+    "slurm_node_fail": IncidentKind.NODE_LOST,
+    "slurm_preempted": IncidentKind.PREEMPTED,
+    "slurm_time_limit": IncidentKind.PREEMPTED,
+    "teardown": IncidentKind.OPERATOR,
+}
+# Kinds one rank's incidents may share: a verdict on a rank the audit or the stall already
+# named is that incident judged, not a second one.
+SAME_FINDING = {
+    IncidentKind.HANG: {IncidentKind.HANG, IncidentKind.COLLECTIVE_MISMATCH},
+    IncidentKind.COLLECTIVE_MISMATCH: {IncidentKind.COLLECTIVE_MISMATCH, IncidentKind.HANG},
+}
+# What the lead is chosen among, in order, when no verdict was judged.
+LEAD_ORDER = (
+    lambda i: i.kind.failure and i.kind not in (IncidentKind.OPERATOR, IncidentKind.REFUSED),
+    lambda i: i.kind in (IncidentKind.OPERATOR, IncidentKind.REFUSED),
+    lambda i: not i.over,
+    lambda i: True,
+)
+
+
+def torchrun_time(text: str) -> float | None:
+    """torchrun's failure time (`2026-11-26_04:21:49`, the node's local clock) in seconds."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d_%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
+class Story:
+    """The run's incidents as the session's events arrive; `seen` says what changed."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.incidents: list[Incident] = []
+        self.round = 0
+        self._clock = clock
+        self._node_of: dict[int, str] = {}
+        self._failed: dict[int, str] = {}  # rank -> its node, for the ranks that failed
+        self._failed_at: dict[tuple[str, int], float] = {}  # by torchrun's (the node's) clock
+        self._judged: int | None = None  # the incident the verdict judged (its index)
+        self._keys: dict[tuple[object, ...], int] = {}
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def lead(self) -> Incident | None:
+        """The incident an operator reads first."""
+        if self._judged is not None:
+            return self.incidents[self._judged]
+        for wanted in LEAD_ORDER:
+            found = [i for i in self.incidents if wanted(i) and i.round == self.round]
+            found = found or [i for i in self.incidents if wanted(i)]
+            if found:
+                return min(found, key=lambda i: (i.role != Role.INITIATING, i.began, i.number))
+        return None
+
+    def headline(self) -> str:
+        lead = self.lead()
+        return lead.headline() if lead else ""
+
+    def blamed_ranks(self) -> dict[int, Incident]:
+        """Each rank an incident that still holds blames, with that incident (the lead wins)."""
+        out: dict[int, Incident] = {}
+        lead = self.lead()
+        for incident in ([lead] if lead else []) + self.incidents:
+            if incident.over:
+                continue
+            for rank in incident.blamed:
+                out.setdefault(rank, incident)
+        return out
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def seen(self, event: Event) -> list[IncidentReport]:
+        """The incidents an event began or changed, as reports to emit."""
+        match event:
+            case RankChanged():
+                return self._rank(event)
+            case FailureReport(failure=record):
+                began = torchrun_time(record.time)
+                if began is not None:
+                    self._failed_at.setdefault((record.node, record.local_rank), began)
+                return []
+            case MismatchReport(mismatch=mismatch):
+                return self._mismatch(mismatch, event.ts)
+            case StallReport():
+                return self._stall(event)
+            case FlightRecorderReport(suspects=suspects) if suspects:
+                return self._found(
+                    IncidentKind.HANG,
+                    ("stall",),
+                    event.ts,
+                    blamed=suspects,
+                    summary=event.collectives[0] if event.collectives else "",
+                )
+            case StragglerReport():
+                return self._straggler(event)
+            case VerdictReport(verdict=verdict):
+                return self._verdict(verdict, event.ts)
+            case CycleReport(cycle=cycle) if cycle.index > 0:
+                return self._restart(event)
+            case MembershipChanged(change=MembershipChange.LOST):
+                return self._found(
+                    IncidentKind.AGENT_LOST,
+                    ("left", event.node),
+                    event.ts,
+                    nodes=(event.node,),
+                    summary=f"its agent ended; {event.detail}",
+                    domain=Domain.INFRASTRUCTURE,
+                )
+            case MembershipChanged(change=MembershipChange.KILLED | MembershipChange.DRAINED):
+                return self._found(
+                    IncidentKind.OPERATOR,
+                    ("left", event.node),
+                    event.ts,
+                    nodes=(event.node,),
+                    summary=f"{event.change} by the operator",
+                    domain=Domain.OPERATOR,
+                    role=Role.TEARDOWN,
+                )
+            case NodeChanged(state=NodeState.FAILED, detail="connection lost"):
+                return self._found(
+                    IncidentKind.NODE_LOST,
+                    ("node", event.node),
+                    event.ts,
+                    nodes=(event.node,),
+                    summary="its connection was lost",
+                    domain=Domain.INFRASTRUCTURE,
+                    outlook=Outlook.RESTART_ELSEWHERE,
+                )
+        return []
+
+    def operator_stopped(self, detail: str = "") -> list[IncidentReport]:
+        """The operator asked for the teardown while the job ran."""
+        return self._found(
+            IncidentKind.OPERATOR,
+            ("operator",),
+            self._clock(),
+            summary=detail or "torn down by the operator",
+            domain=Domain.OPERATOR,
+            role=Role.TEARDOWN,
+        )
+
+    def refused(self, detail: str) -> list[IncidentReport]:
+        """The job was refused before launch: nothing ran."""
+        return self._found(
+            IncidentKind.REFUSED,
+            ("refused",),
+            self._clock(),
+            summary=detail,
+            domain=Domain.JOB,
+            outlook=Outlook.FIX_FIRST,
+        )
+
+    def ended(self) -> list[IncidentReport]:
+        """The run is over: what still held (a stall, a straggler) is over with it."""
+        reports = []
+        for index, incident in enumerate(self.incidents):
+            if not incident.over and incident.kind in (IncidentKind.STRAGGLER, IncidentKind.HANG):
+                reports += self._put(index, replace(incident, over=True))
+        return reports
+
+    # -- the kinds -------------------------------------------------------------------------
+
+    def _rank(self, event: RankChanged) -> list[IncidentReport]:
+        if event.rank is None:
+            return []
+        self._node_of[event.rank] = event.node
+        if event.state == RankState.FAILED:
+            self._failed[event.rank] = event.node
+        wrong = next((d for d in event.diagnoses if d.kind == NAN_OR_INF), None)
+        if wrong is None:
+            return []
+        return self._found(
+            IncidentKind.NON_FINITE,
+            ("wrong", event.rank),
+            wrong.ts or event.ts,
+            blamed=(event.rank,),
+            summary=wrong.summary,
+            domain=Domain.JOB,
+            outlook=Outlook.FIX_FIRST,
+            evidence=(wrong.line,) if wrong.line else (),
+        )
+
+    def _mismatch(self, mismatch: CollectiveMismatch, ts: float) -> list[IncidentReport]:
+        hang = mismatch.kind in (MismatchKind.SKIPPED, MismatchKind.DEADLOCK)
+        kind = IncidentKind.HANG if hang else IncidentKind.COLLECTIVE_MISMATCH
+        hurt = tuple(sorted(r for r in mismatch.ranks if r not in mismatch.culprits))
+        return self._found(
+            kind,
+            ("stall",) if hang else ("mismatch",),
+            ts,
+            blamed=mismatch.culprits,
+            hurt=hurt,
+            summary=f"{mismatch.describe()}: {mismatch.detail}".rstrip(": "),
+            domain=Domain.JOB,
+            outlook=Outlook.FIX_FIRST,
+            evidence=(mismatch.detail,) if mismatch.detail else (),
+        )
+
+    def _stall(self, event: StallReport) -> list[IncidentReport]:
+        if event.deadlock:
+            summary = "the process groups wait on each other (a deadlock)"
+        elif event.suspects:
+            summary = "no rank progresses; the stacks single out the suspect"
+        else:
+            summary = "no rank progresses"
+        since = event.ts - event.since_s
+        return self._found(
+            IncidentKind.HANG,
+            ("stall",),
+            since,
+            blamed=event.suspects,
+            summary=summary,
+            domain=Domain.JOB,
+        )
+
+    def _straggler(self, event: StragglerReport) -> list[IncidentReport]:
+        key = ("straggler",)
+        index = self._keys.get((*key, self.round))
+        if not event.ranks:
+            if index is None or self.incidents[index].over:
+                return []
+            return self._put(index, replace(self.incidents[index], over=True, last_seen=event.ts))
+        if index is not None and self.incidents[index].over:
+            del self._keys[(*key, self.round)]  # slow again after recovering: a new incident
+        evidence = event.evidence[:1]
+        return self._found(
+            IncidentKind.STRAGGLER,
+            key,
+            event.ts,
+            blamed=event.ranks,
+            nodes=event.nodes,
+            summary=evidence[0] if evidence else "slower than its peers: the others wait for it",
+            domain=Domain.UNKNOWN,
+            role=Role.INITIATING,
+            replace_blame=True,
+        )
+
+    def _restart(self, event: CycleReport) -> list[IncidentReport]:
+        cycle = event.cycle
+        reports: list[IncidentReport] = []
+        if cycle.index > self.round:
+            for index, incident in enumerate(self.incidents):
+                if incident.round < cycle.index and not incident.over:
+                    reports += self._put(index, replace(incident, over=True))
+            self.round = cycle.index
+            if self._judged is not None:
+                self._judged = None  # a new round: the story goes on
+        why = cycle.cause if cycle.cause != "start" else "a failure"
+        blamed = (cycle.failed_rank,) if cycle.failed_rank is not None else ()
+        nodes = (cycle.failed_node,) if cycle.failed_node else ()
+        count = f" (restart {cycle.restarts} of {cycle.max_restarts})" if cycle.max_restarts else ""
+        reports += self._found(
+            IncidentKind.RESTARTED,
+            ("round", cycle.index),
+            cycle.started,
+            blamed=blamed,
+            nodes=nodes,
+            role=Role.CASCADE,
+            summary=f"round {cycle.index} began after {why}{count}",
+        )
+        return reports
+
+    def _verdict(self, verdict: Verdict, ts: float) -> list[IncidentReport]:
+        kind = SIGNATURE_KINDS.get(verdict.signature, IncidentKind.CRASH)
+        if verdict.role == Role.TEARDOWN:
+            kind = IncidentKind.OPERATOR
+        blamed = (verdict.rank,) if verdict.rank is not None else ()
+        hurt: tuple[int, ...] = ()
+        audit_named = any(
+            i.kind == IncidentKind.COLLECTIVE_MISMATCH and i.blamed for i in self.incidents
+        )
+        if kind == IncidentKind.COLLECTIVE_MISMATCH and not audit_named and blamed:
+            # gloo aborts the rank that received the odd size, not the one that sent it: until
+            # the audit names the odd rank, the aborted one is hurt, not blamed
+            blamed, hurt = (), blamed
+        nodes = (verdict.node,) if verdict.node and blamed else ()
+        began = self._failed_at.get((verdict.node, verdict.local_rank or 0), ts)
+        index = self._same_finding(kind, blamed)
+        if index is not None:  # the audit's or the stall's incident, judged
+            old = self.incidents[index]
+            new = replace(
+                old,
+                blamed=old.blamed or blamed,
+                hurt=old.hurt or hurt,
+                nodes=old.nodes or nodes,
+                domain=verdict.domain,
+                outlook=verdict.outlook,
+                evidence=old.evidence or verdict.evidence,
+                last_seen=ts,
+            )
+            self._judged = index
+            return self._put(index, new)
+        index = self._keys.get(("verdict", self.round))
+        if index is None:
+            reports = self._found(kind, ("verdict",), began)
+            index = self._keys[("verdict", self.round)]
+        else:
+            reports = []
+        old = self.incidents[index]
+        new = replace(
+            old,
+            kind=kind,
+            summary=verdict.summary,
+            blamed=blamed,
+            hurt=hurt,
+            nodes=nodes,
+            began=min(old.began, began),
+            role=verdict.role,
+            domain=verdict.domain,
+            outlook=verdict.outlook,
+            evidence=verdict.evidence,
+            last_seen=ts,
+        )
+        self._judged = index
+        changed = self._put(index, new)
+        return changed if not reports else [IncidentReport(new, ts=reports[0].ts)]
+
+    # -- the one way an incident begins or changes -----------------------------------------
+
+    def _same_finding(self, kind: IncidentKind, blamed: tuple[int, ...]) -> int | None:
+        kinds = SAME_FINDING.get(kind, {kind})
+        for index, incident in enumerate(self.incidents):
+            if incident.kind not in kinds or incident.round != self.round or incident.over:
+                continue
+            if not blamed or not incident.blamed or set(blamed) & set(incident.blamed):
+                return index
+        return None
+
+    def _found(
+        self,
+        kind: IncidentKind,
+        key: tuple[object, ...],
+        began: float,
+        *,
+        blamed: tuple[int, ...] = (),
+        hurt: tuple[int, ...] = (),
+        nodes: tuple[str, ...] = (),
+        summary: str = "",
+        role: Role = Role.INITIATING,
+        domain: Domain = Domain.UNKNOWN,
+        outlook: Outlook = Outlook.UNKNOWN,
+        evidence: tuple[str, ...] = (),
+        replace_blame: bool = False,
+    ) -> list[IncidentReport]:
+        """A finding: a new incident, or the one it repeats updated (blame, words, count)."""
+        now = self._clock()
+        nodes = nodes or tuple(
+            dict.fromkeys(self._node_of[r] for r in blamed if r in self._node_of)
+        )
+        index = self._keys.get((*key, self.round))
+        if index is None and kind in SAME_FINDING:
+            index = self._same_finding(kind, blamed)
+        if index is None:
+            if kind in (IncidentKind.COLLECTIVE_MISMATCH, IncidentKind.HANG) and not blamed:
+                hurt = hurt or tuple(sorted(self._failed))
+            incident = Incident(
+                len(self.incidents) + 1,
+                kind,
+                summary,
+                blamed,
+                hurt,
+                nodes,
+                began,
+                now,
+                role=role,
+                domain=domain,
+                outlook=outlook,
+                evidence=evidence,
+                round=self.round,
+            )
+            self.incidents.append(incident)
+            self._keys[(*key, self.round)] = len(self.incidents) - 1
+            return [IncidentReport(incident, ts=now)]
+        old = self.incidents[index]
+        self._keys[(*key, self.round)] = index
+        named = blamed if (replace_blame or not old.blamed) and blamed else old.blamed
+        new = replace(
+            old,
+            blamed=named,
+            hurt=old.hurt or hurt,
+            nodes=nodes if named != old.blamed else (old.nodes or nodes),
+            summary=summary if named != old.blamed or not old.summary else old.summary,
+            evidence=old.evidence or evidence,
+            count=old.count + (named == old.blamed),
+            last_seen=now,
+        )
+        return self._put(index, new)
+
+    def _put(self, index: int, new: Incident) -> list[IncidentReport]:
+        """Keep the change; say it only if more than its count and last sight changed."""
+        old = self.incidents[index]
+        self.incidents[index] = new
+        if replace(old, count=new.count, last_seen=new.last_seen) == new:
+            return []
+        return [IncidentReport(new, ts=self._clock())]

@@ -1,0 +1,144 @@
+"""The story's incidents from the detectors' events: one per cause, blame settled, order kept."""
+
+from __future__ import annotations
+
+from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
+from ddptui.core.diagnose.audit_watch import MismatchReport
+from ddptui.core.diagnose.signatures import Domain, Outlook
+from ddptui.core.diagnose.speed import StragglerReport
+from ddptui.core.diagnose.stall_events import StallReport
+from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
+from ddptui.core.events import Diagnosis, Event, RankChanged, RankState
+from ddptui.core.monitor.cycles import CycleMember, CycleReport, RestartCycle
+from ddptui.core.story.incident import IncidentKind, IncidentReport
+from ddptui.core.story.story import Story
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 0.1
+        return self.now
+
+
+def told(story: Story, *events: Event) -> list[IncidentReport]:
+    out: list[IncidentReport] = []
+    for event in events:
+        out += story.seen(event)
+    return out
+
+
+def running(rank: int, node: str) -> RankChanged:
+    return RankChanged(rank, node, rank % 2, RankState.RUNNING)
+
+
+def size_mismatch(culprits: tuple[int, ...], seq: int = 6) -> MismatchReport:
+    return MismatchReport(
+        CollectiveMismatch(
+            "all_reduce",
+            MismatchKind.SIZE,
+            {0: "all_reduce [8] Float", 1: "all_reduce [4] Float"},
+            "0",
+            seq,
+            culprits,
+            "rank 1 passed [4], the others [8]" if culprits else "",
+        ),
+        "live",
+    )
+
+
+def verdict(
+    rank: int, signature: str, node: str = "node0", *, final: bool = False
+) -> VerdictReport:
+    return VerdictReport(
+        Verdict(node, rank, rank % 2, Role.INITIATING, signature, Domain.JOB, Outlook.FIX_FIRST,
+                f"{signature} on rank {rank}", (f"evidence of {rank}",)),
+        final=final,
+    )  # fmt: skip
+
+
+def test_a_mismatch_repeated_at_every_collective_is_one_incident() -> None:
+    story = Story(Clock())
+    reports = told(story, running(0, "node0"), running(1, "node0"), size_mismatch((1,)))
+    reports += told(story, *(size_mismatch((), seq) for seq in range(7, 400)))
+    assert len(story.incidents) == 1 and len(reports) == 1
+    incident = story.incidents[0]
+    assert incident.kind == IncidentKind.COLLECTIVE_MISMATCH and incident.blamed == (1,)
+    assert incident.count == 394 and incident.hurt == (0,)
+    assert story.headline().startswith("collective mismatch: rank 1 on node0 — ")
+
+
+def test_gloo_aborting_the_receiver_first_never_blames_it() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node0"))
+    early = told(story, verdict(0, "collective_mismatch"))
+    assert early[0].incident.blamed == () and early[0].incident.hurt == (0,)
+    later = told(story, size_mismatch((1,)), verdict(1, "collective_mismatch", final=True))
+    assert all(0 not in r.incident.blamed for r in early + later)
+    assert len(story.incidents) == 1
+    lead = story.lead()
+    assert lead is not None and lead.blamed == (1,) and lead.outlook == Outlook.FIX_FIRST
+    assert story.headline().startswith("collective mismatch: rank 1 on node0")
+    assert "fix it first" in story.headline()
+
+
+def test_a_skipped_collective_is_a_hang_named_once_its_suspect_is_known() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node1"))
+    told(story, StallReport(25.0), StallReport(26.0, suspects=(1,)))
+    skipped = MismatchReport(
+        CollectiveMismatch("all_reduce", MismatchKind.SKIPPED, {0: "all_reduce", 1: "absent"},
+                           "0", 9, (1,), "rank 1 never entered it"),
+        "stall",
+    )  # fmt: skip
+    told(story, skipped, verdict(1, "collective_mismatch", "node1", final=True))
+    assert [i.kind for i in story.incidents] == [IncidentKind.HANG]
+    assert story.headline().startswith("hang: rank 1 on node1")
+    assert story.ended()[0].incident.over
+
+
+def test_a_restart_closes_the_round_before_it_and_is_counted() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node0"), verdict(1, "killed"))
+    member = CycleMember("node0", 0, (0, 1))
+    cycle = RestartCycle(1, 1001.0, 2, (member,), "worker failure", "node0", 1, restarts=1,
+                         max_restarts=3)  # fmt: skip
+    reports = told(story, CycleReport(cycle), CycleReport(cycle))
+    crash, restart = story.incidents
+    assert crash.over and crash.kind == IncidentKind.CRASH and not restart.over
+    assert restart.summary == "round 1 began after worker failure (restart 1 of 3)"
+    assert [r.incident.number for r in reports] == [1, 2]
+    assert story.headline().startswith("crash: rank 1 on node0")
+
+
+def test_a_straggler_is_one_incident_until_it_recovers() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node1"))
+    slow = StragglerReport((1,), ("node1",), (), "arrival", ("rank 1: 40% of its peers' rate",))
+    reports = told(story, slow, slow, slow)
+    assert len(reports) == 1 and story.incidents[0].count == 3
+    reports = told(story, StragglerReport((), (), (), "arrival", ()))
+    assert reports[0].incident.over
+    assert story.headline() == "straggler: rank 1 on node1 — rank 1: 40% of its peers' rate" + (
+        " (seen 3 times)"
+    )
+
+
+def test_a_non_finite_loss_names_its_rank() -> None:
+    story = Story(Clock())
+    nan = Diagnosis("nan_or_inf", "loss is nan in rank 1's 35th report", "loss nan", 40, 5.0)
+    reports = told(story, RankChanged(1, "node0", 1, RankState.RUNNING, diagnoses=(nan,)))
+    assert reports[0].incident.kind == IncidentKind.NON_FINITE
+    assert story.headline().startswith("non-finite metric: rank 1 on node0 — loss is nan in")
+
+
+def test_a_failure_leads_over_the_operator_stop_and_a_straggler() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node0"))
+    told(story, StragglerReport((0,), ("node0",), (), "arrival", ("slow",)))
+    story.operator_stopped()
+    assert story.lead() is not None and story.lead().kind == IncidentKind.OPERATOR  # type: ignore[union-attr]
+    told(story, verdict(1, "cuda_oom", final=True))
+    assert story.headline().startswith("out of memory: rank 1 on node0")
