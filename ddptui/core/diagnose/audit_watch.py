@@ -74,6 +74,7 @@ class AuditWatch(Generic[C]):
     def __init__(self, board: BoardView[C], world: int) -> None:
         self.board = board
         self.audit = CollectiveAudit(world=tuple(range(world)))
+        self._told_causes: set[tuple[str, ...]] = set()
 
     @property
     def mismatches(self) -> list[CollectiveMismatch]:
@@ -96,6 +97,8 @@ class AuditWatch(Generic[C]):
     ) -> list[Event]:
         events: list[Event] = []
         for mismatch in found:
+            if not self._new_cause(mismatch):
+                continue
             for cell in self.board.all_cells() if mark else ():
                 if cell.rank not in mismatch.culprits or cell.known_cause == COLLECTIVE_MISMATCH:
                     continue
@@ -104,6 +107,18 @@ class AuditWatch(Generic[C]):
                 events.append(cell.changed(mismatch.describe()))
             events.append(MismatchReport(mismatch, source, ts=now))
         return events
+
+
+    def _new_cause(self, mismatch: CollectiveMismatch) -> bool:
+        """Once per cause: the odd ranks' kind of mismatch in their group. Once NCCL's ranks
+        disagree, every later collective of the group disagrees too (each side waits in a
+        different one), with no odd rank of its own: those repeat the first, unsaid."""
+        group = (mismatch.pg,)
+        cause = (mismatch.pg, str(mismatch.kind), *map(str, mismatch.culprits))
+        if cause in self._told_causes or (not mismatch.culprits and group in self._told_causes):
+            return False
+        self._told_causes |= {cause, group}
+        return True
 
 
 def _order(record: CollectiveRecord) -> tuple[int, str, int]:

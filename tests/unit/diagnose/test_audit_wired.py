@@ -171,3 +171,48 @@ def test_the_nccl_size_mismatch_captured_on_two_gpus_is_found_from_the_live_rows
     assert [(e["kind"], e["seq"], e["culprits"], e["source"]) for e in live] == [
         ("size", 6, [1], "live")
     ]
+
+
+class _NoBoard:
+    last_progress = 0.0
+    tearing_down = False
+
+    def all_cells(self) -> list[Any]:
+        return []
+
+    def move(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+def _all_reduces(world: int, seq: int, odd: int) -> list[Any]:
+    from ddptui.core.diagnose.collective_record import CollectiveRecord
+
+    return [
+        CollectiveRecord(
+            rank,
+            "0",
+            seq,
+            "nccl:all_reduce",
+            ((4 if rank == odd and seq > 5 else 8,),),
+            input_dtypes=("Float",),
+        )  # fmt: skip
+        for rank in range(world)
+    ]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_mismatch_that_repeats_at_every_later_collective_is_said_once(world: int) -> None:
+    """The odd rank passes half the size from collective 6 on, as the 2-GPU NCCL run did for
+    90 s: on two ranks the audit can name the odd one only at the first (the later ones come
+    with no culprit), on three at every one. Either way one cause: one report."""
+    from ddptui.core.diagnose.audit_watch import AuditWatch
+
+    watch: AuditWatch[Any] = AuditWatch(_NoBoard(), world)
+    said = []
+    for seq in range(1, 400):
+        said += watch.seen(_all_reduces(world, seq, world - 1), "live", float(seq))
+    reports = [e for e in said if isinstance(e, MismatchReport)]
+    assert [(r.mismatch.kind, r.mismatch.seq, r.mismatch.culprits) for r in reports] == [
+        ("size", 6, (world - 1,))
+    ]
+    assert len(watch.mismatches) == 394  # the audit keeps every one; only the first is said
