@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 from textual.message import Message
 
@@ -25,14 +27,30 @@ from ddptui.core.events import (
 from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAlarm
 from ddptui.core.monitor.lighthouse import QuorumReport
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.story.incident import IncidentReport
 
 
 class SessionMessage(Message):
-    """Base of the messages built from one core event (not NodeLines or RankChanged: batched)."""
+    """Base of the messages built from one core event (not NodeLines or RankChanged: batched).
+
+    A subclass says which event it carries by its `event` annotation, and that is the one
+    place that says how the console receives that kind: `message_for` reads the table the
+    annotations fill."""
 
     def __init__(self, event: Event) -> None:
         super().__init__()
         self.event = event
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("__annotations__", {}).get("event")
+        if isinstance(name, str):
+            kind = vars(sys.modules[cls.__module__]).get(name)
+            if isinstance(kind, type) and issubclass(kind, Event):
+                _MESSAGE_FOR[kind] = cls
+
+
+_MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {}
 
 
 class RankBatch(list[RankChanged]):
@@ -180,27 +198,10 @@ class RestartAlarmUpdate(SessionMessage):
     event: RestartAlarm
 
 
-_MESSAGE_FOR: dict[type[Event], type[SessionMessage]] = {
-    SpeedRound: SpeedUpdate,
-    StragglerReport: StragglerUpdate,
-    VerdictReport: VerdictUpdate,
-    MismatchReport: MismatchUpdate,
-    CycleReport: CycleUpdate,
-    MembershipChanged: MembershipUpdate,
-    RestartAlarm: RestartAlarmUpdate,
-    QuorumReport: QuorumUpdate,
-    FlightRecorderReport: RecorderUpdate,
-    StallReport: StallUpdate,
-    StacksReport: StacksUpdate,
-    GpuReport: GpuUpdate,
-    NodeChanged: NodeUpdate,
-    AllocationChanged: AllocationUpdate,
-    TeardownReport: TeardownUpdate,
-    Notice: NoticeUpdate,
-    RunSummary: SummaryUpdate,
-    PhaseChanged: PhaseUpdate,
-    FailureReport: FailureUpdate,
-}
+class IncidentUpdate(SessionMessage):
+    """An incident of the run's story began or changed (it names the story's lead)."""
+
+    event: IncidentReport
 
 
 def message_for(event: Event) -> SessionMessage | None:

@@ -77,7 +77,9 @@ def test_local_an_explicit_rdzv_port_that_is_taken_is_refused_naming_its_holder(
     assert proc.returncode != 0 and summary["event"] == "summary", proc.stderr
     user = "root" if os.getuid() == 0 else str(os.getuid())
     said = f"port {port} on local0 is in use by PID {squatter.pid} (user {user}, {sys.executable}"
-    assert summary["detail"].startswith(said), summary["detail"]
+    first = summary["detail"].splitlines()[0]  # the story's lead: the refusal, its cause
+    assert first.startswith(f"refused before launch — {said}"), summary["detail"]
+    assert summary["headline"] == first
     assert "choose another with --rdzv-port" in summary["detail"]
     assert not any(e["event"] == "plan" for e in events)  # nothing was started
     assert took < 60

@@ -48,7 +48,8 @@ def test_one_step_runs_every_node_and_a_nodes_failure_stays_its_own(
     assert "deliberate failure on rank 3" in crashed["error"]
     ended = [e for e in result.of("node") if e["exit_code"] is not None]
     assert (ended[0]["node"], ended[0]["state"], ended[0]["exit_code"]) == ("node2", "failed", 1)
-    assert summary["detail"].startswith(("rank 3 on node2", "rank 2 on node2")), summary
+    # the story's lead: the crash, its rank and its own words
+    assert summary["headline"].startswith("crash: rank 3 on node2 — RuntimeError"), summary
 
     # each node's log: its own ranks only, no mark of the step's, and its own exit code
     logs = node_logs(summary)

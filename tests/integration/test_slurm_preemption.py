@@ -61,7 +61,9 @@ def test_slurm_signal_reaches_the_workers_before_the_time_limit_ends_the_job(
         assert (out / f"rank{rank}.ckpt").stat().st_mtime < ended - 5
     summary = result.summary
     assert summary["ok"] is False
-    assert summary["detail"].startswith("the job reached its Slurm time limit"), summary
+    first = summary["detail"].splitlines()[0]  # the story's lead: the scheduler's end
+    assert first.startswith("ended by the scheduler: node "), summary
+    assert "the job reached its Slurm time limit" in first, summary
     assert "DUE TO TIME LIMIT" in summary["detail"], summary
     assert not slurm_cluster.squeue_ids()
 

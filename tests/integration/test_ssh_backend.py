@@ -333,7 +333,9 @@ def test_rendezvous_port_taken_on_first_host(testbed: Testbed, tmp_path: Path) -
         squatter.wait()
     assert run.code == 1
     said = f"port 29400 on node1 is in use by PID {squatter.pid} (user root, python3 -c "
-    assert run.summary["detail"].startswith(said), run.summary["detail"]
+    first = run.summary["detail"].splitlines()[0]  # the story's lead: the refusal, its cause
+    assert first.startswith(f"refused before launch — {said}"), run.summary["detail"]
+    assert run.summary["headline"] == first
     assert "choose another with --rdzv-port" in run.summary["detail"]
     # The first node's own `launch` refuses (no probe before): node2 may have started
     # meanwhile, and teardown leaves nothing of the job on either host.

@@ -10,6 +10,7 @@ from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhas
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.phase import RunPhaseWatch
+from ddptui.core.story.story import Story
 from ddptui.ui.screens.job import JobScreen
 from tests.cases import TORCHRUN_CAPTURES as DATA
 
@@ -35,7 +36,7 @@ def replay_events(
         if exits is not None:
             events += monitor.end_of_output(node)
     if exits is None:
-        return events
+        return Story(lambda: T0 + 10).retell(events)
     for node, code in exits.items():
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         events.append(NodeChanged(node, state, code, ts=T0 + 20))
@@ -43,6 +44,13 @@ def replay_events(
     told = monitor.summary()
     ranks = told.ranks
     ok = all(r.state == RankState.DONE for r in ranks)
+    story = Story(lambda: T0 + 20)
+    events = story.retell(events)
+    final = None if ok else monitor.final_verdict(now=T0 + 20)
+    if final is not None:
+        events += story.retell([final])
+    events += story.retell(story.ended())
+    detail = story.told_first(ok, "" if ok else "rank 1 on local0 failed first (exit 1)")
     events.append(
         RunSummary(
             ok,
@@ -50,9 +58,12 @@ def replay_events(
             ranks,
             RUN_DIR,
             RUN_ID,
-            "" if ok else "rank 1 on local0 failed first (exit 1)",
+            detail,
             stopped_by="finished" if ok else "failure",
             failures=told.failures,
+            verdict=final.verdict if final else None,
+            incidents=tuple(story.incidents),
+            headline=detail.split("\n", 1)[0],
             ts=T0 + 21,
         )
     )

@@ -18,12 +18,21 @@ async def test_failed_ranks_and_the_root_cause_panel() -> None:
         await pilot.pause()
         cell = screen.grid.cell("local0", 1)
         assert cell is not None and cell.look == "failed"
-        assert cell.render() == "r1 ✗1"
+        assert cell.render() == "r1 ✗1◆"  # its exit, and the mark of the rank the story blames
+        victims = [screen.grid.cell("local0", 0), screen.grid.cell("local1", 0)]
+        assert [c.render() for c in victims if c is not None] == ["r0 ✗1", "r2 ✗1"]
         panel = screen.root_cause
         assert panel.has_class("-shown")
         text = panel.describe().plain
-        assert text.startswith("Root cause · first observed failure\n✗ rank 1 on local0")
-        assert "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)" in text
+        rows = text.splitlines()
+        # the story's lead first: kind and rank, whose and whether to restart, what happened
+        assert rows[0] == "▶ crash: rank 1 on local0"
+        assert (
+            rows[1] == "  initiating · the job's code · fix it first: a restart fails the same way"
+        )
+        assert rows[2] == "  RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)"
+        assert "Failures · as torchrun's agents reported them\n✗ rank 1 on local0" in text
+        assert f"\n  {rows[0][2:]} — RuntimeError: envcheck" in screen.outcome.describe().plain
         assert "error file /tmp/torchelastic_" in text
         assert text.index("rank 2 on local1") < text.index("rank 0 on local0")
         assert "then 3 ranks failed because of it" in text  # the culprit, then its victims
@@ -86,8 +95,10 @@ async def test_sigkill_shows_the_signal_name() -> None:
         feed(screen, events)
         await pilot.pause()
         cell = screen.grid.cell("local0", 1)
-        assert cell is not None and cell.render() == "r1 ✗SIGKILL"
-        assert "SIGKILL" in screen.root_cause.describe().plain
+        assert cell is not None and cell.render() == "r1 ✗SIGKILL◆"
+        panel = screen.root_cause.describe().plain
+        assert panel.startswith("▶ crash: rank 1 on local0\n") and "SIGKILL" in panel
+        assert "rank 1 on local0" in cell.tooltip and cell.blamed is not None
         await pilot.press("E")  # no traceback: the agent's line that saw it die
         target = screen.logs.active_view.target
         assert target is not None and "failed (exitcode: -9) local_rank: 1" in target.text

@@ -107,6 +107,7 @@ class SpeedWatch:
         self.nodes: dict[int, str] = {}  # rank -> node, as its samples came
         self.paused = False
         self.last: StragglerReport | None = None  # the last one sent
+        self.scored = False  # a round has scored the ranks: the watch judges who is slow
         self._next = 0.0
         self._streak: dict[int, int] = {}  # rank -> rounds running its verdict differed
         self._slow: tuple[int, ...] = ()
@@ -151,6 +152,7 @@ class SpeedWatch:
         result = self.scorer.score(self.timeline.steps(self.scorer.window_steps), self.nodes)
         if not result.method:
             return []
+        self.scored = True
         by_rank = {r: g for stats in (gpus or {}).values() for g in stats for r in g.ranks}
         slow = self._confirm(result)
         nodes = _slow_nodes(result.scores, slow)

@@ -287,6 +287,18 @@ class RankBoard:
             events.append(cell.changed(detail))
         return events
 
+    def mark_stragglers(self, ranks: set[int], evidence: Sequence[str]) -> list[Event]:
+        """The speed watch named these ranks slow (and no other): their rank events say so."""
+        events: list[Event] = []
+        for cell in self.all_cells():
+            flagged = cell.rank in ranks and cell.state == RankState.RUNNING
+            if flagged == cell.straggler:
+                continue
+            cell.straggler = flagged
+            said = next((e for e in evidence if e.startswith(f"rank {cell.rank} ")), "")
+            events.append(cell.changed(said or ("straggler" if flagged else "keeps pace again")))
+        return events
+
     def summaries(self) -> list[RankSummary]:
         first = self.culprit()
         return [c.summary(culprit=c is first) for c in self.all_cells()]

@@ -186,10 +186,24 @@ class Monitor:
         """
         events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
         events += self.stall.check(now, hang_timeout)
-        events += self.speed.check(now, self.gpu.latest)
+        named = self.speed.check(now, self.gpu.latest)
+        events += named
         if self.metric_watch is not None:
             events += self._metric_events(self.metric_watch.due(now))
-        return events + self.board.check_stragglers(now) + self.cycles.tick(now)
+        return events + self._stragglers(now, named) + self.cycles.tick(now)
+
+    def _stragglers(self, now: float, named: list[Event]) -> list[Event]:
+        """One judge of who is slow: the speed watch, from the collectives the others wait
+        in, once it has scored; the step rate only before (a job whose collectives are not
+        sampled). A torchft job has none: its groups heal at their own pace."""
+        if not self._one_world:
+            return []
+        if not self.speed.scored:
+            return self.board.check_stragglers(now)
+        report = next((e for e in named if isinstance(e, StragglerReport)), None)
+        if report is None:
+            return []
+        return self.board.mark_stragglers(set(report.ranks), report.evidence)
 
     def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
         """One line of a rank's collectives file, as the node's stream carried it: to the

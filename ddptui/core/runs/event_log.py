@@ -23,6 +23,7 @@ from ddptui.core.events import (
     TeardownReport,
 )
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.story.incident import Incident, IncidentReport
 
 # What a follower of the run directory takes from the file. Lines, rank states and the
 # failure story are not among them: it reads those from the nodes' logs through its own
@@ -40,6 +41,7 @@ RECORDED: dict[str, type[Event]] = {
         StacksReport,
         FlightRecorderReport,
         RunSummary,
+        IncidentReport,
     )
 }
 
@@ -98,6 +100,9 @@ def decode_event(line: str) -> Event | None:
     cls = RECORDED.get(data.get("event", "")) if isinstance(data, dict) else None
     if cls is None:
         return None
+    if cls is IncidentReport:  # its line holds the incident's fields at the top
+        incident = decode_record(Incident, data)
+        return IncidentReport(incident, int(data.get("lead", 0)), ts=float(data.get("ts", 0.0)))
     event: Event = decode_record(cls, data)
     return event
 

@@ -11,6 +11,7 @@ from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
 from ddptui.core.monitor.cycles import RestartCycle
 from ddptui.core.monitor.lighthouse import QuorumChange
+from ddptui.core.story.incident import Incident
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class RunSummary(Event):
     metrics: dict[str, float] = field(default_factory=dict)
     cycles: tuple[RestartCycle, ...] = ()  # the rendezvous rounds (restart cycles), in order
     quorums: tuple[QuorumChange, ...] = ()  # a torchft job's quorum changes, in order
+    # The story (core/story): every incident in order, and the line every surface opens with
+    # (the first line of `detail`).
+    incidents: tuple[Incident, ...] = ()
+    headline: str = ""
 
     kind = "summary"
 
@@ -47,6 +52,7 @@ class RunSummary(Event):
         data["verdict"] = {k: v for k, v in verdict.items() if k != "event"} if verdict else None
         data["straggler"] = self.straggler.to_dict() if self.straggler else None
         data["metrics"] = {name: plain_number(v) for name, v in self.metrics.items()}
+        data["incidents"] = [incident.to_dict() for incident in self.incidents]
         data["ranks"] = [
             {
                 "rank": r.rank,

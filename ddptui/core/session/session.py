@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
@@ -46,6 +46,7 @@ from ddptui.core.session.collector import NodeCollector
 from ddptui.core.session.membership import Membership, NodeAction, NodeActionKind
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
+from ddptui.core.story.story import Story, said_aloud
 
 T = TypeVar("T")
 FAILURE_GRACE_S = 2.0  # let the other nodes report their own failure before stopping them
@@ -96,12 +97,17 @@ class Session:
         self.membership = Membership(spec, self.emit)
         self._followers: list[asyncio.Future[None]] = []
         self._followed = asyncio.Event()  # a follower was added (a spare joined)
+        self.story = Story()
 
     @property
     def run_id(self) -> str:
         return self.run.run_id
 
     def emit(self, event: Event) -> None:
+        told = self.story.seen(event)
+        if not said_aloud(event):
+            self._emit_all(told)
+            return
         if isinstance(event, MetricSampled):
             self.run.record_metric(event)
         elif not isinstance(event, NodeLines | SpeedRound):  # the speed view's, every round
@@ -121,6 +127,11 @@ class Session:
             problem = self.world.seen(event)
             if problem is not None:
                 self._world_failed(problem)
+        self._emit_all(told)
+
+    def _emit_all(self, events: Sequence[Event]) -> None:
+        for event in events:
+            self.emit(event)
 
     def _phase_changed(self, change: PhaseChanged | None) -> None:
         if change is not None:
@@ -129,6 +140,8 @@ class Session:
     def request_teardown(self) -> None:
         """Stop the job on every node (any time: before, during or after launch)."""
         self._stop_reason = self._stop_reason or "operator"
+        if self._stop_reason == "operator" and self.plan is not None and not self._stop.is_set():
+            self._emit_all(self.story.operator_stopped())
         self._stop.set()
         self._phase_changed(self.phase.teardown_asked())
 
@@ -197,6 +210,8 @@ class Session:
                 detail = str(exc)
                 self._stop_reason = "error"
                 self.emit(Notice("error", detail))
+                if not self.story.ran:  # refused before any rank ran
+                    self._emit_all(self.story.refused(detail))
         finally:
             if self._detach:
                 await self._release_followers()
@@ -639,9 +654,14 @@ class Session:
         verdict = self._verdict(ok, stopped_by, told)
         if verdict is not None:
             self.emit(verdict)
+        self._emit_all(self.story.ended())
+        if not self._detach:
+            detail = self.story.told_first(ok, detail)
         summary = RunSummary(
             ok,
-            self.spec.world_size,
+            cycles[-1].world_size
+            if len(cycles) > 1 and cycles[-1].world_size
+            else (self.spec.world_size),
             ranks,
             str(self.run.path),
             self.run_id,
@@ -656,6 +676,8 @@ class Session:
             metrics=told.metrics if told else {},
             cycles=cycles,
             quorums=told.quorums if told else (),
+            incidents=tuple(self.story.incidents),
+            headline=detail.split("\n", 1)[0],
         )
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)

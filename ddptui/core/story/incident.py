@@ -46,7 +46,7 @@ KIND_WORDS = {
     IncidentKind.NON_FINITE: "non-finite metric",
     IncidentKind.NODE_LOST: "node lost",
     IncidentKind.AGENT_LOST: "agent lost",
-    IncidentKind.PREEMPTED: "preempted",
+    IncidentKind.PREEMPTED: "ended by the scheduler",
     IncidentKind.OPERATOR: "stopped by the operator",
     IncidentKind.REFUSED: "refused before launch",
     IncidentKind.RESTARTED: "restarted",
@@ -122,11 +122,14 @@ class IncidentReport(Event):
     """An incident began, or changed what it says (its blame, its words, over): `{"event":
     "incident", "ts", "number", "kind", "summary", "blamed", "hurt", "nodes", "began",
     "last_seen", "count", "role", "domain", "outlook", "evidence", "round", "over",
-    "headline"}`. A repeat of the same finding only counts: it is not said again."""
+    "headline", "lead"}`; `lead` is the number of the story's lead incident as of this report
+    (the one every surface opens with). A repeat of the same finding only counts: it is not
+    said again."""
 
     incident: Incident
+    lead: int = 0
 
     kind = "incident"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": self.kind, "ts": self.ts, **self.incident.to_dict()}
+        return {"event": self.kind, "ts": self.ts, **self.incident.to_dict(), "lead": self.lead}

@@ -12,7 +12,7 @@ stop, else what only slowed the run.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 
@@ -46,7 +46,10 @@ SIGNATURE_KINDS = {
     "slurm_preempted": IncidentKind.PREEMPTED,
     "slurm_time_limit": IncidentKind.PREEMPTED,
     "teardown": IncidentKind.OPERATOR,
+    "rdzv_port_taken": IncidentKind.REFUSED,
 }
+# Verdicts that name no failure of their own: the rank's own words (its exception) say more.
+PLAIN_SIGNATURES = frozenset({"exception"})
 # Kinds one rank's incidents may share: a verdict on a rank the audit or the stall already
 # named is that incident judged, not a second one.
 SAME_FINDING = {
@@ -60,6 +63,19 @@ LEAD_ORDER = (
     lambda i: not i.over,
     lambda i: True,
 )
+
+
+def said_aloud(event: Event) -> bool:
+    """Whether the session says an event: a verdict not yet final is not (while a failure's
+    story changes, its incidents tell it; the verdict is said once, at the end)."""
+    return not (isinstance(event, VerdictReport) and not event.final)
+
+
+def verdict_words(verdict: Verdict) -> str:
+    """What a verdict says happened: a crash in its own words (the exception's line), a named
+    failure in the catalogue's."""
+    own = next((line for line in verdict.evidence if " " in line.strip()), "")
+    return own if verdict.signature in PLAIN_SIGNATURES and own else verdict.summary
 
 
 def torchrun_time(text: str) -> float | None:
@@ -76,6 +92,7 @@ class Story:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.incidents: list[Incident] = []
         self.round = 0
+        self.ran = False  # a rank of the job ran (a refusal comes before any does)
         self._clock = clock
         self._node_of: dict[int, str] = {}
         self._failed: dict[int, str] = {}  # rank -> its node, for the ranks that failed
@@ -100,6 +117,18 @@ class Story:
         lead = self.lead()
         return lead.headline() if lead else ""
 
+    def told_first(self, ok: bool, detail: str) -> str:
+        """A run's outcome `detail` with the lead on its first line: every surface opens with
+        it (the console's outcome, the root-cause panel, history, headless)."""
+        headline = self.headline()
+        if not headline or headline in detail:
+            return detail
+        if ok:
+            restarts = sum(i.kind == IncidentKind.RESTARTED for i in self.incidents)
+            done = f"finished after {restarts} restart(s)" if restarts else "finished"
+            headline = f"{done}; {headline}"
+        return f"{headline}\n{detail}" if detail else headline
+
     def blamed_ranks(self) -> dict[int, Incident]:
         """Each rank an incident that still holds blames, with that incident (the lead wins)."""
         out: dict[int, Incident] = {}
@@ -115,6 +144,28 @@ class Story:
 
     def seen(self, event: Event) -> list[IncidentReport]:
         """The incidents an event began or changed, as reports to emit."""
+        return self._stamped(self._seen(event))
+
+    def retell(self, events: Iterable[Event]) -> list[Event]:
+        """Events as a session says them: each one followed by the incidents it began or
+        changed, a verdict only when it is final (`said_aloud`)."""
+        out: list[Event] = []
+        for event in events:
+            told = self.seen(event)
+            if said_aloud(event):
+                out.append(event)
+            out += told
+        return out
+
+    def _stamped(self, reports: list[IncidentReport]) -> list[IncidentReport]:
+        """Each report with the lead as of now, its incident as it stands now."""
+        lead = self.lead()
+        number = lead.number if lead else 0
+        return [
+            IncidentReport(self.incidents[r.incident.number - 1], number, ts=r.ts) for r in reports
+        ]
+
+    def _seen(self, event: Event) -> list[IncidentReport]:
         match event:
             case RankChanged():
                 return self._rank(event)
@@ -130,10 +181,11 @@ class Story:
             case FlightRecorderReport(suspects=suspects) if suspects:
                 return self._found(
                     IncidentKind.HANG,
-                    ("stall",),
+                    ("recorder",),
                     event.ts,
                     blamed=suspects,
                     summary=event.collectives[0] if event.collectives else "",
+                    precise=bool(event.collectives),
                 )
             case StragglerReport():
                 return self._straggler(event)
@@ -174,24 +226,28 @@ class Story:
 
     def operator_stopped(self, detail: str = "") -> list[IncidentReport]:
         """The operator asked for the teardown while the job ran."""
-        return self._found(
-            IncidentKind.OPERATOR,
-            ("operator",),
-            self._clock(),
-            summary=detail or "torn down by the operator",
-            domain=Domain.OPERATOR,
-            role=Role.TEARDOWN,
+        return self._stamped(
+            self._found(
+                IncidentKind.OPERATOR,
+                ("operator",),
+                self._clock(),
+                summary=detail or "torn down by the operator",
+                domain=Domain.OPERATOR,
+                role=Role.TEARDOWN,
+            )
         )
 
     def refused(self, detail: str) -> list[IncidentReport]:
         """The job was refused before launch: nothing ran."""
-        return self._found(
-            IncidentKind.REFUSED,
-            ("refused",),
-            self._clock(),
-            summary=detail,
-            domain=Domain.JOB,
-            outlook=Outlook.FIX_FIRST,
+        return self._stamped(
+            self._found(
+                IncidentKind.REFUSED,
+                ("refused",),
+                self._clock(),
+                summary=detail,
+                domain=Domain.JOB,
+                outlook=Outlook.FIX_FIRST,
+            )
         )
 
     def ended(self) -> list[IncidentReport]:
@@ -200,11 +256,12 @@ class Story:
         for index, incident in enumerate(self.incidents):
             if not incident.over and incident.kind in (IncidentKind.STRAGGLER, IncidentKind.HANG):
                 reports += self._put(index, replace(incident, over=True))
-        return reports
+        return self._stamped(reports)
 
     # -- the kinds -------------------------------------------------------------------------
 
     def _rank(self, event: RankChanged) -> list[IncidentReport]:
+        self.ran = self.ran or event.state not in (RankState.PENDING, RankState.ASSIGNED)
         if event.rank is None:
             return []
         self._node_of[event.rank] = event.node
@@ -230,7 +287,7 @@ class Story:
         hurt = tuple(sorted(r for r in mismatch.ranks if r not in mismatch.culprits))
         return self._found(
             kind,
-            ("stall",) if hang else ("mismatch",),
+            ("skipped",) if hang else ("mismatch",),
             ts,
             blamed=mismatch.culprits,
             hurt=hurt,
@@ -238,6 +295,7 @@ class Story:
             domain=Domain.JOB,
             outlook=Outlook.FIX_FIRST,
             evidence=(mismatch.detail,) if mismatch.detail else (),
+            precise=bool(mismatch.culprits),
         )
 
     def _stall(self, event: StallReport) -> list[IncidentReport]:
@@ -344,7 +402,7 @@ class Story:
         new = replace(
             old,
             kind=kind,
-            summary=verdict.summary,
+            summary=verdict_words(verdict),
             blamed=blamed,
             hurt=hurt,
             nodes=nodes,
@@ -385,13 +443,20 @@ class Story:
         outlook: Outlook = Outlook.UNKNOWN,
         evidence: tuple[str, ...] = (),
         replace_blame: bool = False,
+        precise: bool = False,
     ) -> list[IncidentReport]:
-        """A finding: a new incident, or the one it repeats updated (blame, words, count)."""
+        """A finding: a new incident, or the one it repeats updated (blame, words, count).
+
+        `replace_blame`: its ranks replace those blamed before (a straggler set changes);
+        `precise`: its words replace the incident's (the audit's "rank 1 skipped all_reduce
+        #6" says more than the stall's "no rank progresses"). Only the same detector's repeat
+        counts as one: another detector confirming a finding is not a repeat."""
         now = self._clock()
         nodes = nodes or tuple(
             dict.fromkeys(self._node_of[r] for r in blamed if r in self._node_of)
         )
         index = self._keys.get((*key, self.round))
+        repeat = index is not None
         if index is None and kind in SAME_FINDING:
             index = self._same_finding(kind, blamed)
         if index is None:
@@ -423,9 +488,11 @@ class Story:
             blamed=named,
             hurt=old.hurt or hurt,
             nodes=nodes if named != old.blamed else (old.nodes or nodes),
-            summary=summary if named != old.blamed or not old.summary else old.summary,
-            evidence=old.evidence or evidence,
-            count=old.count + (named == old.blamed),
+            summary=summary
+            if summary and (precise or named != old.blamed or not old.summary)
+            else old.summary,
+            evidence=evidence if precise and evidence else (old.evidence or evidence),
+            count=old.count + (repeat and named == old.blamed),
             last_seen=now,
         )
         return self._put(index, new)

@@ -31,6 +31,7 @@ from ddptui.ui.messages import (
     CycleUpdate,
     FailureUpdate,
     GpuUpdate,
+    IncidentUpdate,
     MembershipUpdate,
     MismatchUpdate,
     NodeUpdate,
@@ -582,6 +583,10 @@ class JobScreen(LogScreen):
 
     def on_verdict_update(self, message: VerdictUpdate) -> None:
         self.root_cause.show_verdict(message.event.verdict)
+
+    def on_incident_update(self, message: IncidentUpdate) -> None:
+        self.root_cause.show_incident(message.event)
+        self.grid.show_lead(self.root_cause.lead_incident)
 
     def on_mismatch_update(self, message: MismatchUpdate) -> None:
         self.root_cause.show_mismatch(message.event.mismatch)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from ddptui.core.diagnose.patterns import LOSS_SPIKE, NAN_OR_INF, signal_name
 from ddptui.core.events import Diagnosis, GpuFlag, GpuStat, NodeState, RankChanged, RankState
+from ddptui.core.story.incident import Incident, IncidentKind
 
 GLYPH = {
     RankState.PENDING: "·",
@@ -21,6 +22,17 @@ STRAGGLER_GLYPH = "»"
 SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out
 WRONG_GLYPH = "≠"  # a running rank whose loss went NaN or Inf, or jumped
 WRONG_WORD = {NAN_OR_INF: "nan", LOSS_SPIKE: "spike"}
+BLAMED_GLYPH = "◆"  # the rank the story's lead blames
+BLAME_WORD = {  # the lead's kind, in a cell's few columns
+    IncidentKind.CRASH: "crash",
+    IncidentKind.OUT_OF_MEMORY: "oom",
+    IncidentKind.HANG: "hang",
+    IncidentKind.COLLECTIVE_MISMATCH: "mismatch",
+    IncidentKind.STRAGGLER: "slow",
+    IncidentKind.NON_FINITE: "nan",
+    IncidentKind.NODE_LOST: "lost",
+    IncidentKind.AGENT_LOST: "lost",
+}
 BARS = " ▁▂▃▄▅▆▇█"
 MEM_FLAG = "mem_high"
 
@@ -48,6 +60,7 @@ class RankGridCell:
         self.slow: float | None = None  # its relative score while the speed watch names it
         self.slow_detail = ""
         self.suspect = False
+        self.blamed: Incident | None = None  # the story's lead, when it blames this rank
         self.selected = False
         self.gpu: GpuStat | None = None  # its GPU's latest sample, when telemetry comes
         self.gpu_flag: GpuFlag | None = None
@@ -65,11 +78,19 @@ class RankGridCell:
     @property
     def glyph(self) -> str:
         """The cell in one character, for the compact grid."""
+        if self.blame_word and self.state != RankState.FAILED:
+            return BLAMED_GLYPH
         if self.suspect:
             return SUSPECT_GLYPH
         if self.state == RankState.RUNNING and self.wrong_number:
             return WRONG_GLYPH
         return STRAGGLER_GLYPH if self.slow_running else GLYPH[self.state]
+
+    @property
+    def blame_word(self) -> str:
+        """The lead's kind in a word while it blames this rank and holds, else ""."""
+        lead = self.blamed
+        return BLAME_WORD.get(lead.kind, "") if lead is not None and not lead.over else ""
 
     @property
     def slow_running(self) -> bool:
@@ -99,7 +120,10 @@ class RankGridCell:
     def render(self) -> str:
         glyph = GLYPH[self.state]
         if self.state == RankState.FAILED and self.exit_code is not None:
-            return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}"
+            mark = BLAMED_GLYPH if self.blame_word else ""
+            return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}{mark}"
+        if self.blame_word and self.slow is None:
+            return f"{self.label} {BLAMED_GLYPH}{self.blame_word}"
         if self.slow is not None and self.state == RankState.RUNNING:
             return f"{self.label} {STRAGGLER_GLYPH}{self.slow:.2f}"
         if self.straggler:
@@ -158,6 +182,8 @@ class RankGridCell:
             lines.append(f"exit code {self.exit_code}" + (f" ({killed})" if killed else ""))
         if self.restarts:
             lines.append(f"restarted {self.restarts} time(s)")
+        if self.blamed is not None:
+            lines.append(f"the run's story: {self.blamed.headline()}")
         if self.suspect:
             lines.append("the stall's suspect: its stacks differ from the others'")
         if self.slow_detail:

@@ -28,7 +28,8 @@ def describe_rank(
         text.append(f" · restarted {cell.restarts}×")
     if cell.suspect:
         text.append(" · the stall's suspect", style="bold")
-    causes = [cell.detail] if cell.detail else []
+    causes = [cell.blamed.headline()] if cell.blamed is not None and not cell.blamed.over else []
+    causes += [cell.detail] if cell.detail else []
     causes += [d.summary for d in cell.diagnoses]
     if causes:
         text.append("\ncause: ", style="bold")

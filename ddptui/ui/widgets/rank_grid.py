@@ -21,6 +21,7 @@ from textual.widget import Widget
 
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.events import GpuReport, NodeState, RankChanged, RankState
+from ddptui.core.story.incident import Incident
 from ddptui.ui.widgets.grid_cells import NodeRow, RankGridCell
 from ddptui.ui.widgets.grid_layout import (
     COUNT_ORDER,
@@ -186,6 +187,16 @@ class RankGrid(Widget):
                     cell.show_slow(scores.get(cell.rank), said[cell.rank])
                 else:
                     cell.show_slow(None)
+        if self._hovered is not None:
+            self.tooltip = self._hovered.tooltip
+        self._changed()
+
+    def show_lead(self, lead: Incident | None) -> None:
+        """The story's lead: the ranks it blames are marked with its kind, no other rank."""
+        for row in self._rows.values():
+            for cell in row.cells:
+                blamed = lead is not None and cell.rank is not None and cell.rank in lead.blamed
+                cell.blamed = lead if blamed else None
         if self._hovered is not None:
             self.tooltip = self._hovered.tooltip
         self._changed()

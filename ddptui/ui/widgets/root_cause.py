@@ -16,6 +16,8 @@ from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
+from ddptui.core.story.incident import OUTLOOK_WORDS as STORY_OUTLOOK
+from ddptui.core.story.incident import Incident, IncidentReport
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
@@ -63,6 +65,8 @@ class RootCausePanel(VerticalScroll):
         self.recorder: FlightRecorderReport | None = None
         self.verdict: Verdict | None = None
         self.mismatches: list[CollectiveMismatch] = []
+        self.incidents: dict[int, Incident] = {}
+        self.lead = 0  # the story's lead incident's number (0: none yet)
         self._body = Static("")
 
     def compose(self) -> ComposeResult:
@@ -89,6 +93,17 @@ class RootCausePanel(VerticalScroll):
         self.verdict = verdict
         self._redraw()
 
+    def show_incident(self, report: IncidentReport) -> None:
+        """An incident of the story, and which incident leads it (drawn first of all)."""
+        self.incidents[report.incident.number] = report.incident
+        self.lead = report.lead
+        self._redraw()
+
+    @property
+    def lead_incident(self) -> Incident | None:
+        """The incident the core named the story's lead, as last reported."""
+        return self.incidents.get(self.lead)
+
     def show_mismatch(self, mismatch: CollectiveMismatch) -> None:
         """A collective the ranks disagree on, as the audit found it."""
         self.mismatches.append(mismatch)
@@ -100,6 +115,8 @@ class RootCausePanel(VerticalScroll):
         self.recorder = None
         self.verdict = None
         self.mismatches.clear()
+        self.incidents.clear()
+        self.lead = 0
         self._redraw()
 
     @property
@@ -112,10 +129,13 @@ class RootCausePanel(VerticalScroll):
         self._body.update(text)
 
     def describe(self) -> Text:
-        text = Text()
+        text = describe_story(self.incidents, self.lead)
         ordered = self.failures
         if ordered:
-            if ordered[0].root_cause:
+            if text.plain:  # the story leads: torchrun's order is evidence, not the verdict
+                text.append("\nFailures", style="bold red")
+                text.append(" · as torchrun's agents reported them\n", style="dim")
+            elif ordered[0].root_cause:
                 text.append("Root cause", style="bold red")
                 text.append(" · first observed failure\n", style="dim")
             else:
@@ -176,6 +196,38 @@ class RootCausePanel(VerticalScroll):
         ]
 
 
+def describe_story(incidents: dict[int, Incident], lead: int) -> Text:
+    """The story's lead first: its kind and who (row 1), whose it is and the outlook (row 2),
+    what happened (row 3 on); then the other incidents a line each, those over marked so."""
+    text = Text()
+    first = incidents.get(lead)
+    if first is None:
+        return text
+    text.append(f"▶ {first.kind.words}", style="bold red")
+    if first.who:
+        text.append(f": {first.who}", style="bold")
+    if first.over:
+        text.append(" (over)", style="dim")
+    text.append(f"\n  {first.role} · {DOMAIN_WORDS.get(first.domain, str(first.domain))}")
+    advice = STORY_OUTLOOK[first.outlook]
+    if advice:
+        text.append(f" · {advice}", style="bold")
+    if first.summary:
+        text.append(f"\n  {first.summary}")
+    if first.hurt:
+        text.append(f"\n  hurt: ranks {', '.join(map(str, first.hurt))}", style="dim")
+    others = [i for n, i in sorted(incidents.items()) if n != lead]
+    for incident in others[:MAX_OTHERS]:
+        text.append("\n· ", style="dim")
+        text.append(incident.kind.words, style="dim" if incident.over else "yellow")
+        text.append(f"{': ' + incident.who if incident.who else ''} — {incident.summary[:120]}")
+        if incident.over:
+            text.append(" (over)", style="dim")
+    if len(others) > MAX_OTHERS:
+        text.append(f"\n· … {len(others) - MAX_OTHERS} more", style="dim")
+    return text
+
+
 def describe_verdict(verdict: Verdict) -> Text:
     """`Verdict rank 1 on n0 · initiating · the job's code · fix it first`, its summary, and
     the evidence lines."""
@@ -193,7 +245,11 @@ def describe_verdict(verdict: Verdict) -> Text:
     return text
 
 
-DOMAIN_WORDS = {"job": "the job's code", "infrastructure": "the infrastructure"}
+DOMAIN_WORDS = {
+    "job": "the job's code",
+    "infrastructure": "the infrastructure",
+    "operator": "the operator",
+}
 OUTLOOK_WORDS = {
     "restart_helps": "a restart will likely help",
     "restart_elsewhere": "restart without that node",

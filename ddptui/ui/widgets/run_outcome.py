@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from ddptui.core.events import Notice, RankState, RunPhase, TeardownReport
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.story.incident import IncidentKind
 
 MAX_NOTICES = 4
 NODE_LINES = 16  # up to this many nodes, a line each; beyond, the clean ones as one hostlist
@@ -131,16 +132,21 @@ def _describe_reports(reports: dict[str, TeardownReport]) -> Text:
     return text
 
 
+OPERATOR_WORDS = IncidentKind.OPERATOR.words
+
+
 def _describe_summary(summary: RunSummary, stopped_by: StopRequest) -> Text:
     if stopped_by == "detach":
         return Text(f"⇥ {summary.detail}", style="bold yellow")
     done = sum(1 for r in summary.ranks if r.state == RankState.DONE and r.exit_code == 0)
     counts = f"{done}/{summary.world_size} ranks done"
+    headline = summary.headline and f"\n  {summary.headline}"
     if summary.ok:
-        return Text(f"✓ ok — {counts}", style="bold green")
+        return Text(f"✓ ok — {counts}", style="bold green") + Text(headline)
     if stopped_by == "teardown":
-        # The core's detail names the first rank the teardown stopped: noise, not a cause.
-        return Text(f"■ torn down by the operator — {counts}", style="bold yellow")
+        # the story's lead (a stall the operator ended), not the first rank the teardown stopped
+        lead = "" if summary.headline.startswith(OPERATOR_WORDS) else headline
+        return Text(f"■ torn down by the operator — {counts}", style="bold yellow") + Text(lead)
     text = Text(f"✗ not ok — {counts}", style="bold red")
     if summary.detail:
         text.append(f"\n  {summary.detail}")

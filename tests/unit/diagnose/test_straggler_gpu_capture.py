@@ -61,3 +61,35 @@ def test_a_balanced_gpu_job_names_nobody(capture: str, tmp_path: Path) -> None:
     result = _result(capture, "balanced", tmp_path)
     assert result.ranks == ()
     assert all(s.relative > 0.9 for s in result.scores), result.scores
+
+
+def test_the_named_straggler_is_what_its_rank_events_and_the_story_say(tmp_path: Path) -> None:
+    """The capture replayed through the Monitor, as the nodes' streams carried it: the speed
+    watch names rank 1, and rank 1's own rank events say straggler (one judge, no other)."""
+    import json
+
+    from ddptui.core.diagnose.speed import StragglerReport
+    from ddptui.core.events import RankChanged
+    from ddptui.core.monitor.monitor import Monitor
+    from ddptui.core.story.story import Story
+
+    with tarfile.open(DATA / "gpu_h200x2_live" / "straggler_slow_records.tar.gz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    lines = [
+        json.loads(line)
+        for path in sorted(tmp_path.glob("*/collectives/rank_*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    monitor = Monitor(["local0"], 2)
+    events = monitor.feed("local0", b"[ddptui:0:0]:step 0\n[ddptui:1:1]:step 0\n", now=1.0)
+    for i, line in enumerate(sorted(lines, key=lambda d: d["wall_ns"])):
+        events += monitor.collectives("local0", line, now=2.0 + i * 0.1)
+        if i % 10 == 0:
+            events += monitor.tick(2.0 + i * 0.1, hang_timeout=0)
+    named = [e for e in events if isinstance(e, StragglerReport) and e.ranks]
+    assert named and named[0].ranks == (1,)
+    flags = {(e.rank, e.straggler) for e in events if isinstance(e, RankChanged)}
+    assert (1, True) in flags and (0, True) not in flags
+    story = Story()
+    story.retell(events)
+    assert story.headline().startswith("straggler: rank 1 on local0 — ")

@@ -142,3 +142,15 @@ def test_a_failure_leads_over_the_operator_stop_and_a_straggler() -> None:
     assert story.lead() is not None and story.lead().kind == IncidentKind.OPERATOR  # type: ignore[union-attr]
     told(story, verdict(1, "cuda_oom", final=True))
     assert story.headline().startswith("out of memory: rank 1 on node0")
+
+
+def test_an_incident_line_reads_back_from_events_jsonl() -> None:
+    from ddptui.core.runs.event_log import decode_event
+
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node0"))
+    (report,) = told(story, size_mismatch((1,)))
+    line = report.to_dict()
+    assert line["event"] == "incident" and line["kind"] == "collective_mismatch"
+    assert line["blamed"] == [1] and line["headline"] == story.headline()
+    assert decode_event(report.to_json()) == report
