@@ -106,7 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("containers"))
         elif _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None):
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is the schedule's
         weight = _group_weights(items, times)
         items.sort(key=lambda item: -weight[_group(item)])
 

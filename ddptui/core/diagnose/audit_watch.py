@@ -108,7 +108,6 @@ class AuditWatch(Generic[C]):
             events.append(MismatchReport(mismatch, source, ts=now))
         return events
 
-
     def _new_cause(self, mismatch: CollectiveMismatch) -> bool:
         """Once per cause: the odd ranks' kind of mismatch in their group. Once NCCL's ranks
         disagree, every later collective of the group disagrees too (each side waits in a
