@@ -128,5 +128,5 @@ def test_slurm_the_port_held_on_the_first_node_is_refused_naming_its_holder(
     assert run.code != 0
     detail = run.summary["detail"]
     said = f"rendezvous port 29400 on node1 is not available (in use by PID {squatter.pid} "
-    assert detail.startswith(said), detail
+    assert detail.startswith(f"refused before launch — {said}"), detail  # the story's lead
     assert "(user root, " in detail and "--rdzv-port" in detail

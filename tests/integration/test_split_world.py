@@ -50,7 +50,10 @@ def test_a_node_pointed_at_its_own_rendezvous_is_named_within_seconds(
     took = time.monotonic() - started
     assert run.code != 0
     detail = run.summary["detail"]
-    assert detail.startswith("node2 was started for another rendezvous: its agent asked "), detail
+    # the story's lead: the launch failed, in the world check's words
+    said = "launch failed — node2 was started for another rendezvous: its agent asked "
+    assert detail.startswith(said), detail
+    assert run.summary["headline"] == detail.splitlines()[0]
     assert f"{tb.host_ip('node2')}:" in detail and "on node1" in detail
     [failure] = [e["failure"] for e in run.of("failure") if e["failure"]["cause"] == "split_world"]
     assert failure["node"] == "node2" and failure["root_cause"]

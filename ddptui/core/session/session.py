@@ -210,8 +210,6 @@ class Session:
                 detail = str(exc)
                 self._stop_reason = "error"
                 self.emit(Notice("error", detail))
-                if not self.story.ran:  # refused before any rank ran
-                    self._emit_all(self.story.refused(detail))
         finally:
             if self._detach:
                 await self._release_followers()
@@ -599,6 +597,10 @@ class Session:
 
     def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
+        # the launch failed (or the backend's error came before any rank ran): the story's lead
+        failed = detail or ("" if self.story.ran else self._last_error)
+        if failed and not self._detach:
+            self._emit_all(self.story.launch_failed(failed))
         told = self.monitor.summary() if self.monitor else None
         ranks = told.ranks if told else ()
         clean = all(r.clean for r in self.teardown_reports.values())

@@ -25,6 +25,7 @@ class IncidentKind(enum.StrEnum):
     PREEMPTED = "preempted"  # the scheduler ended the job (preemption, its time limit)
     OPERATOR = "operator_stop"
     REFUSED = "refused"  # refused before launch: nothing ran
+    LAUNCH_FAILED = "launch_failed"  # the world could not form (a node apart, too few)
     RESTARTED = "restarted"  # a new rendezvous round began after a failure
 
     @property
@@ -49,6 +50,7 @@ KIND_WORDS = {
     IncidentKind.PREEMPTED: "ended by the scheduler",
     IncidentKind.OPERATOR: "stopped by the operator",
     IncidentKind.REFUSED: "refused before launch",
+    IncidentKind.LAUNCH_FAILED: "launch failed",
     IncidentKind.RESTARTED: "restarted",
 }
 

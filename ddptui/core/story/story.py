@@ -19,7 +19,7 @@ from datetime import datetime
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.patterns import NAN_OR_INF
-from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook
+from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook, Source, identify
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
@@ -46,7 +46,6 @@ SIGNATURE_KINDS = {
     "slurm_preempted": IncidentKind.PREEMPTED,
     "slurm_time_limit": IncidentKind.PREEMPTED,
     "teardown": IncidentKind.OPERATOR,
-    "rdzv_port_taken": IncidentKind.REFUSED,
 }
 # Verdicts that name no failure of their own: the rank's own words (its exception) say more.
 PLAIN_SIGNATURES = frozenset({"exception"})
@@ -98,6 +97,7 @@ class Story:
         self._failed: dict[int, str] = {}  # rank -> its node, for the ranks that failed
         self._failed_at: dict[tuple[str, int], float] = {}  # by torchrun's (the node's) clock
         self._judged: int | None = None  # the incident the verdict judged (its index)
+        self._launch_judged = False  # the launch failed: that failure leads, whatever follows
         self._keys: dict[tuple[object, ...], int] = {}
 
     # -- reading ---------------------------------------------------------------------------
@@ -123,10 +123,10 @@ class Story:
         headline = self.headline()
         if not headline or headline in detail:
             return detail
-        if ok:
+        if ok:  # what the run finished as says it first (torchft's groups, an elastic job's)
             restarts = sum(i.kind == IncidentKind.RESTARTED for i in self.incidents)
             done = f"finished after {restarts} restart(s)" if restarts else "finished"
-            headline = f"{done}; {headline}"
+            return f"{detail}\n{headline}" if detail else f"{done}; {headline}"
         return f"{headline}\n{detail}" if detail else headline
 
     def blamed_ranks(self) -> dict[int, Incident]:
@@ -237,18 +237,25 @@ class Story:
             )
         )
 
-    def refused(self, detail: str) -> list[IncidentReport]:
-        """The job was refused before launch: nothing ran."""
-        return self._stamped(
-            self._found(
-                IncidentKind.REFUSED,
-                ("refused",),
-                self._clock(),
-                summary=detail,
-                domain=Domain.JOB,
-                outlook=Outlook.FIX_FIRST,
-            )
+    def launch_failed(self, detail: str) -> list[IncidentReport]:
+        """The launch failed, in the session's words: refused before any rank ran (a script
+        missing, a port taken, Slurm refusing the allocation), or a world that could not
+        form. It leads the story; no later verdict (a rank that "exited without saying why"
+        because its agent was stopped) replaces it."""
+        found = identify([detail], (), Source.NODE)
+        signature = found[0] if found else None
+        kind = IncidentKind.REFUSED if not self.ran else IncidentKind.LAUNCH_FAILED
+        reports = self._found(
+            kind,
+            ("launch",),
+            self._clock(),
+            summary=detail.strip(),
+            domain=signature.domain if signature else Domain.JOB,
+            outlook=signature.outlook if signature else Outlook.FIX_FIRST,
         )
+        self._judged = self._keys[("launch", self.round)]
+        self._launch_judged = True
+        return self._stamped(reports)
 
     def ended(self) -> list[IncidentReport]:
         """The run is over: what still held (a stall, a straggler) is over with it."""
@@ -261,7 +268,7 @@ class Story:
     # -- the kinds -------------------------------------------------------------------------
 
     def _rank(self, event: RankChanged) -> list[IncidentReport]:
-        self.ran = self.ran or event.state not in (RankState.PENDING, RankState.ASSIGNED)
+        self.ran = self.ran or event.state in (RankState.RUNNING, RankState.DONE, RankState.HUNG)
         if event.rank is None:
             return []
         self._node_of[event.rank] = event.node
@@ -363,6 +370,8 @@ class Story:
         return reports
 
     def _verdict(self, verdict: Verdict, ts: float) -> list[IncidentReport]:
+        if self._launch_judged:
+            return []
         kind = SIGNATURE_KINDS.get(verdict.signature, IncidentKind.CRASH)
         if verdict.role == Role.TEARDOWN:
             kind = IncidentKind.OPERATOR
