@@ -27,14 +27,45 @@ READ_ONLY_HELP = (
 )
 
 
+# What `ddptui --help` and `ddptui run --help` end with: one job of each kind, each a command
+# line the parser takes (tests/unit/test_cli_help.py parses every one).
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    (
+        "local: 2 pseudo-nodes x 2 processes on this machine (what `ddptui` alone opens)",
+        "ddptui run --nodes 2 --nproc-per-node 2 trainer/envcheck.py",
+    ),
+    (
+        "SSH: every host of a list, 8 processes each",
+        "ddptui run --hosts 'node[01-04]' --nproc-per-node 8 train.py --epochs 3",
+    ),
+    (
+        "Slurm: salloc 2 nodes x 4 GPUs for 30 minutes, one torchrun per node",
+        "ddptui run --backend slurm --nodes 2 --nproc-per-node 4 --gres gpu:4 --time 30 train.py",
+    ),
+    (
+        "headless: JSON events on stdout, the job's status as the exit status",
+        "ddptui run --headless --hostfile hosts.txt train.py",
+    ),
+    (
+        "elastic: 2 to 3 nodes, a fourth host waiting as a spare",
+        "ddptui run --hosts 'node[1-4]' --nodes 2:3 --spares 1 trainer/elastic_ddp.py",
+    ),
+)
+EPILOG = "examples:\n" + "\n".join(f"  # {what}\n  {line}\n" for what, line in EXAMPLES)
+DESCRIPTION = """\
+Operator console for multi-node PyTorch training. With no command, opens the
+console on the job given by the flags (default: 2 local pseudo-nodes x 2
+processes running trainer/envcheck.py)."""
+
+
 def _parser() -> argparse.ArgumentParser:
     from ddptui.cli.jobargs import add_job_flags
 
     parser = argparse.ArgumentParser(
         prog="ddptui",
-        description="Operator console for multi-node PyTorch training. With no command, "
-        "opens the console on the job given by the flags (default: 2 local pseudo-nodes "
-        "x 2 processes running trainer/envcheck.py).",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_job_flags(parser)
     parser.add_argument("--keymap", help="keymap file (TOML) to apply")
@@ -47,7 +78,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     parser.add_argument("--version", action="version", version=f"ddptui {__version__}")
     sub = parser.add_subparsers(dest="command")
-    run = sub.add_parser("run", help="run SCRIPT on the nodes (console, or --headless)")
+    run = sub.add_parser(
+        "run",
+        help="run SCRIPT on the nodes (console, or --headless)",
+        description="Run SCRIPT on the job's nodes: in the console, or with --headless as "
+        "JSON events.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_job_flags(run)
     run.add_argument("--headless", action="store_true", help="no UI: JSON events on stdout")
     run.add_argument("--lines", action="store_true", help="headless: include every log line")
