@@ -30,7 +30,8 @@ from ddptui.core.runs.settle import settle_detached
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 # What gives way at 80 columns: the backend first (WHERE says it), then the profile, the
-# duration, the hosts; the run id (typed again to attach) and the outcome are never cut.
+# duration, the hosts; the run id (typed again to attach), the outcome, the ranks and what
+# happened (the story's lead) are never cut.
 HISTORY_TABLE = (
     Column("RUN"),
     Column("STARTED"),
@@ -40,6 +41,7 @@ HISTORY_TABLE = (
     Column("WHERE", min_width=13, drop=4),
     Column("OUTCOME"),
     Column("RANKS", min_width=16),
+    Column("WHAT HAPPENED", min_width=18),
 )
 # The preflight grid's checks by shorter names where a terminal is narrow.
 CHECK_SHORT = {"reachable": "reach", "python": "py", "rdzv-port": "port", "hostname": "host"}

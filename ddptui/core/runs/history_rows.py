@@ -6,7 +6,9 @@ import time
 
 from ddptui.core.runs.history import RunRecord
 
-HISTORY_COLUMNS = ("RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS")
+HISTORY_COLUMNS = (
+    "RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS", "WHAT HAPPENED"
+)  # fmt: skip
 
 
 def when(ts: float, short: bool = False) -> str:
@@ -37,4 +39,5 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
         record.where_text(short),
         record.status,
         record.ranks_text(),
+        record.detail.split("\n", 1)[0],  # the story's lead, as the summary opens with it
     )

@@ -147,6 +147,8 @@ def test_history_cli_lists_newest_first(capsys: pytest.CaptureFixture[str]) -> N
         "WHERE",
         "OUTCOME",
         "RANKS",
+        "WHAT",
+        "HAPPENED",
     ]
     assert "elastic-ddp" in out[1] and "failed" in out[1] and "n1,n2" in out[1]
     assert "local" in out[2] and " ok " in out[2]
