@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.core.diagnose.audit import CollectiveMismatch
@@ -18,6 +17,7 @@ from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
 from ddptui.core.story.incident import OUTLOOK_WORDS as STORY_OUTLOOK
 from ddptui.core.story.incident import Incident, IncidentReport
+from ddptui.ui.widgets.side_panel import SidePanel
 
 TRACEBACK_TAIL = 6
 # `[/__w/pytorch/.../pair.cc:553] ` before a C++ error's message: where, not what
@@ -41,8 +41,10 @@ def who(rank: int | None, node: str, local_rank: int) -> str:
     return f"rank {rank} on {node}" if rank is not None else f"{node} local rank {local_rank}"
 
 
-class RootCausePanel(VerticalScroll):
+class RootCausePanel(SidePanel):
     """Hidden until something fails; the screen adds failures and rank diagnoses."""
+
+    title = "Root cause"
 
     DEFAULT_CSS = """
     RootCausePanel {
@@ -118,6 +120,9 @@ class RootCausePanel(VerticalScroll):
         self.incidents.clear()
         self.lead = 0
         self._redraw()
+
+    def full_text(self) -> Text:
+        return self.describe()
 
     @property
     def first(self) -> FailureRecord | None:
