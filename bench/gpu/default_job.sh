@@ -30,7 +30,7 @@ for n in 1 2 4; do
     code=$?
     end=$(date +%s.%N)
     {
-        echo "== $n GPU(s): CUDA_VISIBLE_DEVICES=$visible exit $code ($(echo "$end - $start" | bc) s)"
+        echo "== $n GPU(s): CUDA_VISIBLE_DEVICES=$visible exit $code ($(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s)"
         grep '"event": "notice"' "$out/default_$n.jsonl" | head -5
         grep '"event": "allocation"' "$out/default_$n.jsonl" | tail -1
         grep -o 'envcheck host=[^"]*' "$out/default_$n.jsonl"
