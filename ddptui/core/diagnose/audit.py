@@ -280,6 +280,58 @@ class CollectiveAudit:
             return f"rank {odd.rank} issued its next collective ({odd.describe()}){where}"
         return f"rank {odd.rank} passed {odd.describe()}{where}, the others {usual.describe()}"
 
+    def died_in(self, dead: Iterable[int]) -> list[CollectiveMismatch]:
+        """Collectives that ranks which died of a peer's odd collective never recorded: gloo
+        aborts the rank that *received* the odd size, before it writes anything more, so on
+        two ranks the odd one's record stands alone. Where every living rank in such a
+        collective passed, at that call site, what none of them passed before (while each
+        dead rank's last record there is the usual one), the living ranks changed: they are
+        the odd ones."""
+        dead = set(dead)
+        found = []
+        for key, slot in sorted(self._open.items()):
+            missing = self._missing(key[0], key[1], slot)
+            if key in self._reported or not slot or not missing or not missing <= dead:
+                continue
+            before = {
+                rank: self._history.get((rank, record.pg, record.site or record.op))
+                for rank, record in slot.items()
+            }
+            usual = next(iter(before.values()))
+            fields = known_fields(slot.values())
+            if any(b is None or _same(b, slot[r]) for r, b in before.items()) or usual is None:
+                continue  # a living rank passed what it always did: nothing changed
+            if any(not _same(b, usual) for b in before.values() if b is not None):
+                continue  # the living ranks did not agree before either
+            if any(
+                (h := self._history.get((r, key[0], usual.site or usual.op))) is not None
+                and not _same(h, usual)
+                for r in missing
+            ):
+                continue  # the dead ranks passed something else too
+            culprits = sorted(slot)
+            odd = slot[culprits[0]]
+            kind = _kind(odd, replace(usual, rank=-1), fields)
+            ranks = {r: rec.describe() for r, rec in slot.items()}
+            ranks.update({r: "died in it" for r in missing})
+            self._reported.add(key)
+            del self._open[key]
+            said = ", ".join(map(str, sorted(missing)))
+            found.append(
+                CollectiveMismatch(
+                    odd.collective,
+                    kind,
+                    dict(sorted(ranks.items())),
+                    key[0],
+                    key[1],
+                    tuple(culprits),
+                    f"rank {odd.rank} passed {odd.describe()}, where every rank passed "
+                    f"{usual.describe()} before; rank {said} died in it",
+                )
+            )
+        self.mismatches.extend(found)
+        return found
+
     def pending(self) -> list[tuple[str, int, frozenset[int]]]:
         """Open collectives: (group, number, ranks not in it yet), lowest number first."""
         out = []

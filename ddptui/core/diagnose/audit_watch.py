@@ -89,6 +89,11 @@ class AuditWatch(Generic[C]):
         (said, and judged by the verdict; the stall's own marks on the grid stay)."""
         return self._told(self.audit.settle(), source, now, mark=False)
 
+    def died_in(self, dead: set[int], now: float) -> list[Event]:
+        """Ranks died of a peer's odd collective (gloo's receiver): the living ranks that
+        changed what they pass there are the odd ones (`CollectiveAudit.died_in`)."""
+        return self._told(self.audit.died_in(dead), "failure", now) if dead else []
+
     def culprits(self) -> set[int]:
         return {rank for m in self.audit.mismatches for rank in m.culprits}
 

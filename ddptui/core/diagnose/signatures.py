@@ -65,6 +65,8 @@ KILLED_CAUSE = failures.KILLED
 CASCADE_CAUSES = failures.VICTIM_CAUSES - {failures.TEARDOWN}
 COLLECTIVE_MISMATCH = "collective_mismatch"  # the audit's word (diagnose.audit)
 NODE_LOST = "node_lost"  # the session's word: a node's connection or agent was lost
+# gloo's enforce in the rank that received more than it expected: a peer's collective differed
+SIZE_RECEIVED = "Received data size doesn't match expected size"
 
 
 @dataclass(frozen=True)
@@ -214,10 +216,7 @@ CATALOGUE: tuple[Signature, ...] = (
         Domain.JOB,
         Outlook.FIX_FIRST,
         "the ranks disagree on a collective (op, size, dtype or who takes part)",
-        _re(
-            r"Received data size doesn't match expected size"
-            r"|Detected mismatch between collectives on ranks"
-        ),
+        _re(re.escape(SIZE_RECEIVED) + r"|Detected mismatch between collectives on ranks"),
         frozenset({COLLECTIVE_MISMATCH}),
     ),
     Signature(

@@ -29,6 +29,7 @@ from ddptui.core.diagnose.patterns import (
     recognise,
 )
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
+from ddptui.core.diagnose.signatures import SIZE_RECEIVED
 from ddptui.core.diagnose.speed import SpeedWatch, StragglerReport
 from ddptui.core.diagnose.stall import StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
@@ -242,6 +243,17 @@ class Monitor:
         now = time.time() if now is None else now
         return self._judged(self.audit.seen(records, source, now), now)
 
+    def _died_of_a_peers_size(self) -> set[int]:
+        """Ranks that failed on receiving more than they expected (gloo's enforce: the
+        peer's collective was bigger): they died in that collective, before recording it."""
+        return {
+            cell.rank
+            for cell in self.board.all_cells()
+            if cell.rank is not None
+            and cell.state == RankState.FAILED
+            and any(SIZE_RECEIVED in line for line in (cell.error, *cell.last_lines))
+        }
+
     def mismatches(self) -> list[CollectiveMismatch]:
         """What the collective audit found so far."""
         return self.audit.mismatches
@@ -265,6 +277,8 @@ class Monitor:
 
     def _judged(self, events: list[Event], now: float, force: bool = False) -> list[Event]:
         """The events, and the verdict after them if they change the failure's story."""
+        if self._one_world:
+            events = events + self.audit.died_in(self._died_of_a_peers_size(), now)
         if force or any(isinstance(e, (FailureReport, MismatchReport)) for e in events):
             return events + list(self.verdicts.changed(self.audit.mismatches, now))
         return events

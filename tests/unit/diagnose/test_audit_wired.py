@@ -216,3 +216,52 @@ def test_a_mismatch_that_repeats_at_every_later_collective_is_said_once(world: i
         ("size", 6, (world - 1,))
     ]
     assert len(watch.mismatches) == 394  # the audit keeps every one; only the first is said
+
+
+def _gloo_2x1() -> tuple[dict[str, bytes], list[tuple[str, dict[str, Any]]]]:
+    where = DATA / "verdicts" / "gloo_size_2x1"
+    logs = {node: (where / f"{node}.log").read_bytes() for node in ("local0", "local1")}
+    rows = [
+        (f"local{rank}", json.loads(line))
+        for rank in (0, 1)
+        for line in (where / f"rank_{rank}.jsonl").read_text().splitlines()
+    ]
+    return logs, sorted(rows, key=lambda item: item[1]["wall_ns"])
+
+
+@pytest.mark.parametrize("records_first", [True, False])
+def test_two_ranks_the_receiver_dies_before_recording_and_the_odd_rank_is_named(
+    records_first: bool,
+) -> None:
+    """The captured 2x1 gloo run: rank 0 aborts on receiving the odd size before writing its
+    record of collective 6; rank 1's own record of it stands alone. Whichever comes to the
+    console first (the failure or the records), the audit names rank 1 and so does the
+    verdict and the story; rank 0 is never blamed."""
+    from ddptui.core.story.story import Story
+
+    logs, rows = _gloo_2x1()
+    m = Monitor(["local0", "local1"], 1)
+    events: list[Any] = []
+
+    def lines() -> None:
+        for node, data in logs.items():
+            events.extend(m.feed(node, data, now=1.0))
+
+    if not records_first:
+        lines()
+    for i, (node, row) in enumerate(rows):
+        events.extend(m.collectives(node, row, now=2.0 + i))
+    if records_first:
+        lines()
+    found = [e for e in events if isinstance(e, MismatchReport)]
+    assert [(e.mismatch.kind, e.mismatch.seq, e.mismatch.culprits) for e in found] == [
+        ("size", 6, (1,))
+    ]
+    assert found[0].mismatch.ranks == {0: "died in it", 1: "all_reduce [2048] Float"}
+    final = m.final_verdict(now=9.0)
+    assert final is not None and final.verdict.rank == 1
+    story = Story()
+    told = story.retell([*events, final])
+    assert story.headline().startswith("collective mismatch: rank 1 on local1 — ")
+    incidents = [e for e in told if e.kind == "incident"]
+    assert all(0 not in e.incident.blamed for e in incidents)  # type: ignore[attr-defined]
