@@ -91,8 +91,10 @@ fi
 # signalled); this shell outlives them to report the command's exit code (a trapped signal
 # waits until the foreground command has ended). The command starts with TERM/INT/HUP at
 # their defaults and USR1/USR2 ignored: their default would end a torchrun agent and orphan
-# its workers, and it does not forward them; a worker that installs its own handler (a
-# checkpoint before preemption) still gets them, straight from Slurm.
+# its workers, and it does not forward them. Ignored, they would stay so in every worker
+# (exec keeps an ignored signal ignored): the workers' hook turns the agent's ignore into a
+# handler that does nothing (DDPTUI_IGNORED_SIGNALS, worker_hook.py), so each worker starts
+# with their defaults, as under a plain torchrun, and gets them straight from Slurm.
 # This shell's own stderr is put aside while the command runs: a shell tells of a command
 # that a signal ended ("Terminated"), which would land in the node's log at every teardown.
 trap ':' TERM INT HUP
@@ -101,6 +103,8 @@ exec 3>&2 2>/dev/null
 (
     exec 2>&3 3>&-
     ddptui_env
+    DDPTUI_IGNORED_SIGNALS=USR1,USR2
+    export DDPTUI_IGNORED_SIGNALS
     if [ -n "$ddptui_ifname" ]; then
         : "${GLOO_SOCKET_IFNAME=$ddptui_ifname}" "${NCCL_SOCKET_IFNAME=$ddptui_ifname}"
         export GLOO_SOCKET_IFNAME NCCL_SOCKET_IFNAME

@@ -3,7 +3,9 @@
 
 Two lives, standard library only. As `sitecustomize.py` in a directory the job helper puts
 first on the workers' PYTHONPATH, it runs in every Python process of the job before the
-user's script, unmodified: a worker (RANK/LOCAL_RANK, or an srun task) registers
+user's script, unmodified: a torchrun agent catches the signals its node's step ignored for
+it, so that its workers start with their defaults (_agent_catches_ignored); a worker
+(RANK/LOCAL_RANK, or an srun task) registers
 `faulthandler` on a real-time signal, writing every thread's stack to a file of the node's
 debug directory. That needs no ptrace, so it works as a plain user where Yama restricts
 ptrace; faulthandler's handler is C-level, so a rank stuck in C (a collective, a sleep)
@@ -25,6 +27,7 @@ from ddptui.core.node.collective_sampler import start_sampler  # sent ahead of t
 
 DIR_VAR = "DDPTUI_DEBUG_DIR"
 TAG_VAR = "DDPTUI_TAG"
+IGNORED_VAR = "DDPTUI_IGNORED_SIGNALS"  # what the node's step set ignored (step_task.sh)
 FR_ENTRIES = 64  # the newest entries of each rank's dump that the report carries
 _keep: list = []
 
@@ -58,6 +61,38 @@ def _identity():
     if b"torchrun" in cmdline or b"torch.distributed.run" in cmdline:
         return None  # the agent (under srun it has the task's variables too)
     return who
+
+
+def _agent_catches_ignored():
+    """In a torchrun agent whose node's step set signals ignored for it (IGNORED_VAR: Slurm's
+    USR1/USR2 reach every process of a step, and their default would end the agent and
+    orphan its workers), catch them instead with a handler that does nothing. The agent
+    still outlives them, and its workers start with the dispositions a plain torchrun gives
+    them: exec resets a caught signal to its default, where an ignored one stays ignored
+    (a worker without a handler of its own would then never end on it)."""
+    names = os.environ.get(IGNORED_VAR, "")
+    if not names or _identity() is not None or not _is_agent():
+        return
+    import signal
+
+    for name in names.split(","):
+        number = getattr(signal, "SIG" + name, None)
+        if number is not None and signal.getsignal(number) == signal.SIG_IGN:
+            signal.signal(number, _caught)
+
+
+def _caught(_number, _frame):
+    """The agent's handler for a signal meant for its workers (see _agent_catches_ignored)."""
+
+
+def _is_agent():
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            words = f.read().split(b"\0")[:3]
+    except OSError:
+        return False
+    names = {os.path.basename(w) for w in words}
+    return bool(names & {b"torchrun", b"torch.distributed.run", b"torch.distributed.launch"})
 
 
 def _install():
@@ -378,6 +413,8 @@ if __name__ == "__main__":
 elif __name__ == "sitecustomize":
     import contextlib
 
+    with contextlib.suppress(Exception):
+        _agent_catches_ignored()
     with contextlib.suppress(Exception):  # a debug hook must never stop the user's script
         _install()
     with contextlib.suppress(Exception):
