@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import shlex
@@ -20,6 +21,9 @@ LINE_PREFIX_TEMPLATE = "[ddptui:${rank}:${local_rank}]:"
 TAG_VAR = "DDPTUI_TAG"
 UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # torch's opt-out of the shared store
 DEFAULT_RDZV_PORT = 29400
+# torchrun's own wait between the signal it passes to its workers and their SIGKILL; its
+# --shutdown-timeout (PET_SHUTDOWN_TIMEOUT) sets it where the node's torch has one (2.9 on).
+TORCHRUN_SHUTDOWN_S = 30
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,11 @@ def node_environment(spec: JobSpec, socket_ifname: str | None) -> dict[str, str]
     if ifname:
         env["GLOO_SOCKET_IFNAME"] = ifname
         env["NCCL_SOCKET_IFNAME"] = ifname
+    if spec.grace > TORCHRUN_SHUTDOWN_S:
+        # An agent that gets the stop signal itself (Slurm signals every process of a step)
+        # passes it on and gives its workers the job's grace, not its own 30 s. Every torchrun
+        # flag reads a PET_ variable: a torch without this flag (before 2.9) ignores it.
+        env["PET_SHUTDOWN_TIMEOUT"] = str(math.ceil(spec.grace))
     env.update(spec.env)
     return env
 

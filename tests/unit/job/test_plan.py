@@ -126,3 +126,15 @@ def test_one_nodes_command_needs_only_its_own_address_and_the_first_nodes() -> N
         alone = build_plan(spec, known, "r", 29400, only=index)
         assert alone.commands == (whole.commands[index],)
         assert alone.rdzv_endpoint == whole.rdzv_endpoint
+
+
+def test_a_grace_beyond_torchruns_own_wait_is_given_to_the_agent() -> None:
+    """An agent that gets the stop signal itself waits the job's grace before its SIGKILL;
+    up to torchrun's own 30 s nothing is added (the operator's --env still decides)."""
+    base = {"backend": "ssh", "nodes": 2, "script": "ddp.py", "hosts": ("node1", "node2")}
+    long = build_plan(make_spec(**base, grace=70.5), NODES, "run42", 29400)
+    assert {c.env["PET_SHUTDOWN_TIMEOUT"] for c in long.commands} == {"71"}
+    short = build_plan(make_spec(**base, grace=10), NODES, "run42", 29400)
+    assert all("PET_SHUTDOWN_TIMEOUT" not in c.env for c in short.commands)
+    own = make_spec(**base, grace=70, env={"PET_SHUTDOWN_TIMEOUT": "5"})
+    assert build_plan(own, NODES, "run42", 29400).commands[0].env["PET_SHUTDOWN_TIMEOUT"] == "5"
