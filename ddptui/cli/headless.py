@@ -78,6 +78,9 @@ def run_headless(
         loop.add_signal_handler(signal.SIGUSR1, session.request_detach)
         loop.add_signal_handler(signal.SIGUSR2, lambda: act_on_control_file(session))
         summary = await session.run_job()
+        if session.refused:  # bad input, as the operator's other mistakes: one line, exit 2
+            print(f"ddptui: error: {session.refused}", file=sys.stderr)
+            return 2
         if summary.detached:
             return 0 if summary.detail.startswith("detached") else 1
         return 0 if summary.ok else 1

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from testbed.netns import Testbed
+from tests.integration.sshrun import run_headless
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "trainer" / "envcheck.py")
 RUN = ["run", "--headless"]
@@ -180,3 +183,20 @@ def test_version() -> None:
         [sys.executable, "-m", "ddptui.cli", "--version"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and proc.stdout.startswith("ddptui 0.")
+
+
+def test_a_script_missing_on_the_ssh_nodes_is_bad_input_read_from_where_ddptui_ran(
+    clean_testbed: Testbed, tmp_path: Path
+) -> None:
+    """Refused on the nodes before anything starts: exit 2 and one line on stderr (besides
+    the JSON), the relative path read from the directory ddptui ran in, said so."""
+    state = tmp_path / "state"
+    run = run_headless(clean_testbed, state, "--hosts", "node[1-2]", "nope/x.py", timeout=120)
+    assert run.code == 2, (run.stderr, run.events[-3:])
+    assert run.stderr.startswith("ddptui: error: ") and run.stderr.count("\n") == 1, run.stderr
+    wanted = f"script {tmp_path}/nope/x.py not found on node1, node2"
+    assert wanted in run.stderr, run.stderr
+    assert f"a relative path is read from the directory ddptui ran from, {tmp_path}" in run.stderr
+    assert wanted in run.summary["detail"]
+    for host in ("node1", "node2"):
+        assert not [p for p in clean_testbed.describe_pids(host) if "torchrun" in p]

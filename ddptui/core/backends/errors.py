@@ -37,8 +37,18 @@ class ScriptMissing(NodeStartError):
         self.path = path
 
 
-def script_refusal(missing: Sequence[ScriptMissing]) -> BackendError:
-    """One refusal for every node that lacks the script, in the preflight's words."""
+class ScriptRefused(BackendError):
+    """The job refused before launch: its script is missing on some node, nothing of the
+    job started there; bad input, as the operator's other mistakes are (exit 2)."""
+
+
+def script_refusal(
+    missing: Sequence[ScriptMissing], workdir: str | None = None, here: str = ""
+) -> ScriptRefused:
+    """One refusal for every node that lacks the script, in the preflight's words, with
+    where a relative path was read from (`workdir`, else `here`: where ddptui ran)."""
     paths = sorted({m.path for m in missing})
     nodes = ", ".join(sorted({m.node for m in missing}))
-    return BackendError(f"script {' / '.join(paths)} not found on {nodes}: {SCRIPT_FIX}")
+    base = f"--workdir {workdir}" if workdir else f"the directory ddptui ran from, {here}"
+    said = f" (a relative path is read from {base})" if workdir or here else ""
+    return ScriptRefused(f"script {' / '.join(paths)} not found on {nodes}{said}: {SCRIPT_FIX}")

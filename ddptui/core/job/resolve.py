@@ -7,6 +7,7 @@ here, so a profile means the same job wherever it is chosen, and no argparse is 
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,7 +94,7 @@ def resolve_job(
     fields.setdefault("script", bundled_trainer(FT_TRAINER if ft_replicas else "envcheck.py"))
     if ft_replicas and fields.get("max_restarts") is None:
         fields["max_restarts"] = FT_MAX_RESTARTS  # a lost group comes back and heals
-    spec = make_spec(**fields)
+    spec = with_script_from_here(make_spec(**fields))
     if not ft_replicas and _shape_is_default(cli, resolved):
         spec = fit_to_gpus(spec)
     check_job(spec)
@@ -103,6 +104,20 @@ def resolve_job(
         except SpecError as exc:
             raise ProfileError(f"{resolved.where('script')}: script: {exc}") from None
     return spec
+
+
+def with_script_from_here(spec: JobSpec, here: str | None = None) -> JobSpec:
+    """An SSH job's relative script, read from the directory ddptui runs in (`here`), as
+    torchrun typed there would read it: the nodes' own command would start in each one's
+    home. With --workdir it is read from there, as the nodes run in it; a container's
+    script is the image's, read from its own directory; `~` is each node's home."""
+    script = spec.script
+    if spec.backend != "ssh" or spec.workdir or spec.container is not None:
+        return spec
+    if posixpath.isabs(script) or script.startswith("~"):
+        return spec
+    path = posixpath.normpath(posixpath.join(here or os.getcwd(), script))
+    return spec.model_copy(update={"script": path})
 
 
 def _shape_is_default(cli: Mapping[str, Any], resolved: ResolvedProfile | None) -> bool:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
+from ddptui.core.backends.errors import ScriptRefused
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.clock import ZERO, estimate_offset
@@ -85,6 +87,7 @@ class Session:
         self._stop = asyncio.Event()
         self._stop_reason = ""
         self._last_error = ""
+        self.refused = ""  # why the job was refused before launch: bad input (ScriptRefused)
         self._detach = False
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
@@ -209,6 +212,7 @@ class Session:
             else:
                 detail = str(exc)
                 self._stop_reason = "error"
+                self.refused = detail if isinstance(exc, ScriptRefused) else ""
                 self.emit(Notice("error", detail))
         finally:
             if self._detach:
@@ -244,7 +248,9 @@ class Session:
         errors = [e for e in started if isinstance(e, BaseException)]
         missing = [e for e in errors if isinstance(e, ScriptMissing)]
         if missing:
-            raise script_refusal(missing)
+            here = os.getcwd()
+            under = any(m.path.startswith(here.rstrip("/") + "/") for m in missing)
+            raise script_refusal(missing, self.spec.workdir, here if under else "")
         if errors:
             raise errors[0] if isinstance(errors[0], BackendError) else BackendError(str(errors[0]))
 

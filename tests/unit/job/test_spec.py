@@ -81,3 +81,16 @@ def test_an_env_name_ending_in_a_newline_is_refused_on_one_line() -> None:
     with pytest.raises(SpecError) as caught:
         parse_env_pairs(["A\n=1"])
     assert "\n" not in str(caught.value)
+
+
+def test_an_ssh_jobs_relative_script_is_read_from_where_ddptui_runs() -> None:
+    from ddptui.core.job.resolve import with_script_from_here
+
+    ssh = make_spec(backend="ssh", nodes=2, hosts=("a", "b"), script="../s/train.py")
+    assert with_script_from_here(ssh, "/home/u/proj").script == "/home/u/s/train.py"
+    for kept in (
+        ssh.model_copy(update={"workdir": "/shared/proj"}),  # the nodes run in it
+        ssh.model_copy(update={"script": "~/train.py"}),  # each node's home
+        ssh.model_copy(update={"backend": "local"}),
+    ):
+        assert with_script_from_here(kept, "/home/u/proj").script == kept.script
