@@ -1,15 +1,18 @@
 """The shape of the code holds: the core runs without the UI, the layers and contracts of
 pyproject's import-linter section hold, no import cycle (type-checking imports included), every
-module named in ARCHITECTURE.md, and big modules reported (failed only far beyond a room)."""
+package named in ARCHITECTURE.md and nothing it names gone, and big modules reported (failed
+only far beyond a room)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import warnings
 
 from tests.cases import ROOT
+from tests.unit.test_docs import _exists, _path_words
 
 PACKAGE = ROOT / "ddptui"
 # A module past REPORT_LINES is listed (a warning: is a second idea moving in?); only one past
@@ -111,14 +114,23 @@ def test_no_import_cycle_even_for_type_checking_in_the_package_bench_or_testbed(
     assert find_cycle(import_graph("bench", "testbed", typing=True)) is None
 
 
-def test_architecture_names_every_module() -> None:
+def _package_rows(text: str) -> dict[str, str]:
+    """ARCHITECTURE.md's table: each package's row, by the package it names first."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([^`]+)` \|(.*)\|$", text, re.M)}
+
+
+def test_architecture_names_every_package_and_each_name_is_there() -> None:
+    """One row per package (every directory of ddptui/ with an __init__.py), and nothing it
+    names is gone: its paths, and the bare module names in a package's row."""
     text = (ROOT / "ARCHITECTURE.md").read_text()
-    unnamed = [
-        str(rel)
-        for p in sorted(PACKAGE.rglob("*.py"))
-        if p.name != "__init__.py" and f"`{(rel := p.relative_to(PACKAGE))}`" not in text
-    ]
-    assert not unnamed, f"ARCHITECTURE.md does not name: {unnamed}"
+    rows = _package_rows(text)
+    packages = sorted(f"{p.parent.relative_to(PACKAGE)}/" for p in PACKAGE.rglob("*/__init__.py"))
+    assert [p for p in packages if p not in rows] == [], "ARCHITECTURE.md has no row for them"
+    gone = [w for w in _path_words(text) if not _exists(ROOT / "ARCHITECTURE.md", w)]
+    for package, row in rows.items():
+        names = re.findall(r"`([\w.]+\.(?:py|tcss|sh))`", row)
+        gone += [f"{package}{n}" for n in names if not (PACKAGE / package / n).is_file()]
+    assert not gone, f"ARCHITECTURE.md names what is not there: {gone}"
 
 
 def test_the_session_is_one_package_and_screens_mix_in_nothing() -> None:
