@@ -16,6 +16,11 @@ ALIASES: dict[str, str] = {
     "training_loss": "loss",
     "loss_step": "loss",
     "train_loss_step": "loss",
+    "loss_train": "loss",  # litgpt's `loss train:`
+    "total_loss": "loss",  # detectron2, DINOv2: the sum the step optimises
+    "reduced_train_loss": "loss",  # NeMo
+    "loss/train/total": "loss",  # composer
+    "val": "eval_loss",  # litgpt's `loss train: 2.3, val: 2.5`
     "val_loss": "eval_loss",
     "valid_loss": "eval_loss",
     "validation_loss": "eval_loss",
@@ -24,12 +29,17 @@ ALIASES: dict[str, str] = {
     "test_loss": "eval_loss",
     "lm_loss_value": "eval_loss",  # Megatron's validation line
     "lm_loss_ppl": "eval_ppl",
+    "valid_ppl": "eval_ppl",
+    "val_ppl": "eval_ppl",
     # the optimiser
     "grad_norm": "grad_norm",
     "gradient_norm": "grad_norm",
     "grad_norm_total": "grad_norm",
+    "norm": "grad_norm",  # llm.c
+    "gnorm": "grad_norm",  # fairseq
     "learning_rate": "lr",
     "train/learning_rate": "lr",
+    "train_learning_rate": "lr",
     "train/grad_norm": "grad_norm",
     "loss_scale": "loss_scale",
     "params_norm": "params_norm",
@@ -47,15 +57,20 @@ ALIASES: dict[str, str] = {
     "tokens_per_second": "tokens/s",
     "tokens_per_sec": "tokens/s",
     "tokens/sec": "tokens/s",
+    "tokens_per_second_per_gpu": "tokens/s",  # torchtune: each rank's own, as the others
+    "throughput/tokens_per_sec": "tokens/s",  # composer
     "samples_per_second": "samples/s",
     "samples_per_sec": "samples/s",
     "samples/sec": "samples/s",
     "train_samples_per_second": "samples/s",
+    "throughput/samples_per_sec": "samples/s",  # composer
+    "currsamplespersec": "samples/s",  # DeepSpeed's ThroughputTimer
     "images/s": "samples/s",
     "img/s": "samples/s",
     "throughput_per_gpu_(tflop/s/gpu)": "tflops",
     "tflops/s": "tflops",
     "tflops_per_gpu": "tflops",
+    "approx_flops_per_gpu": "tflops",  # GPT-NeoX, printed `123.4TFLOPS`
     "it/s": "steps/s",
     "steps_per_second": "steps/s",
     "train_steps_per_second": "steps/s",
@@ -76,6 +91,7 @@ STEP_KEYS: dict[str, int] = {  # key -> preference (lower wins)
     "train/global_step": 0,
     "_step": 1,
     "iteration": 1,
+    "num_updates": 0,  # fairseq
     "iter": 2,
     "it": 3,
     "epoch": 4,  # the step only where nothing finer is printed, and only when whole
@@ -87,6 +103,14 @@ IGNORED_KEYS = frozenset(
         "rank", "local_rank", "group_rank", "node_rank", "world_size", "world",
         "local_world_size", "pid", "port", "seed", "v_num", "t", "ts", "time", "timestamp",
         "seq", "gpu", "device", "ranks", "epochs", "iters", "warmup", "total_flos",
+        "local_ranks", "global_ranks", "cuda", "micro_step",
+        # the clock and the parts of a step's time: the step's own pace is read from its rate
+        "eta", "data", "data_time", "batch_time", "iter_time", "last_time", "last_data_time",
+        "remaining_time", "wall", "train_wall", "train_time",
+        # memory in units a trainer does not say (MiB, M for MiB): torchtitan's is its own
+        "memory", "mem", "max_mem",
+        # the phase a line is in, printed where a key would be (timm's `Train: 0 [..]`)
+        "train", "training", "test", "eval", "valid", "validation",
     }
 )  # fmt: skip
 
@@ -103,8 +127,15 @@ class Goal(Enum):
 
 
 def canonical_name(key: str) -> str:
-    """The name a printed key is kept under: `lm loss` -> `loss`, `tps` -> `tokens/s`."""
+    """The name a printed key is kept under: `lm loss` -> `loss`, `tps` -> `tokens/s`.
+
+    Composer prints `Train loss/train/total` and `Train lr-DecoupledAdamW/group0`: its
+    `Train ` goes, and each optimiser group's learning rate is `lr`."""
     name = _SEPARATORS.sub("_", key.strip().lower())
+    if "/" in name and name.startswith("train_"):
+        name = name[6:]
+    if name.startswith("lr_") and "/group" in name:
+        return "lr"
     return ALIASES.get(name, name)
 
 
@@ -119,6 +150,7 @@ def is_known(text: str) -> bool:
         or "norm" in text or "/s" in text or "tps" in text or "wps" in text
         or "tok" in text or "samples" in text or "mfu" in text or "flop" in text
         or "ppl" in text or "perplex" in text or "per_sec" in text or "s/it" in text
+        or "prec" in text
     )  # fmt: skip
 
 

@@ -18,11 +18,13 @@ _PARTS = re.compile(
     r"\s*(?P<num>[-+]?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)"
     r"\s?(?P<unit>[KMGT]i?B|%|ms|us|s|[kKMGT])?\s*"
 )
-# Sizes are read in GiB, whatever unit they were printed in.
+# Sizes are read in GiB, whatever unit they were printed in. Trainers print memory divided by
+# 1024**3 and call it GB (DeepSpeed's `MemAllocated=0.07GB`, torch's own summaries): GB is
+# read as GiB, and so on for the other decimal names.
 _SCALE = {
     "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
     "KiB": 1 / 1024**2, "MiB": 1 / 1024, "GiB": 1.0, "TiB": 1024.0,
-    "KB": 1e3 / 1024**3, "MB": 1e6 / 1024**3, "GB": 1e9 / 1024**3, "TB": 1e12 / 1024**3,
+    "KB": 1 / 1024**2, "MB": 1 / 1024, "GB": 1.0, "TB": 1024.0,
 }  # fmt: skip
 
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from ddptui.core.job.metric_patterns import PatternError, compile_metric_patterns
-from ddptui.core.metrics.formats import LineMetrics, parse_line
+from ddptui.core.metrics.formats import LineMetrics, parse_line, parse_row, read_header
 from ddptui.core.metrics.names import canonical_name, is_known
 from ddptui.core.metrics.numbers import read_number
 from ddptui.core.metrics.sample import MetricSample
@@ -65,7 +65,10 @@ class MetricReader:
 
     It remembers each rank's last printed step, so a line that prints none (a Trainer dict, a
     throughput line) belongs to the step that rank printed last, unless the caller knows
-    better (the monitor's progress pattern) and says so.
+    better (the monitor's progress pattern) and says so; a rank that never printed a step
+    has its reports counted instead (`MetricSample.report`). It also remembers each rank's
+    last column header (YOLO's `Epoch GPU_mem box_loss ...`, fastai's), to read the rows
+    printed under it (`formats.parse_row`).
 
     Args:
         patterns: the profile's own metrics, name -> regular expression with one group.
@@ -81,6 +84,8 @@ class MetricReader:
         self.patterns = compile_patterns(patterns or {})
         self.min_interval = min_interval
         self._steps: dict[int, int] = {}
+        self._reports: dict[int, int] = {}  # rank -> samples read from its lines
+        self._headers: dict[int, tuple[str, ...]] = {}  # rank -> its column table's header
         self._quiet_until: dict[int, float] = {}
 
     def step_of(self, rank: int) -> int:
@@ -119,20 +124,25 @@ class MetricReader:
             force: read it even inside the rank's interval (its last line, kept for later).
         """
         if _DIGIT(text) is None and not spells_nan_or_inf(text):
+            if "loss" in text or "acc" in text:
+                header = read_header(text)
+                if header is not None:
+                    self._headers[rank] = header
             return None
         if not force and self.min_interval > 0.0 and ts < self._quiet_until.get(rank, ts):
             return None
-        found = self.read_text(text)
+        found = self.read_text(text, rank)
         if found is None:
             return None
         if self.min_interval > 0.0:
             self._quiet_until[rank] = ts + self.min_interval
+        report = self._reports[rank] = self._reports.get(rank, 0) + 1
         step = found.step
-        if step is None:
-            step = last_step if last_step is not None else self._steps.get(rank, 0)
-        else:
+        if step is not None:
             self._steps[rank] = step
-        return MetricSample(rank, step, found.values, ts)
+            return MetricSample(rank, step, found.values, ts)
+        step = last_step if last_step is not None else self._steps.get(rank, report)
+        return MetricSample(rank, step, found.values, ts, report)
 
     def read_many(self, lines: Iterable[tuple[int, str]], ts: float = 0.0) -> list[MetricSample]:
         """The samples in a block of (rank, text) lines read at one time, in order; each
@@ -145,11 +155,14 @@ class MetricReader:
                 found.append(sample)
         return found
 
-    def read_text(self, text: str) -> LineMetrics | None:
-        """A line's metrics, with no rank and no step but its own (None: none)."""
+    def read_text(self, text: str, rank: int | None = None) -> LineMetrics | None:
+        """A line's metrics, with no step but its own (None: none); with `rank`, a row under
+        that rank's column header reads too."""
         if "\r" in text:  # a progress bar redrawn in place: the last drawing counts
             text = text.rstrip("\r").rpartition("\r")[2]
         found = parse_line(text)
+        if found is None and rank is not None and rank in self._headers:
+            found = parse_row(text, self._headers[rank])
         if not self.patterns:
             return found
         own: dict[str, float] = {}

@@ -17,9 +17,14 @@ class MetricSample:
         values: canonical metric name (`names.canonical_name`) -> value; NaN and +-Inf are
             kept, they are what the wrong-number check looks for.
         ts: when the console read the line (seconds since the epoch; 0 if not known).
+        report: for a line that printed no step of its own, which of the rank's reports it
+            was (1 for its first sample); None when the line printed its step. Such a line's
+            `step` is the rank's last printed step, or this count where the rank never
+            printed one (a Trainer's dicts), so that its curve runs over its reports.
     """
 
     rank: int
     step: int
     values: Mapping[str, float]
     ts: float = 0.0
+    report: int | None = None

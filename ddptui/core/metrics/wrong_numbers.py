@@ -25,7 +25,11 @@ class WrongNumberKind(Enum):
 
 @dataclass(frozen=True, slots=True)
 class WrongNumber:
-    """One rank's wrong number at one step; `baseline` is the median it jumped from."""
+    """One rank's wrong number, where it was; `baseline` is the median it jumped from.
+
+    Where: the step its line printed, or, for a line that printed none (`report` set),
+    which of the rank's reports it was and the epoch (a fraction) if the line gave one.
+    """
 
     rank: int
     step: int
@@ -33,6 +37,37 @@ class WrongNumber:
     value: float
     kind: WrongNumberKind
     baseline: float | None = None
+    report: int | None = None
+    epoch: float | None = None
+
+    def where(self) -> str:
+        """`at step 120`, or `in rank 1's 35th report (epoch 0.52)` for a line with no step."""
+        if self.report is None:
+            return f"at step {self.step}"
+        said = f"in rank {self.rank}'s {ordinal(self.report)} report"
+        if self.epoch is not None and math.isfinite(self.epoch):
+            said += f" (epoch {self.epoch:.4g})"
+        return said
+
+    def said(self) -> str:
+        """The finding in words: `loss is nan at step 120`, `loss jumped to 500 in rank 1's
+        35th report (recent median 1.95)`."""
+        if self.kind is WrongNumberKind.NAN_OR_INF:
+            return f"{self.metric} is {self.value} {self.where()}"
+        said = f"{self.metric} jumped to {self.value:.4g} {self.where()}"
+        if self.baseline is not None:
+            said += f" (recent median {self.baseline:.4g})"
+        return said
+
+
+_SUFFIX = {1: "st", 2: "nd", 3: "rd"}
+
+
+def ordinal(number: int) -> str:
+    """`1st`, `2nd`, `3rd`, `11th`, `22nd`, `35th`."""
+    if 10 <= number % 100 <= 20:
+        return f"{number}th"
+    return f"{number}{_SUFFIX.get(number % 10, 'th')}"
 
 
 @dataclass(slots=True)
@@ -75,13 +110,24 @@ class WrongNumberCheck:
                 if not recent.broken:
                     recent.broken = True
                     kind = WrongNumberKind.NAN_OR_INF
-                    found.append(WrongNumber(sample.rank, sample.step, name, value, kind))
+                    found.append(_wrong(sample, name, value, kind))
                 continue
             recent.broken = False
             if len(recent.values) >= self.min_points:
                 median = statistics.median(recent.values)
                 if median > 0.0 and value > self.factor * median:
                     kind = WrongNumberKind.LOSS_SPIKE
-                    found.append(WrongNumber(sample.rank, sample.step, name, value, kind, median))
+                    found.append(_wrong(sample, name, value, kind, median))
             recent.values.append(value)
         return found
+
+
+def _wrong(
+    sample: MetricSample,
+    name: str,
+    value: float,
+    kind: WrongNumberKind,
+    baseline: float | None = None,
+) -> WrongNumber:
+    epoch = sample.values.get("epoch") if sample.report is not None else None
+    return WrongNumber(sample.rank, sample.step, name, value, kind, baseline, sample.report, epoch)

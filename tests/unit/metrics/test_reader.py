@@ -15,10 +15,36 @@ def test_a_line_without_a_step_belongs_to_the_ranks_last_printed_step() -> None:
     step = reader.read(1, "rank 1 step=7 loss=0.5", ts=1.0)
     assert step == MetricSample(1, 7, {"loss": 0.5}, 1.0)
     rate = reader.read(1, "rank 1 throughput: 99.5 samples/s (7 steps in 1.0 s)", ts=2.0)
-    assert rate == MetricSample(1, 7, {"samples/s": 99.5}, 2.0)
-    other = reader.read(0, "rank 0 throughput: 98.0 samples/s", ts=2.0)
-    assert other is not None and other.step == 0  # rank 0 printed no step yet
+    assert rate == MetricSample(1, 7, {"samples/s": 99.5}, 2.0, report=2)
     assert reader.step_of(1) == 7 and reader.step_of(0) == 0
+
+
+def test_a_rank_that_never_prints_a_step_has_its_reports_counted() -> None:
+    """A Trainer's dicts print no step: each is the rank's next report, its curve runs over
+    them (not every point at step 0), and the first step printed takes over."""
+    reader = MetricReader()
+    first = reader.read(0, "{'loss': 2.3, 'epoch': 0.01}", ts=1.0)
+    second = reader.read(0, "{'loss': 2.1, 'epoch': 0.02}", ts=2.0)
+    assert first == MetricSample(0, 1, {"loss": 2.3, "epoch": 0.01}, 1.0, report=1)
+    assert second is not None and (second.step, second.report) == (2, 2)
+    assert reader.read(1, "throughput: 98.0 samples/s") == MetricSample(
+        1, 1, {"samples/s": 98.0}, report=1
+    )  # each rank counts its own
+    stepped = reader.read(0, "step=40 loss=1.9")
+    assert stepped is not None and (stepped.step, stepped.report) == (40, None)
+    after = reader.read(0, "{'loss': 1.8, 'epoch': 0.4}")
+    assert after is not None and (after.step, after.report) == (40, 4)
+
+
+def test_a_column_table_is_read_under_its_header() -> None:
+    """YOLO and fastai print a header once and rows of bare numbers under it."""
+    reader = MetricReader()
+    assert reader.read(0, "epoch     train_loss  valid_loss  accuracy  time") is None
+    row = reader.read(0, "1         0.423412    0.312345    0.911234  00:12")
+    assert row is not None and row.step == 1
+    assert row.values == {"loss": 0.423412, "eval_loss": 0.312345, "accuracy": 0.911234}
+    assert reader.read(1, "1         0.423412    0.312345    0.911234  00:12") is None
+    assert reader.read(0, "1 2 3 4") is None  # not a row: a cell short
 
 
 def test_the_callers_step_wins_over_the_remembered_one_but_not_over_the_line() -> None:

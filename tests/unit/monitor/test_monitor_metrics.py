@@ -92,7 +92,7 @@ def test_the_jobs_own_patterns_are_read() -> None:
     monitor = Monitor(["n0"], 1, metric_patterns={"ppl": r"perplexity (\S+)"}, metric_interval=0)
     events = monitor.feed("n0", _lines((0, "eval perplexity 12.5 at step 3")), now=1.0)
     (sample,) = [e for e in events if isinstance(e, MetricSampled)]
-    assert sample.values == {"ppl": 12.5}
+    assert sample.values["ppl"] == 12.5 and sample.step == 3  # beside the formats' reading
 
 
 def test_metrics_off_reads_none() -> None:
