@@ -32,7 +32,7 @@ from ddptui.core.events import (
     RankState,
 )
 from ddptui.core.monitor.cycles import CycleReport, MembershipChange, MembershipChanged
-from ddptui.core.story.incident import Incident, IncidentKind, IncidentReport
+from ddptui.core.story.incident import Incident, IncidentKind, IncidentReport, ranks_words
 
 # The verdict's signature -> the incident's kind (any other signature of a failed rank: crash).
 SIGNATURE_KINDS = {
@@ -99,6 +99,7 @@ class Story:
         self._judged: int | None = None  # the incident the verdict judged (its index)
         self._launch_judged = False  # the launch failed: that failure leads, whatever follows
         self._keys: dict[tuple[object, ...], int] = {}
+        self._wrong_seen: set[tuple[int, int | None, str]] = set()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -275,8 +276,9 @@ class Story:
         if event.state == RankState.FAILED:
             self._failed[event.rank] = event.node
         wrong = next((d for d in event.diagnoses if d.kind == NAN_OR_INF), None)
-        if wrong is None:
-            return []
+        if wrong is None or (event.rank, wrong.seq, wrong.summary) in self._wrong_seen:
+            return []  # a rank's events carry its diagnoses again: the same one is no repeat
+        self._wrong_seen.add((event.rank, wrong.seq, wrong.summary))
         return self._found(
             IncidentKind.NON_FINITE,
             ("wrong", event.rank),
@@ -357,7 +359,9 @@ class Story:
         why = cycle.cause if cycle.cause != "start" else "a failure"
         blamed = (cycle.failed_rank,) if cycle.failed_rank is not None else ()
         nodes = (cycle.failed_node,) if cycle.failed_node else ()
-        count = f" (restart {cycle.restarts} of {cycle.max_restarts})" if cycle.max_restarts else ""
+        who = ranks_words(blamed, nodes) + " "
+        why = why.removeprefix(who) if blamed else why  # the headline names the rank already
+        count = f"; restart {cycle.restarts} of {cycle.max_restarts}" if cycle.max_restarts else ""
         reports += self._found(
             IncidentKind.RESTARTED,
             ("round", cycle.index),
@@ -365,7 +369,8 @@ class Story:
             blamed=blamed,
             nodes=nodes,
             role=Role.CASCADE,
-            summary=f"round {cycle.index} began after {why}{count}",
+            summary=f"{why}{count}",
+            counts=False,
         )
         return reports
 
@@ -453,6 +458,7 @@ class Story:
         evidence: tuple[str, ...] = (),
         replace_blame: bool = False,
         precise: bool = False,
+        counts: bool = True,
     ) -> list[IncidentReport]:
         """A finding: a new incident, or the one it repeats updated (blame, words, count).
 
@@ -501,7 +507,7 @@ class Story:
             if summary and (precise or named != old.blamed or not old.summary)
             else old.summary,
             evidence=evidence if precise and evidence else (old.evidence or evidence),
-            count=old.count + (repeat and named == old.blamed),
+            count=old.count + (counts and repeat and named == old.blamed),
             last_seen=now,
         )
         return self._put(index, new)

@@ -32,6 +32,7 @@ BLAME_WORD = {  # the lead's kind, in a cell's few columns
     IncidentKind.NON_FINITE: "nan",
     IncidentKind.NODE_LOST: "lost",
     IncidentKind.AGENT_LOST: "lost",
+    IncidentKind.RESTARTED: "restarted",
 }
 BARS = " ▁▂▃▄▅▆▇█"
 MEM_FLAG = "mem_high"
@@ -78,7 +79,7 @@ class RankGridCell:
     @property
     def glyph(self) -> str:
         """The cell in one character, for the compact grid."""
-        if self.blame_word and self.state != RankState.FAILED:
+        if self.blame_word and not self.state.final:
             return BLAMED_GLYPH
         if self.suspect:
             return SUSPECT_GLYPH
@@ -88,9 +89,13 @@ class RankGridCell:
 
     @property
     def blame_word(self) -> str:
-        """The lead's kind in a word while it blames this rank and holds, else ""."""
+        """The lead's kind in a word while it blames this rank, else "": while it holds, or
+        for good once the rank has ended (a stall is over with the run, its rank still the one
+        it blamed; a straggler that recovered is not marked)."""
         lead = self.blamed
-        return BLAME_WORD.get(lead.kind, "") if lead is not None and not lead.over else ""
+        if lead is None or (lead.over and not self.state.final):
+            return ""
+        return BLAME_WORD.get(lead.kind, "")
 
     @property
     def slow_running(self) -> bool:
@@ -119,11 +124,13 @@ class RankGridCell:
 
     def render(self) -> str:
         glyph = GLYPH[self.state]
+        mark = BLAMED_GLYPH if self.blame_word else ""
         if self.state == RankState.FAILED and self.exit_code is not None:
-            mark = BLAMED_GLYPH if self.blame_word else ""
             return f"{self.label} {glyph}{signal_name(self.exit_code) or self.exit_code}{mark}"
-        if self.blame_word and self.slow is None:
-            return f"{self.label} {BLAMED_GLYPH}{self.blame_word}"
+        if mark and self.state.final:
+            return f"{self.label} {glyph}{mark}"
+        if mark and self.slow is None:
+            return f"{self.label} {mark}{self.blame_word}"
         if self.slow is not None and self.state == RankState.RUNNING:
             return f"{self.label} {STRAGGLER_GLYPH}{self.slow:.2f}"
         if self.straggler:

@@ -108,7 +108,7 @@ def test_a_restart_closes_the_round_before_it_and_is_counted() -> None:
     reports = told(story, CycleReport(cycle), CycleReport(cycle))
     crash, restart = story.incidents
     assert crash.over and crash.kind == IncidentKind.CRASH and not restart.over
-    assert restart.summary == "round 1 began after worker failure (restart 1 of 3)"
+    assert restart.summary == "worker failure; restart 1 of 3"
     assert [r.incident.number for r in reports] == [1, 2]
     assert story.headline().startswith("crash: rank 1 on node0")
 
