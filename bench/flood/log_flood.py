@@ -20,7 +20,9 @@ all), and that is reported separately. Console CPU a line: the console's CPU tim
 system, all its threads; in the app, its session process's too) over the lines it ingested,
 the figure a loaded machine moves least; core tiers are in lines per CPU-second too. Peak RSS
 in the app: the app's process plus its session process.
-With `--baseline TREE`, every tier also runs the ddptui of TREE, just before this tree's.
+With `--baseline TREE`, every tier also runs the ddptui of TREE (another checkout, e.g. a
+`git worktree` of an older commit), just before this tree's: the ratios are in one run.
+`--quick` writes its report beside the record (log_flood_quick.md), never over it.
 """
 
 from __future__ import annotations
@@ -190,7 +192,9 @@ def _child(*args: str, tree: str | None = None) -> dict[str, Any]:
             ],
             capture_output=True,
             text=True,
-            cwd=ROOT,
+            # Not the repository: `python -m` puts its folder first on the path, so the
+            # session process of a --baseline tree would import this tree's ddptui.
+            cwd=tmp,
             env=env,
             timeout=900,
         )
@@ -257,6 +261,8 @@ def main() -> None:
         "command": command_line(),
         "loads": [],
     }
+    if args.quick:  # a smoke run: its report beside the record, never over it
+        data["name"] = f"{report_name(data)}_quick"
     trees: list[tuple[str, str | None]] = [("", None)]
     if args.baseline:
         data["cores_base"] = []
@@ -289,7 +295,8 @@ def _brief(r: dict[str, Any]) -> str:
     text = f"ingested {r['ingested']:,} of {r['on_disk']:,} at {format_rate(r['ingest_per_s'])}"
     if "key_p50" in r:
         text += f", key p50 {fmt_ms(r['key_p50'])} p99 {fmt_ms(r['key_p99'])}"
-    return text + f", RSS {r['rss_mb']:.0f} MB"
+    text += f", RSS {r['rss_mb']:.0f} MB"
+    return text if r.get("ok", True) else f"{text}; THE RUN FAILED (its summary was not ok)"
 
 
 if __name__ == "__main__":

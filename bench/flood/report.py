@@ -39,10 +39,10 @@ def render(data: dict[str, Any], command: str, doc: str | None) -> None:
         )
     if data.get("loads"):
         loads = data["loads"]
-        cores = data.get("env", {}).get("nproc", "?")
+        nproc = data.get("env", {}).get("nproc", "?")
         report.para(
             f"1-minute load average at the start of each run: median {median(loads):.1f}, "
-            f"{min(loads):.1f} to {max(loads):.1f} ({cores} cores, maybe shared)."
+            f"{min(loads):.1f} to {max(loads):.1f} ({nproc} cores, maybe shared)."
         )
     report.section("Core alone (in memory, no processes)")
     table = Table(
@@ -236,7 +236,11 @@ def _versus_base(
         new, old = runs[(tier, name)], runs[(tier + BASE, name)]
         is_ui = tier.startswith("ui")
         k_new, k_old = f"{tier}|{name}", f"{tier}{BASE}|{name}"
-        rates = [s[k_new]["ingest_per_s"] / s[k_old]["ingest_per_s"] for s in sweeps]
+        rates = [
+            s[k_new]["ingest_per_s"] / s[k_old]["ingest_per_s"]
+            for s in sweeps
+            if s[k_old]["ingest_per_s"]  # a baseline run that ingested nothing has no ratio
+        ] or [float("nan")]
         table.add(
             name,
             tier,
