@@ -85,3 +85,19 @@ async def test_a_followed_run_shows_and_offers_nothing_that_changes_it(tmp_path:
         await pilot.pause()
     assert app.return_code == 0
     assert not (run.path / "summary.json").exists()
+
+
+async def test_a_refused_binding_says_the_console_is_read_only(tmp_path: Path) -> None:
+    """`:job.teardown` typed on the command line of a followed run: refused, saying why."""
+    run = _running_run(tmp_path)
+    app = DdpApp(run.read_spec(), attach=run, follow=True)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.job_screen
+        said: list[str] = []
+        screen.notify = lambda message, **_: said.append(str(message))  # type: ignore[method-assign]
+        await screen.run_binding("job.teardown")
+        await pilot.pause()
+        assert said == [
+            "read-only: this console follows the run and cannot change it (job.teardown)"
+        ]
+        assert not isinstance(app.screen, ConfirmScreen) and screen.run.stop_request is None

@@ -168,6 +168,12 @@ class LogScreen(Screen[None]):
         elif command.binding_id is not None:
             await self.run_binding(command.binding_id)
 
+    def refusal(self, binding_id: str) -> str:
+        """Why a binding hidden here is refused, in words: a read-only console says so."""
+        if getattr(self, "read_only", False):
+            return f"read-only: this console follows the run and cannot change it ({binding_id})"
+        return f"{binding_id} is not available here"
+
     async def run_binding(self, binding_id: str) -> None:
         """Run what the binding with this id does, on the node that declares it."""
         for node in (self, self.app, self.logs.active_view):
@@ -175,7 +181,7 @@ class LogScreen(Screen[None]):
                 if binding.id == binding_id:
                     name = binding.action.partition("(")[0]
                     if node.check_action(name, ()) is False:  # hidden here (read-only, ...)
-                        self.notify(f"{binding_id} is not available here", severity="warning")
+                        self.notify(self.refusal(binding_id), severity="warning")
                         return
                     await node.run_action(binding.action)
                     return
