@@ -37,7 +37,8 @@ _RATE_NAMES = frozenset({"samples/s", "tokens/s"})
 
 # A printed pair: a key of one or two words, `=`, `:`, `-->` or spaces, and a number. The key
 # starts no word, path or file name (`/ckpt/epoch=3`, `epoch=0-step=9.ckpt`); the number is
-# no version (`3.11.7`), no clock (`10:00:00`) and no bar's percentage (`45%|`); `[` or
+# no version (`3.11.7`), no clock (`10:00:00`), no bar's percentage (`45%|`) and no part of
+# a path (`lr=0.001/ckpt`); `[` or
 # `tensor(` before it is taken off (`lr=[0.0001]`, `tensor(2.3, device='cuda:0')`); a
 # `/ 1000` after it is kept apart: a step's position, never a value (`450/1000`).
 _NAME = r"[A-Za-z_][\w/.\-@]*"
@@ -45,7 +46,7 @@ _PAIR = re.compile(
     rf"(?<![\w/.\-@])({_NAME}(?: {_NAME})?)(\s*(?:[=:]|-->)\s*|\s+)(?:tensor\(|\[)?"
     r"([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s?(?:[KMGT]i?B|%|ms|s|[kKMGT])"
     r"(?![A-Za-z]))?|[-+]?(?:[nN]a[nN]|[iI]nf(?:inity)?|INF)(?![A-Za-z]))"
-    r"(?![\w.@%]|:\d|\|)(\s*/\s*\d+)?"
+    r"(?![\w.@%]|:\d|\||/(?!\s*\d))(\s*/\s*\d+)?"
 )
 # Where a line is within an epoch: its epoch, then `[10/5005]`, `[640/60000 (1%)]` or
 # `200/ 2983 batches`; `[0/25][100/782]` is the epoch then the batch.
@@ -59,6 +60,8 @@ _BRACKET_STEP = re.compile(r"(?:^|\]\s)\[(\d+)\]\s")  # clu's LoggingWriter: `[1
 _GLOBAL_STEP = re.compile(
     r"\bglobal_step=(\d+)"
 )  # DeepSpeed's `epoch=0/micro_step=8/global_step=2`
+# A Python warning: `file:line: Category: message`, whatever the file's name.
+_WARNING = re.compile(r":\d+: \w*Warning: ")
 # A key that names a file (`torch/optim/lr_scheduler.py:143: UserWarning`) is no metric.
 _FILE = re.compile(
     r"\.(?:py|pyc|pyx|c|cc|cpp|cxx|h|hpp|cu|cuh|so|rs|go|java|js|ts|sh|log|txt|json|ya?ml|"
@@ -356,9 +359,12 @@ def parse_key_values(text: str) -> LineMetrics | None:
     The step: one printed alone (`step`, `iter`, `num_updates`, ...); else the line's
     position within its epoch counted over epochs (`Epoch: [2][ 100/5005]`, `step 10/100`);
     else a whole epoch (`Epoch 3 | loss 0.5`). An epoch that is not part of the step is kept
-    as a value (`epoch`). An argparse `Namespace(lr=0.1, ...)` is settings, not metrics.
+    as a value (`epoch`). An argparse `Namespace(lr=0.1, ...)` is settings and a Python
+    warning (`file:line: UserWarning: ...`) is news of the code, not metrics.
     """
     if not is_known(text.lower()) or "Namespace(" in text:
+        return None
+    if "Warning: " in text and _WARNING.search(text) is not None:
         return None
     pairs = _pairs(text)
     if "/s" in text:
