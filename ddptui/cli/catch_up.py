@@ -14,6 +14,7 @@ import time
 
 from ddptui.core.backends.base import BackendError
 from ddptui.core.backends.factory import make_backend
+from ddptui.core.events import StopReason
 from ddptui.core.job.spec import SpecError
 from ddptui.core.runs.history import RunHistory, RunRecord
 from ddptui.core.runs.settle import DETACHED
@@ -64,7 +65,7 @@ async def ask_run(record: RunRecord, history: RunHistory) -> str:
     # Every node has ended: attached again, the session reads each node's log to its end,
     # records the outcome as a console watching to the end would, and proves the nodes clean.
     summary = await Session(spec, lambda event: None, run=run, attaching=True).run_job()
-    if summary.stopped_by == "error":
+    if summary.stopped_by == StopReason.ERROR:
         history.update(record.id, status=DETACHED)
         return _still(history, record, f"its ended nodes could not be read: {summary.detail}")
     return ""

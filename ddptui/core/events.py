@@ -70,6 +70,16 @@ class RunPhase(enum.StrEnum):
         )
 
 
+class StopReason(enum.StrEnum):
+    """Why a run ended: the one word the summary, history and the console read it by."""
+
+    FINISHED = "finished"  # every rank ended by itself (ok or not: the summary's `ok` says)
+    FAILURE = "failure"  # a rank or a node failed and the session stopped the rest
+    OPERATOR = "operator"  # the operator's teardown
+    DETACHED = "detached"  # the console let go; the job runs on
+    ERROR = "error"  # the launch or the backend failed before the job could run
+
+
 def plain(value: Any) -> Any:
     """JSON-ready form of an event field: enums by value, nested records as dicts."""
     if isinstance(value, enum.Enum):

@@ -27,6 +27,7 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
+    StopReason,
     plain_number,
 )
 from ddptui.core.job.hosts import host_range
@@ -202,7 +203,9 @@ def outcome_of(summary: RunSummary) -> str:
         return "detached"
     if summary.ok:
         return "ok"
-    return {"operator": "torn down", "error": "error"}.get(summary.stopped_by, "failed")
+    return {StopReason.OPERATOR: "torn down", StopReason.ERROR: "error"}.get(
+        summary.stopped_by, "failed"
+    )
 
 
 class RunHistory:

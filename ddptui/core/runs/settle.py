@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddptui.core.diagnose.failures import explanation
-from ddptui.core.events import Event, NodeLines, RankState
+from ddptui.core.events import Event, NodeLines, RankState, StopReason
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import SpecError
 from ddptui.core.monitor.monitor import Monitor
@@ -103,7 +103,7 @@ def replay(
         str(run.path),
         run.run_id,
         detail,
-        stopped_by="finished" if ok else "failure",
+        stopped_by=StopReason.FINISHED if ok else StopReason.FAILURE,
         failures=told.failures,
         ts=max((e.ended_at or 0.0 for e in ends.values()), default=0.0) or time.time(),
     )
@@ -158,7 +158,7 @@ def _lost(summary: RunSummary, nodes: list[str]) -> RunSummary:
         f"ended while detached, but {names} left no exit code (the machine restarted or its "
         f"job helper was killed): the outcome cannot be told; the logs are in {summary.run_dir}"
     )
-    return replace(summary, ok=False, detail=detail, stopped_by="error")
+    return replace(summary, ok=False, detail=detail, stopped_by=StopReason.ERROR)
 
 
 def settle_detached(history: RunHistory | None = None) -> dict[str, str]:

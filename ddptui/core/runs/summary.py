@@ -8,7 +8,14 @@ from typing import Any
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Verdict
-from ddptui.core.events import Event, FailureRecord, RankSummary, plain, plain_number
+from ddptui.core.events import (
+    Event,
+    FailureRecord,
+    RankSummary,
+    StopReason,
+    plain,
+    plain_number,
+)
 from ddptui.core.monitor.cycles import RestartCycle
 from ddptui.core.monitor.lighthouse import QuorumChange
 from ddptui.core.story.incident import Incident
@@ -25,7 +32,7 @@ class RunSummary(Event):
     run_id: str
     detail: str = ""
     detached: bool = False
-    stopped_by: str = "finished"  # finished | failure | operator | detached | error
+    stopped_by: StopReason = StopReason.FINISHED
     failures: tuple[FailureRecord, ...] = ()  # the first observed failure first
     stall: StallReport | None = None  # the last stall the run had
     flight_recorder: FlightRecorderReport | None = None  # its last dumps gathered on their own

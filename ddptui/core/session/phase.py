@@ -14,6 +14,7 @@ from ddptui.core.events import (
     RankChanged,
     RankState,
     RunPhase,
+    StopReason,
 )
 from ddptui.core.runs.summary import RunSummary
 
@@ -66,6 +67,6 @@ class RunPhaseWatch:
             return self._to(RunPhase.DETACHED)
         if summary.ok:
             return self._to(RunPhase.FINISHED)
-        if summary.stopped_by == "operator":
+        if summary.stopped_by == StopReason.OPERATOR:
             return self._to(RunPhase.TORN_DOWN)
         return self._to(RunPhase.FAILED)

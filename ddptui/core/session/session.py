@@ -33,6 +33,7 @@ from ddptui.core.events import (
     RankChanged,
     RankState,
     RendezvousAsked,
+    StopReason,
     TeardownReport,
     WorldJoined,
 )
@@ -85,7 +86,7 @@ class Session:
         self.teardown_reports: dict[str, TeardownReport] = {}
         self.node_exit: dict[str, int | None] = {}
         self._stop = asyncio.Event()
-        self._stop_reason = ""
+        self._stop_reason: StopReason | None = None
         self._last_error = ""
         self.refused = ""  # why the job was refused before launch: bad input (ScriptRefused)
         self._detach = False
@@ -142,8 +143,12 @@ class Session:
 
     def request_teardown(self) -> None:
         """Stop the job on every node (any time: before, during or after launch)."""
-        self._stop_reason = self._stop_reason or "operator"
-        if self._stop_reason == "operator" and self.plan is not None and not self._stop.is_set():
+        self._stop_reason = self._stop_reason or StopReason.OPERATOR
+        if (
+            self._stop_reason == StopReason.OPERATOR
+            and self.plan is not None
+            and not self._stop.is_set()
+        ):
             self._emit_all(self.story.operator_stopped())
         self._stop.set()
         self._phase_changed(self.phase.teardown_asked())
@@ -151,7 +156,7 @@ class Session:
     def request_detach(self) -> None:
         """Stop following but leave the job running; `attach` picks it up later."""
         self._detach = True
-        self._stop_reason = "detached"
+        self._stop_reason = StopReason.DETACHED
         self._stop.set()
         self._phase_changed(self.phase.detach_asked())
 
@@ -207,11 +212,11 @@ class Session:
                     self.request_detach()
             await self._watch()
         except (SpecError, BackendError) as exc:
-            if self._stop_reason == "operator" and self.plan is None:
+            if self._stop_reason == StopReason.OPERATOR and self.plan is None:
                 detail = ""  # stopped while the nodes were still pending: the operator's stop
             else:
                 detail = str(exc)
-                self._stop_reason = "error"
+                self._stop_reason = StopReason.ERROR
                 self.refused = detail if isinstance(exc, ScriptRefused) else ""
                 self.emit(Notice("error", detail))
         finally:
@@ -427,7 +432,7 @@ class Session:
         self.emit(Notice("error", f"launch failed ({problem.cause}): {problem.explanation}"))
         self.emit(NodeChanged(problem.node, NodeState.FAILED, None, problem.explanation))
         self.emit(FailureReport(record, (record,)))
-        self._stop_reason = "error"
+        self._stop_reason = StopReason.ERROR
         self._stop.set()
 
     def request_stacks(self) -> None:
@@ -477,14 +482,14 @@ class Session:
         for event in self.monitor.end_of_output(node):
             self.emit(event)
         self.node_exit[node] = code
-        stopped = self._stop_reason == "operator" or self.membership.drained(node)
+        stopped = self._stop_reason == StopReason.OPERATOR or self.membership.drained(node)
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         if stopped and code != 0:
             state = NodeState.STOPPED  # the operator's teardown ended it, not a failure
         self.emit(NodeChanged(node, state, code))
         for event in self.monitor.node_exited(node, code, stopped):
             self.emit(event)
-        if code != 0 and self._stop_reason != "operator":
+        if code != 0 and self._stop_reason != StopReason.OPERATOR:
             self._node_failed(node)
 
     def _node_failed(self, node: str) -> None:
@@ -494,7 +499,7 @@ class Session:
             return
         if self._first_failed_node is None:
             self._first_failed_node = node
-            self._stop_reason = self._stop_reason or "failure"
+            self._stop_reason = self._stop_reason or StopReason.FAILURE
             self._grace = asyncio.ensure_future(self._stop_after_grace())
 
     def _goes_on_without(self, node: str) -> bool:
@@ -544,7 +549,7 @@ class Session:
         self._close_logs()
 
     async def _teardown(self) -> None:
-        if self.monitor is not None and self._stop_reason == "operator":
+        if self.monitor is not None and self._stop_reason == StopReason.OPERATOR:
             self.monitor.teardown_started()
         if self.collector is not None:
             await self.collector.at_teardown()
@@ -574,14 +579,14 @@ class Session:
         self._logs.clear()
 
     def _verdict(
-        self, ok: bool, stopped_by: str, told: MonitorSummary | None
+        self, ok: bool, stopped_by: StopReason, told: MonitorSummary | None
     ) -> VerdictReport | None:
         """The run's one verdict: for a run that failed, or that the operator stopped after
         it stalled or mismatched (a healthy run torn down has none)."""
         if ok or self._detach or self.monitor is None or told is None:
             return None
         stuck = told.stall is not None or told.recorder is not None
-        if stopped_by == "operator" and not (stuck or self.monitor.mismatches()):
+        if stopped_by == StopReason.OPERATOR and not (stuck or self.monitor.mismatches()):
             return None
         return self.monitor.final_verdict()
 
@@ -628,14 +633,14 @@ class Session:
                     f"elastic: finished on {len(cycles[-1].nodes)} node(s) after "
                     f"{len(cycles) - 1} restart cycle(s)"
                 )
-        stopped_by = self._stop_reason or "finished"
+        stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
         if ended_by and not self._detach:  # preempted, timed out: said first, whatever else
             detail = ended_by + (f"; {detail}" if detail else "")
-            stopped_by = "failure" if stopped_by == "finished" else stopped_by
+            stopped_by = StopReason.FAILURE if stopped_by == StopReason.FINISHED else stopped_by
         if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
-        elif stopped_by == "operator" and not detail:
+        elif stopped_by == StopReason.OPERATOR and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
             if told and told.stall and told.stall.deadlock:
