@@ -41,9 +41,9 @@ _RATE_NAMES = frozenset({"samples/s", "tokens/s"})
 # a path (`lr=0.001/ckpt`); `[` or
 # `tensor(` before it is taken off (`lr=[0.0001]`, `tensor(2.3, device='cuda:0')`); a
 # `/ 1000` after it is kept apart: a step's position, never a value (`450/1000`).
-_NAME = r"[A-Za-z_][\w/.\-@]*"
+_NAME = r"[A-Za-z_][\w/.\-@]*+"  # possessive: a key never gives back its letters
 _PAIR = re.compile(
-    rf"(?<![\w/.\-@])({_NAME}(?: {_NAME})?)(\s*(?:[=:]|-->)\s*|\s+)(?:tensor\(|\[)?"
+    rf"(?<![\w/.\-@])({_NAME}(?: {_NAME})?)(\s*+(?:[=:]|-->)\s*+|\s++)(?:tensor\(|\[)?"
     r"([-+]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s?(?:[KMGT]i?B|%|ms|s|[kKMGT])"
     r"(?![A-Za-z]))?|[-+]?(?:[nN]a[nN]|[iI]nf(?:inity)?|INF)(?![A-Za-z]))"
     r"(?![\w.@%]|:\d|\||/(?!\s*\d))(\s*/\s*\d+)?"
@@ -188,6 +188,8 @@ def _pairs(text: str, start: int = 0) -> list[tuple[str, str, str, str]]:
 def _position(text: str, reading: _Reading) -> int | None:
     """The step a position within an epoch says: epoch x batches + batch (`Epoch: [2][
     100/5005]` is 10110), or the batch where no epoch is printed (`Iter(train) [100/90000]`)."""
+    if reading.at is None and "batches" not in text and "[" not in text:
+        return None
     epoch: int | None = None
     start = 0
     mark = _EPOCH_MARK.search(text) if "poch" in text or "Train" in text else None
