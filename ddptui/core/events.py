@@ -9,7 +9,7 @@ import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class RankState(enum.StrEnum):
@@ -80,6 +80,9 @@ class StopReason(enum.StrEnum):
     ERROR = "error"  # the launch or the backend failed before the job could run
 
 
+EVENT_KINDS: dict[str, type[Event]] = {}  # kind -> its class, filled as each is declared
+
+
 def plain(value: Any) -> Any:
     """JSON-ready form of an event field: enums by value, nested records as dicts."""
     if isinstance(value, enum.Enum):
@@ -128,11 +131,24 @@ class FailureRecord:
 
 @dataclass(frozen=True)
 class Event:
-    """Base of every event; `ts` is wall-clock seconds when the console saw it."""
+    """Base of every event; `ts` is wall-clock seconds when the console saw it.
+
+    Each kind says, once, in its own class: its name (`kind`, the JSON line's "event"),
+    whether the run's `events.jsonl` keeps it (`recorded`), and whether a console following
+    the run from its directory reads it back (`followed`; the others it rebuilds from the
+    nodes' logs). How the console receives it is said by the message that carries it
+    (`ddptui/ui/messages.py`). Every kind is in `EVENT_KINDS` once its module is imported.
+    """
 
     ts: float = field(default_factory=time.time, kw_only=True)
 
-    kind = "event"
+    kind: ClassVar[str] = "event"
+    recorded: ClassVar[bool] = True
+    followed: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        EVENT_KINDS[cls.kind] = cls
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"event": self.kind}
@@ -155,6 +171,7 @@ class NodeLine(Event):
     seq: int = 0  # the line's number in its node's output (1-based; 0: not numbered)
 
     kind = "line"
+    recorded = False  # the nodes' own logs keep every line
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,7 @@ class NodeLines(Event):
     first_seq: int = 1
 
     kind = "lines"
+    recorded = False  # the nodes' own logs keep every line
 
     def each(self) -> Iterator[NodeLine]:
         """The lines one by one, as NodeLine events."""
@@ -207,6 +225,7 @@ class NodeChanged(Event):
     detail: str = ""
 
     kind = "node"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -219,6 +238,7 @@ class AllocationChanged(Event):
     detail: str = ""
 
     kind = "allocation"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -303,6 +323,7 @@ class GpuReport(Event):
     flags: tuple[GpuFlag, ...] = ()
 
     kind = "gpu"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -337,6 +358,7 @@ class TeardownReport(Event):
     gpu: GpuProof | None = None
 
     kind = "teardown"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -347,6 +369,7 @@ class Notice(Event):
     message: str
 
     kind = "notice"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -393,6 +416,7 @@ class PhaseChanged(Event):
     detail: str = ""
 
     kind = "phase"
+    followed = True
 
 
 def plain_number(value: float) -> float | str:
@@ -417,6 +441,7 @@ class MetricSampled(Event):
     values: Mapping[str, float]
 
     kind = "metric"
+    recorded = False  # the run's metrics.jsonl keeps them (RunDir.record_metric)
 
     def to_dict(self) -> dict[str, Any]:
         values = {name: plain_number(value) for name, value in self.values.items()}

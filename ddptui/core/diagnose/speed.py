@@ -84,6 +84,7 @@ class SpeedRound(Event):
     steps: int = 0
 
     kind = "speed"
+    recorded = False  # the speed view's, every round: the straggler events say what changed
 
     @property
     def line(self) -> str:

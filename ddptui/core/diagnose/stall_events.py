@@ -34,6 +34,7 @@ class StallReport(Event):
     flight_recorder: tuple[str, ...] = ()
 
     kind = "stall"
+    followed = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class StacksReport(Event):
     pyspy: tuple[str, ...] = ()  # what the nodes said of py-spy: "used", why not
 
     kind = "stacks"
+    followed = True
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class FlightRecorderReport(Event):
     problems: tuple[str, ...] = ()  # nodes whose dumps could not be gathered, and why
 
     kind = "flight_recorder"
+    followed = True
 
     def to_dict(self) -> dict[str, Any]:
         return {

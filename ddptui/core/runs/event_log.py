@@ -12,38 +12,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
-from ddptui.core.events import (
-    AllocationChanged,
-    Event,
-    GpuReport,
-    NodeChanged,
-    Notice,
-    PhaseChanged,
-    TeardownReport,
-)
-from ddptui.core.runs.summary import RunSummary
+import ddptui.core.diagnose.stall_events
+import ddptui.core.runs.summary  # noqa: F401 - declares its kinds, and the stall's
+from ddptui.core.events import EVENT_KINDS, Event
 from ddptui.core.story.incident import Incident, IncidentReport
 
-# What a follower of the run directory takes from the file. Lines, rank states and the
-# failure story are not among them: it reads those from the nodes' logs through its own
-# Monitor, as the session does (the file's `failure` lines leave the story's order out).
-RECORDED: dict[str, type[Event]] = {
-    cls.kind: cls
-    for cls in (
-        NodeChanged,
-        AllocationChanged,
-        Notice,
-        PhaseChanged,
-        GpuReport,
-        TeardownReport,
-        StallReport,
-        StacksReport,
-        FlightRecorderReport,
-        RunSummary,
-        IncidentReport,
-    )
-}
+# What a follower of the run directory takes from the file: the kinds that say `followed`.
+# Lines, rank states and the failure records are not among them: it reads those from the
+# nodes' logs through its own Monitor, as the session does.
+RECORDED: dict[str, type[Event]] = {kind: cls for kind, cls in EVENT_KINDS.items() if cls.followed}
 
 
 class EventDecodeError(ValueError):

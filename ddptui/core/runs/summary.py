@@ -49,6 +49,7 @@ class RunSummary(Event):
     headline: str = ""
 
     kind = "summary"
+    followed = True
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()

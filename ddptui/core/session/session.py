@@ -16,7 +16,6 @@ from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.signatures import scheduler_end
-from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
@@ -25,7 +24,6 @@ from ddptui.core.events import (
     FailureReport,
     MetricSampled,
     NodeChanged,
-    NodeLines,
     NodeState,
     Notice,
     PhaseChanged,
@@ -112,25 +110,24 @@ class Session:
         if not said_aloud(event):
             self._emit_all(told)
             return
-        if isinstance(event, MetricSampled):
-            self.run.record_metric(event)
-        elif not isinstance(event, NodeLines | SpeedRound):  # the speed view's, every round
+        if event.recorded:
             self.run.record(event)
             self.history.observe(event)
-        if isinstance(event, Notice) and event.level == "error":
-            self._last_error = event.message
         if self.collector is not None:
             self.collector.watch(event)
-            if isinstance(event, MismatchReport) and event.mismatch.culprits:
-                self.request_stacks()  # the ranks involved, while they live (not if busy)
         self._emit_to(event)
         self._phase_changed(self.phase.seen(event))
-        if self.world is not None and isinstance(
-            event, RendezvousAsked | WorldJoined | RankChanged
-        ):
-            problem = self.world.seen(event)
-            if problem is not None:
-                self._world_failed(problem)
+        match event:
+            case MetricSampled():
+                self.run.record_metric(event)
+            case Notice(level="error"):
+                self._last_error = event.message
+            case MismatchReport() if event.mismatch.culprits and self.collector is not None:
+                self.request_stacks()  # the ranks involved, while they live (not if busy)
+            case RendezvousAsked() | WorldJoined() | RankChanged() if self.world is not None:
+                problem = self.world.seen(event)
+                if problem is not None:
+                    self._world_failed(problem)
         self._emit_all(told)
 
     def _emit_all(self, events: Sequence[Event]) -> None:

@@ -132,6 +132,7 @@ class IncidentReport(Event):
     lead: int = 0
 
     kind = "incident"
+    followed = True
 
     def to_dict(self) -> dict[str, Any]:
         return {"event": self.kind, "ts": self.ts, **self.incident.to_dict(), "lead": self.lead}
