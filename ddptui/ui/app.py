@@ -34,11 +34,13 @@ from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.job import JobScreen
 from ddptui.ui.screens.launch_form import LaunchFormScreen
 from ddptui.ui.screens.metrics import MetricsScreen
+from ddptui.ui.screens.panel_screen import PanelScreen
 from ddptui.ui.screens.past_run import PastRunScreen
 from ddptui.ui.screens.preflight import PreflightScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.widgets.logs.log_view import LogView
 from ddptui.ui.widgets.prompt import PromptInput
+from ddptui.ui.widgets.side_panel import PanelScroll
 
 # What a console following a run read-only (`ddptui serve`) does not offer: what would
 # change the run, start another, or leave the run shown.
@@ -109,6 +111,8 @@ class DdpApp(App[int]):
         """Which bindings are active together: a keymap must not put two on one key."""
         return {
             "console": (cls, JobScreen, LogView),
+            "side panel": (PanelScroll,),
+            "panel full screen": (PanelScreen,),
             "command line": (PromptInput,),
             "confirm dialog": (ConfirmScreen,),
             "quit dialog": (QuitScreen,),

@@ -40,7 +40,7 @@ async def test_kill_a_replica_group_from_the_console_and_see_it_heal() -> None:
             RUN_TIMEOUT,
         )
         assert panel.has_class("-shown") and panel.border_title == "Quorum (torchft)"
-        drawn = str(panel.render())
+        drawn = panel.full_text().plain
         assert f"quorum {panel.quorum.quorum_id}" in drawn  # type: ignore[union-attr]
         assert "ft_0" in drawn and "ft_1" in drawn and "lag" in drawn
         assert screen.session is not None
@@ -58,7 +58,7 @@ async def test_kill_a_replica_group_from_the_console_and_see_it_heal() -> None:
         await wait_for(pilot, lambda: bool(came_back()), "group 1 back", RUN_TIMEOUT)
         back = came_back()[0]
         assert "steps behind: heals from a peer" in back, panel.notes
-        assert "ft_1" in str(panel.render())
+        assert "ft_1" in panel.full_text().plain
         await wait_for(pilot, lambda: not screen.job_active, "the run to end", RUN_TIMEOUT)
         assert screen.summary is not None and screen.summary.ok, screen.summary
         assert screen.summary.detail.startswith("torchft: finished on 2 of 2 replica group(s)")

@@ -55,6 +55,7 @@ from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_screen import LogScreen
 from ddptui.ui.screens.metrics import MetricsScreen
+from ddptui.ui.screens.panel_screen import PanelScreen
 from ddptui.ui.screens.rank_stack import RankStackScreen
 from ddptui.ui.screens.run_controller import RunController
 from ddptui.ui.widgets.cycles_panel import CyclesPanel
@@ -68,6 +69,7 @@ from ddptui.ui.widgets.rank_details import RankDetails
 from ddptui.ui.widgets.rank_grid import RankGrid, RankSelected
 from ddptui.ui.widgets.root_cause import RootCausePanel
 from ddptui.ui.widgets.run_outcome import RunOutcome
+from ddptui.ui.widgets.side_panel import SidePanel
 from ddptui.ui.widgets.speed_panel import SpeedPanel
 from ddptui.ui.widgets.stack_groups import StackGroupsPanel
 
@@ -115,17 +117,18 @@ class JobScreen(LogScreen):
         Binding("d", "detach", "Detach", id="job.detach"),
         Binding("E", "jump_error", "Jump to error", id="diag.jump_error"),
         Binding("c", "toggle_commands", "Commands", show=False, id="job.commands"),
-        Binding("J", "open_prompt('goto')", "Go to rank", show=False, id="grid.goto"),
+        Binding("J", "open_prompt('goto')", "Go to rank", id="grid.goto"),
         Binding("s", "take_stacks", "Stacks", id="diag.stacks"),
         Binding("K", "rank_stack", "Rank's stack", show=False, id="diag.rank_stack"),
-        Binding("u", "toggle_gpus", "GPUs", show=False, id="gpu.panel"),
-        Binding("V", "toggle_speed", "Speed", show=False, id="speed.view"),
+        Binding("u", "toggle_gpus", "GPUs", id="gpu.panel"),
+        Binding("V", "toggle_speed", "Speed", id="speed.view"),
         Binding("P", "pause_speed", "Pause detection", show=False, id="speed.pause"),
         Binding("plus", "threshold(1)", "Threshold up", show=False, id="speed.threshold_up"),
         Binding("minus", "threshold(-1)", "Threshold down", show=False, id="speed.threshold_down"),
         Binding("M", "metrics", "Metrics", id="metrics.view"),
-        Binding("r", "toggle_cycles", "Restarts", show=False, id="elastic.cycles"),
-        Binding("ctrl+k", "node_action('kill')", "Kill node", show=False, id="elastic.kill_node"),
+        Binding("r", "toggle_cycles", "Restarts", id="elastic.cycles"),
+        Binding("o", "open_panel", "Panel full screen", id="panel.full_screen"),
+        Binding("ctrl+k", "node_action('kill')", "Kill node", id="elastic.kill_node"),
         Binding("ctrl+n", "node_action('drain')", "Drain node", show=False, id="elastic.drain"),
         Binding(
             "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
@@ -136,6 +139,13 @@ class JobScreen(LogScreen):
             "Kill group",
             show=False,
             id="elastic.kill_group",
+        ),
+        Binding(
+            "full_stop",
+            "footer_page",
+            "More keys (the footer's next page)",
+            show=False,
+            id="footer.page",
         ),
     ]
     # What changes the job: hidden in read-only mode (`ddptui --read-only`), as k9s does.
@@ -188,6 +198,7 @@ class JobScreen(LogScreen):
         self._gpu_flags: set[tuple[str, int | None, str]] = set()
         self.logs = NodeLogDeck(nodes, id="logs")
         self.prompt = PromptBar(id="prompt")
+        self.footer = SteadyFooter()
         self.ranks: dict[tuple[str, int], RankChanged] = {}
         self.selected: tuple[str, int] | None = None
         self._jumps = 0
@@ -218,7 +229,7 @@ class JobScreen(LogScreen):
                 yield self.outcome
             yield self.logs
         yield self.prompt
-        yield SteadyFooter()
+        yield self.footer
 
     def on_resize(self, event: events.Resize) -> None:
         """Narrow or short terminals give the logs the room (app.tcss)."""
@@ -359,6 +370,27 @@ class JobScreen(LogScreen):
         if yes and not self.read_only:
             self.run.act_on_node(action)
 
+    def action_footer_page(self) -> None:
+        self.footer.next_page()
+
+    @property
+    def side_panels(self) -> tuple[SidePanel, ...]:
+        """The side panels, in the order `o` prefers when none has the focus: what explains
+        a failure first."""
+        return (self.root_cause, self.cycles, self.stacks, self.speed)
+
+    def action_open_panel(self) -> None:
+        """The focused side panel full screen, else the first one shown."""
+        focused = self.focused
+        holding = (focused, *focused.ancestors) if focused is not None else ()
+        panel = next((p for p in self.side_panels if p in holding), None) or next(
+            (p for p in self.side_panels if p.shown), None
+        )
+        if panel is None:
+            self.notify("no side panel shows now (root cause, restarts, stacks, speed)", timeout=4)
+            return
+        self.app.push_screen(PanelScreen(panel))
+
     def action_toggle_commands(self) -> None:
         self.job_panel.fold(not self.job_panel.folded)
 
@@ -367,6 +399,8 @@ class JobScreen(LogScreen):
         key_for = getattr(self.app, "key_for", None)
         if key_for is not None:
             self.root_cause.jump_key = key_for("diag.jump_error")
+            if not self.read_only and self.attach is None:
+                self.outcome.offer_launch(key_for("job.launch"))
             self.job_panel.commands_key = key_for("job.commands")
             self.stacks.keys = (key_for("diag.stacks"), key_for("diag.rank_stack"))
             self.speed.keys = (

@@ -8,10 +8,12 @@ from __future__ import annotations
 import time
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.widgets import Static
 
 from ddptui.core.monitor.cycles import MembershipChanged, RestartAlarm, RestartCycle
 from ddptui.core.monitor.lighthouse import QuorumReport
+from ddptui.ui.widgets.side_panel import SidePanel
 
 MAX_NOTES = 8
 
@@ -55,18 +57,26 @@ def quorum_lines(report: QuorumReport) -> Text:
     return text
 
 
-class CyclesPanel(Static):
+class CyclesPanel(SidePanel):
     """The restart timeline, newest round last; hidden until the run has a second round
     or the operator asks for it."""
 
     DEFAULT_CSS = """
-    CyclesPanel { height: auto; border: round $accent; padding: 0 1; display: none; }
-    CyclesPanel.-shown { display: block; }
+    CyclesPanel {
+        height: auto;
+        max-height: 20;
+        border: round $accent;
+        padding: 0 1;
+        display: none;
+        &.-shown { display: block; }
+        & > Static { width: 100%; }
+    }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("", id=id)
-        self.border_title = "Restarts"
+        super().__init__(id=id)
+        self.border_title = self.panel_title = "Restarts"
+        self._body = Static("")
         self.cycles: dict[int, RestartCycle] = {}
         self.notes: list[tuple[str, str]] = []  # (style, text): membership changes, alarms
         self.quorum: QuorumReport | None = None
@@ -75,9 +85,12 @@ class CyclesPanel(Static):
         self.cycles.clear()
         self.notes.clear()
         self.quorum = None
-        self.border_title = "Restarts"
+        self.border_title = self.panel_title = "Restarts"
         self.remove_class("-shown")
-        self.update("")
+        self._body.update("")
+
+    def compose(self) -> ComposeResult:
+        yield self._body
 
     def toggle(self) -> bool:
         self.toggle_class("-shown")
@@ -96,7 +109,7 @@ class CyclesPanel(Static):
     def show_quorum(self, event: QuorumReport) -> None:
         """torchft's quorum: shown from its first (the groups' story is the run's)."""
         if self.quorum is None:
-            self.border_title = "Quorum (torchft)"
+            self.border_title = self.panel_title = "Quorum (torchft)"
             self.add_class("-shown")
         self.quorum = event
         if event.change is not None:
@@ -113,8 +126,11 @@ class CyclesPanel(Static):
         self._draw()
 
     def _draw(self) -> None:
-        if not self.has_class("-shown"):
-            return
+        if self.shown:
+            self._body.update(self.full_text())
+
+    def full_text(self) -> Text:
+        """The quorum or the rounds, then the changes and alarms, newest last."""
         text = Text()
         if self.quorum is not None:
             text.append_text(quorum_lines(self.quorum))
@@ -125,4 +141,4 @@ class CyclesPanel(Static):
         for style, note in self.notes:
             text.append(note + "\n", style=style)
         text.rstrip()
-        self.update(text)
+        return text

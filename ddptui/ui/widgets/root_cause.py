@@ -44,7 +44,7 @@ def who(rank: int | None, node: str, local_rank: int) -> str:
 class RootCausePanel(SidePanel):
     """Hidden until something fails; the screen adds failures and rank diagnoses."""
 
-    title = "Root cause"
+    panel_title = "Root cause"
 
     DEFAULT_CSS = """
     RootCausePanel {

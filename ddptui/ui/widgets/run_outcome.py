@@ -40,6 +40,7 @@ class RunOutcome(Static):
         self.reports: dict[str, TeardownReport] = {}
         self.summary: RunSummary | None = None
         self.stopped_by: StopRequest = None
+        self.launch_key = ""  # the key that launches, said before the first launch
         self._drawn_lines = 0
 
     def on_mount(self) -> None:
@@ -56,6 +57,12 @@ class RunOutcome(Static):
     def set_phase(self, phase: RunPhase, detail: str = "") -> None:
         """The phase as the session decided it (the console alone says `crashed`)."""
         self.phase, self.phase_detail = phase, detail
+        self._redraw()
+
+    def offer_launch(self, key: str) -> None:
+        """Say which key launches while the job is not launched ("" where none does: a
+        read-only console)."""
+        self.launch_key = key
         self._redraw()
 
     def add_notice(self, notice: Notice) -> None:
@@ -93,6 +100,10 @@ class RunOutcome(Static):
         text.append(self.run_id or "—")
         phase = f"{self.phase}: {self.phase_detail}" if self.phase_detail else str(self.phase)
         text.append(f"  ·  {phase}", style="bold")
+        if self.phase == RunPhase.NOT_LAUNCHED and self.launch_key:
+            text.append("\npress ")
+            text.append(self.launch_key, style="bold reverse")
+            text.append(" to launch")
         if self.run_dir:
             text.append(f"\n    logs {self.run_dir}/nodes", style="dim")
         if self.reports:

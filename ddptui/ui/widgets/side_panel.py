@@ -28,10 +28,10 @@ class SidePanel(PanelScroll):
     """A side panel: kept to a few lines in the side column (app.tcss), it scrolls there once
     focused (tab, or a click), and `full_text` is what the full-screen view shows of it.
 
-    `title` names it in the full-screen view; `shown` says whether the side shows it now.
+    `panel_title` names it in the full-screen view; `shown` says whether the side shows it now.
     """
 
-    title = "Panel"
+    panel_title = "Panel"
 
     @property
     def shown(self) -> bool:

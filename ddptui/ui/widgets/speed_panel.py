@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
 from textual.widgets import Static
 
 from ddptui.core.diagnose.speed import SpeedRound, StragglerReport, speed_rows
+from ddptui.ui.widgets.side_panel import SidePanel
 
 BAR_CELLS = 12  # the row fits the side panel at 80 columns: label, bar, numbers
 
@@ -28,12 +28,15 @@ def speed_bar(compute_s: float, wait_s: float, longest: float, cells: int = BAR_
     return bar
 
 
-class SpeedPanel(Vertical):
+class SpeedPanel(SidePanel):
     """Hidden until the operator asks for it (`speed.view`); fed every scoring round."""
+
+    panel_title = "Speed"
 
     DEFAULT_CSS = """
     SpeedPanel {
         height: auto;
+        max-height: 20;
         padding: 0 1;
         margin-top: 1;
         border-top: solid $primary;
@@ -42,6 +45,7 @@ class SpeedPanel(Vertical):
         & > .speed-head { color: $text-muted; }
         & > .speed-line { color: $text; }
         & > .speed-evidence { color: $warning; }
+        & > Static { width: 100%; }
     }
     """
 
@@ -92,3 +96,21 @@ class SpeedPanel(Vertical):
     def toggle(self) -> bool:
         self.toggle_class("-shown")
         return self.has_class("-shown")
+
+    def full_text(self) -> Text:
+        """The head, the rows, the min/max line and the evidence, as the panel shows them."""
+        text = Text()
+        for part, style in (
+            (self.head, "dim"),
+            (self.rows, ""),
+            (self.line, ""),
+            (self.evidence, "yellow"),
+        ):
+            content = part.content
+            shown = content.copy() if isinstance(content, Text) else Text(str(content), style)
+            if shown.plain.strip():
+                text.append_text(shown)
+                if not shown.plain.endswith("\n"):
+                    text.append("\n")
+        text.rstrip()
+        return text

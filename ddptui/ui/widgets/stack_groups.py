@@ -6,10 +6,10 @@ import time
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.core.diagnose.stall_events import StacksReport
+from ddptui.ui.widgets.side_panel import SidePanel
 
 MAX_GROUPS = 8
 MAX_RANKS_SHOWN = 12
@@ -20,8 +20,10 @@ def _ranks(ranks: tuple[int, ...]) -> str:
     return shown + (f" … (+{len(ranks) - MAX_RANKS_SHOWN})" if len(ranks) > MAX_RANKS_SHOWN else "")
 
 
-class StackGroupsPanel(VerticalScroll):
+class StackGroupsPanel(SidePanel):
     """Hidden until the job stalls or stacks are taken; the screen sets what it shows."""
+
+    panel_title = "Stacks"
 
     DEFAULT_CSS = """
     StackGroupsPanel {
@@ -70,6 +72,9 @@ class StackGroupsPanel(VerticalScroll):
         text = self.describe()
         self.set_class(bool(text.plain), "-shown")
         self._body.update(text)
+
+    def full_text(self) -> Text:
+        return self.describe()
 
     def describe(self) -> Text:
         text = Text()
