@@ -5,6 +5,9 @@ its own scroll and log choice; each follows the run from its directory (`RunFoll
 N tabs are N readers of the same files and no session more: the run's own session (the
 console or headless run that launched or attached to it) is the one that asks the nodes.
 
+Offline: the page, its script, stylesheet and font all come from this server (the font is the
+one textual-serve ships), so a head node without internet access serves a working page.
+
 Safe by default: it listens on 127.0.0.1; every request, page and websocket alike, carries
 the access token printed with the URL (in the query, or the cookie the first page sets;
 without it: 403); the consoles are read-only unless `--allow-control`. Each console is
@@ -33,6 +36,9 @@ from ddptui.core.runs.run_dir import RunDir, state_dir
 
 TOKEN_COOKIE = "ddptui_token"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# The page: textual-serve's, with its font from textual-serve's own static folder (served
+# here) instead of a public font host, so the page needs nothing beyond this server.
+PAGE_TEMPLATES = Path(__file__).resolve().parent / "templates"
 VIEWER_FPS = 20
 QUIT_GRACE_S = 3.0  # a console told to quit (its tab closed) has this long before a kill
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -147,6 +153,7 @@ class ConsoleServer(Server):
             host=options.host,
             port=options.port,
             title=f"ddptui · run {options.run.run_id}",
+            templates_path=PAGE_TEMPLATES,
         )
         self.options = options
         self.token = token

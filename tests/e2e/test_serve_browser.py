@@ -22,11 +22,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import sync_playwright
 
 from testbed.browser import (
+    TERMINAL_HOOK,
     Served,
     alive,
     cell_background,
@@ -173,6 +175,35 @@ def test_b_grid_green_log_keys_read_only(live: LiveRun, chromium: Any, tmp_path:
     assert live.run.poll() is None  # the run goes on without its viewer
 
 
+def test_b_the_page_asks_nothing_of_any_host_but_the_server(live: LiveRun, chromium: Any) -> None:
+    """Offline: the page, its script, stylesheet, font and websocket all come from `ddptui
+    serve` (a head node without internet access serves a working page), and the font the
+    terminal asks for is loaded, from the server."""
+    served = live.served
+    here = urlsplit(served.url).netloc
+    before = len(served.viewer_pids()[0])
+    page = chromium.new_page(viewport={"width": 1400, "height": 900})
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("websocket", lambda websocket: asked.append(websocket.url))
+    page.add_init_script(TERMINAL_HOOK)
+    page.goto(served.url)
+    wait_for_text(page, "Ranks", timeout_s=120)
+    [pid] = served.viewer_pids()[0][before:]
+    assert page.evaluate("document.fonts.check(\"16px 'Roboto Mono'\")")
+    loaded = page.evaluate(
+        "[...document.fonts].filter(f => f.status === 'loaded').map(f => f.family)"
+    )
+    assert any("Roboto Mono" in family for family in loaded), loaded
+    page.close()
+    _ended(served, pid)
+    elsewhere = [url for url in asked if urlsplit(url).netloc != here]
+    assert elsewhere == [], elsewhere
+    paths = {urlsplit(url).path for url in asked}
+    assert {"/", "/static/js/textual.js", "/ws"} <= paths, paths
+    assert any(path.startswith("/static/fonts/RobotoMono") for path in paths), paths
+
+
 def _workers_of(marker: Path) -> list[int]:
     """The PIDs whose command line names `marker` (a run's own trigger path)."""
     found = []
@@ -269,7 +300,7 @@ def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any)
 
 def test_d_closing_the_browser_leaves_no_console(live: LiveRun, chromium: Any) -> None:
     started, _ = live.served.viewer_pids()
-    assert len(started) == 3  # this server's: b's tab and c's two
+    assert len(started) == 4  # this server's: b's two tabs and c's two
     chromium.close()
     for pid in started:
         _ended(live.served, pid)
