@@ -198,15 +198,15 @@ class MetricWatch:
         if not older:
             return self._read(rank, last, now, found, force=force)
         values: dict[str, float] = {}
-        step = None
+        step = report = None
         for line in kept:  # oldest first: the reader's step for a line with none moves along
             sample = self.reader.read(rank, line.text, now, force=True)
             if sample is not None:
                 values.update(sample.values)
-                step = sample.step
+                step, report = sample.step, sample.report
         if step is None:
             return False
-        self._record(rank, last, MetricSample(rank, step, values, now), found)
+        self._record(rank, last, MetricSample(rank, step, values, now, report), found)
         return self.reader.min_interval > 0.0
 
     def _read(

@@ -129,12 +129,7 @@ class MonitorSummary:
 def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) -> Diagnosis:
     """A wrong number as the rank's diagnosis: what the grid, the details and the failure
     story (cause `nan_or_inf`) carry."""
-    if wrong.kind is WrongNumberKind.NAN_OR_INF:
-        said = f"{wrong.metric} is {wrong.value} at step {wrong.step}"
-    else:
-        said = f"{wrong.metric} jumped to {wrong.value:.4g} at step {wrong.step}"
-        said += f" (recent median {wrong.baseline:.4g})" if wrong.baseline is not None else ""
-    return Diagnosis(_WRONG_KIND[wrong.kind], said, line, seq, now)
+    return Diagnosis(_WRONG_KIND[wrong.kind], wrong.said(), line, seq, now)
 
 
 class Monitor:
