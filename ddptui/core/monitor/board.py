@@ -164,23 +164,28 @@ class RankBoard:
             cell = self.cell(node, local_rank)
             if cell is None:
                 continue
-            restarted = fact.restart_count > cell.restarts
+            # every round after its first restarted it: torchrun counts a restart only on the
+            # agent whose worker failed, the others' workers restart with the group all the same
+            restarts = max(fact.restart_count, cell.restarts + (cell.rounds > 0))
+            cell.rounds += 1
+            restarted = restarts > cell.restarts
             renumbered = cell.rank is not None and cell.rank != rank
             was = cell.rank
-            cell.rank, cell.restarts = rank, fact.restart_count
+            cell.rank, cell.restarts = rank, restarts
             self.last_progress = max(self.last_progress, time.time() if now is None else now)
+            said = "; ".join(
+                ([f"restart {restarts}"] if restarted else [])
+                + ([f"rank {was} is now rank {rank}"] if renumbered else [])  # a new number
+            )
             if cell.state == RankState.PENDING or restarted:
                 cell.exit_code = None
                 cell.straggler = False
                 cell.failed_order = None
                 cell.known_cause = ""
-                events += self.move(
-                    cell,
-                    RankState.ASSIGNED,
-                    detail=f"restart {fact.restart_count}" if restarted else "",
-                )
-            elif renumbered:  # a new round gave it another number (an elastic job's)
-                events.append(cell.changed(f"rank {was} is now rank {rank}"))
+                moved = self.move(cell, RankState.ASSIGNED, detail=said)
+                events += moved or ([cell.changed(said)] if said else [])
+            elif renumbered:
+                events.append(cell.changed(said))
         return events
 
     def saw_output(

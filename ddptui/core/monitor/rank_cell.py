@@ -34,6 +34,9 @@ class RankCell:
     last_output: float = 0.0
     lines: int = 0
     restarts: int = 0
+    rounds: int = (
+        0  # the rendezvous rounds it was given a rank in (a restart is each after the first)
+    )
     diagnoses: list[Diagnosis] = field(default_factory=list)
     straggler: bool = False
     progress: StepRate = field(default_factory=StepRate)

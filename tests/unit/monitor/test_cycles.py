@@ -133,3 +133,15 @@ def test_the_current_rounds_steps_are_told_as_they_move_not_every_tick() -> None
     assert watch.tick(12.0) == []  # too soon after the last report
     assert [e.cycle.step_reached for e in watch.tick(16.0) if isinstance(e, CycleReport)] == [9]
     assert watch.tick(30.0) == []  # nothing moved since
+
+
+def test_every_rank_restarted_with_its_group_counts_the_restart() -> None:
+    """torchrun counts a restart only on the agent whose worker failed (node1 logs
+    restart_count 1, 2, 3); node0's agent logs 0 each round, yet its rank restarted each time."""
+    monitor, events = replay(STORM)
+    restarts = {
+        (e.node, e.local_rank): e.restarts for e in events if isinstance(e, RankChanged)
+    }
+    assert restarts == {("n0", 0): 3, ("n1", 0): 3}
+    summary = {(r.node, r.local_rank): r.restarts for r in monitor.summary().ranks}
+    assert summary == {("n0", 0): 3, ("n1", 0): 3}
