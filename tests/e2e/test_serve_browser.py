@@ -282,9 +282,8 @@ def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any)
     for page in pages:
         wait_for_text(page, "running 4")
     live.trigger.touch()
-    for page in pages:  # the failure story's panel names the culprit, with its error
-        wait_for_text(page, "Root cause", timeout_s=120)
-        wait_for_text(page, "✗ rank 3", timeout_s=60)
+    for page in pages:  # the story's lead names the culprit, with its error, as on the console
+        wait_for_text(page, "▶ crash: rank 3", timeout_s=120)
         wait_for_text(page, "crash_on_file: rank 3 fails as asked", timeout_s=60)
     # The run's own session saw it through to its end, viewers or not.
     assert live.run.wait(timeout=180) == 1
@@ -293,7 +292,7 @@ def test_c_crash_shows_the_culprit_to_every_viewer(live: LiveRun, chromium: Any)
     summary = events[-1]
     assert summary["event"] == "summary"
     [culprit] = [r for r in summary["ranks"] if r["culprit"]]
-    assert culprit["rank"] == 3
+    assert culprit["rank"] == 3 and summary["headline"].startswith("crash: rank 3 on ")
     for page in pages:
         wait_for_text(page, "failed", timeout_s=60)
 

@@ -6,10 +6,11 @@ relay; timestamps, run id and paths are fixed, so snapshots do not depend on thi
 
 from __future__ import annotations
 
-from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhase
+from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhase, StopReason
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.phase import RunPhaseWatch
+from ddptui.core.story.incident import IncidentReport
 from ddptui.core.story.story import Story
 from ddptui.ui.screens.job import JobScreen
 from tests.cases import TORCHRUN_CAPTURES as DATA
@@ -59,7 +60,7 @@ def replay_events(
             RUN_DIR,
             RUN_ID,
             detail,
-            stopped_by="finished" if ok else "failure",
+            stopped_by=StopReason.FINISHED if ok else StopReason.FAILURE,
             failures=told.failures,
             verdict=final.verdict if final else None,
             incidents=tuple(story.incidents),
@@ -92,6 +93,8 @@ def feed(screen: JobScreen, events: list[Event]) -> None:
     phases = RunPhaseWatch()
     phases.phase = RunPhase.RUNNING
     screen.job_panel.fold(True)  # as a launch does
+    if not any(isinstance(event, IncidentReport) for event in events):  # as the session tells
+        events = Story(lambda: T0 + 10).retell(events)
     for event in events:
         if isinstance(event, RunSummary):  # the session says the last phase just before it
             ended = phases.ended(event)

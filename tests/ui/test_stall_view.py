@@ -29,7 +29,8 @@ async def test_stalled_grid_and_stack_groups() -> None:
         await pilot.pause()
         suspect, waiting = screen.grid.cell("local0", 1), screen.grid.cell("local0", 0)
         assert suspect is not None and waiting is not None
-        assert (suspect.look, suspect.render()) == ("hung", "r1 ‼suspect")
+        # the story's lead blames it: the grid says its kind (the stacks panel its suspicion)
+        assert (suspect.look, suspect.render(), suspect.glyph) == ("hung", "r1 ◆hang", "◆")
         assert waiting.look == "hung"
         assert screen.outcome.phase.startswith("stalled")
         assert screen.stacks.has_class("-shown")
@@ -38,7 +39,7 @@ async def test_stalled_grid_and_stack_groups() -> None:
             "Stalled · no rank progressed for 42 s\nStacks · faulthandler-signal"
         )
         lines = text.splitlines()
-        assert lines[2].startswith("? suspect    1 rank: time.sleep(3600) <- sleep_forever")
+        assert lines[2].startswith("‼ suspect    1 rank: time.sleep(3600) <- sleep_forever")
         assert lines[3].strip().startswith("1 rank: all_reduce <- main (hang.py:")
         assert "flight recorder: rank 1 never entered collective 5 (gloo:all_reduce" in text
         await pilot.press("K")  # no rank chosen: the first suspect's whole stack
@@ -78,11 +79,20 @@ async def test_teardown_of_a_stalled_run_shows_stopped_ranks_not_failures() -> N
         suspect, waiting = screen.grid.cell("local0", 1), screen.grid.cell("local0", 0)
         assert suspect is not None and waiting is not None
         assert (waiting.look, waiting.render()) == ("stopped", "r0 ■")
-        assert (suspect.look, suspect.render()) == ("stopped", "r1 ‼suspect")
+        assert (suspect.look, suspect.render()) == ("stopped", "r1 ■◆")  # stopped, blamed
         assert screen.grid.counts()["stopped"] == 2 and "failed" not in screen.grid.counts()
         assert "✗" not in "".join(span.text for line in screen.grid.lines for span in line)
         assert not screen.root_cause.failures
-        assert "? suspect    1 rank: time.sleep(3600)" in screen.stacks.describe().plain
+        since = screen.stacks.stalled_since
+        assert since is not None
+        feed(screen, [PhaseChanged(RunPhase.TORN_DOWN, ts=since + 50)])  # the run ended
+        await pilot.pause()
+        said = screen.stacks.describe().plain
+        assert "‼ suspect    1 rank: time.sleep(3600)" in said
+        # the stall is over with the run: its clock stopped when the run ended
+        assert said.splitlines()[0] == "Stalled · no rank progressed for 50 s until the run ended"
+        screen.stacks.now = lambda: 10**10  # type: ignore[method-assign]
+        assert screen.stacks.describe().plain.splitlines()[0] == said.splitlines()[0]
 
 
 async def test_flight_recorder_gathered_alone_is_told_in_the_root_cause_panel() -> None:
@@ -93,7 +103,8 @@ async def test_flight_recorder_gathered_alone_is_told_in_the_root_cause_panel() 
         await pilot.pause()
         assert screen.root_cause.has_class("-shown")
         text = screen.root_cause.describe().plain
-        assert text.startswith("Flight recorder · at the watchdog timeout, 2 rank(s)' dumps\n")
+        assert text.startswith("▶ hang: rank 1 on local0\n  initiating\n  rank 1 never entered")
+        assert "\nFlight recorder · at the watchdog timeout, 2 rank(s)' dumps\n" in text
         assert "rank 1 never entered collective 5 (gloo:all_reduce [1048576]) of group 0" in text
         assert "ranks 0 wait in collective 5 (gloo:all_reduce) of group 0" in text
         cell = screen.grid.cell("local0", 1)
@@ -108,7 +119,7 @@ async def test_a_deadlock_names_both_groups_with_their_collectives() -> None:
         await pilot.pause()
         lines = screen.stacks.describe().plain.splitlines()
         assert lines[2] == "Deadlock · the groups wait on each other in different collectives"
-        assert lines[3].startswith("? deadlock  2 ranks: all_reduce <- main (hang.py:")
+        assert lines[3].startswith("‼ deadlock  2 ranks: all_reduce <- main (hang.py:")
         assert "· in collective 4 (gloo:all_reduce) of group 0  [0, 1]" in lines[3]
         assert "· in collective 1 (gloo:all_reduce) of group 1  [2, 3]" in lines[4]
         cells = [screen.grid.cell(n, lr) for n in ("local0", "local1") for lr in (0, 1)]

@@ -589,6 +589,8 @@ class JobScreen(LogScreen):
         self.outcome.set_phase(event.phase, event.detail)
         if event.phase == RunPhase.RUNNING and self.stacks.stalled_since:
             self.stacks.show_stall(None)
+        elif event.phase.final:  # a stall the run ended in is over: its clock stops
+            self.stacks.end_stall(event.ts)
 
     # -- a stall: the Stacks panel, `s`, `K`, the flight recorder's word -------------------
 

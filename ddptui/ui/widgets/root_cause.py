@@ -213,7 +213,8 @@ def describe_story(incidents: dict[int, Incident], lead: int) -> Text:
         text.append(f": {first.who}", style="bold")
     if first.over:
         text.append(" (over)", style="dim")
-    text.append(f"\n  {first.role} · {DOMAIN_WORDS.get(first.domain, str(first.domain))}")
+    whose = DOMAIN_WORDS.get(first.domain)  # unknown: said by saying nothing
+    text.append(f"\n  {first.role}" + (f" · {whose}" if whose else ""))
     advice = STORY_OUTLOOK[first.outlook]
     if advice:
         text.append(f" · {advice}", style="bold")

@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.widgets import Static
 
 from ddptui.core.diagnose.stall_events import StacksReport
+from ddptui.ui.widgets.grid_cells import SUSPECT_GLYPH
 from ddptui.ui.widgets.side_panel import SidePanel
 
 MAX_GROUPS = 8
@@ -42,6 +43,7 @@ class StackGroupsPanel(SidePanel):
         super().__init__(id=id)
         self.report: StacksReport | None = None
         self.stalled_since: float | None = None  # when the last rank progressed, if stalled
+        self.stall_ended: float | None = None  # when the run ended in its stall: the clock stops
         self.keys = ("s", "K")
         self._body = Static("")
 
@@ -52,7 +54,7 @@ class StackGroupsPanel(SidePanel):
         self.set_interval(1.0, self._tick)
 
     def _tick(self) -> None:
-        if self.stalled_since is not None:
+        if self.stalled_since is not None and self.stall_ended is None:
             self._redraw()  # the time since the last progress goes on
 
     def show_stacks(self, report: StacksReport) -> None:
@@ -62,7 +64,14 @@ class StackGroupsPanel(SidePanel):
     def show_stall(self, since: float | None) -> None:
         """When the last rank progressed, while stalled; None once ranks progress again."""
         self.stalled_since = since
+        self.stall_ended = None
         self._redraw()
+
+    def end_stall(self, at: float) -> None:
+        """The run ended while stalled: the stall is over, its length what it came to."""
+        if self.stalled_since is not None and self.stall_ended is None:
+            self.stall_ended = at
+            self._redraw()
 
     @staticmethod
     def now() -> float:
@@ -79,9 +88,11 @@ class StackGroupsPanel(SidePanel):
     def describe(self) -> Text:
         text = Text()
         if self.stalled_since is not None:
-            since = max(0.0, self.now() - self.stalled_since)
+            end = self.stall_ended if self.stall_ended is not None else self.now()
+            since = max(0.0, end - self.stalled_since)
             text.append("Stalled", style="bold yellow")
-            text.append(f" · no rank progressed for {since:.0f} s\n")
+            over = " until the run ended" if self.stall_ended is not None else ""
+            text.append(f" · no rank progressed for {since:.0f} s{over}\n")
         report = self.report
         if report is None:
             if self.stalled_since is not None:
@@ -96,7 +107,7 @@ class StackGroupsPanel(SidePanel):
         for group in report.groups[:MAX_GROUPS]:
             count = f"{len(group.ranks)} rank{'s' if len(group.ranks) > 1 else ''}"
             if group.suspect:
-                mark = "? deadlock" if report.deadlock else "? suspect "
+                mark = f"{SUSPECT_GLYPH} {'deadlock' if report.deadlock else 'suspect '}"
                 text.append(mark, style="bold magenta")
             else:
                 text.append("          ")
