@@ -99,11 +99,12 @@ def test_rank_crash_is_reported_and_other_steps_ended(
     assert (crashed["node"], crashed["state"], crashed["exit_code"]) == ("node2", "failed", 1)
     assert crashed["traceback"][0].startswith("Traceback")
     assert "deliberate failure on rank 3" in crashed["error"]
-    # torchrun's own "Root Cause" may name rank 2, whose all-reduce broke a moment later:
-    # both error files carry the same second (the Monitor follows torchrun here).
-    assert summary["detail"].startswith(
-        ("rank 3 on node2 failed first (exit 1)", "rank 2 on node2 failed first (exit 1)")
-    )
+    # torchrun's own "Root Cause" may name rank 2, whose all-reduce broke a moment later
+    # (both error files carry the same second); the story's lead is the rank whose own
+    # exception it was
+    first = summary["detail"].splitlines()[0]
+    assert first.startswith("crash: rank 3 on node2 — RuntimeError: envcheck: deliberate")
+    assert summary["headline"] == first
     assert all(r["state"] == "failed" for r in summary["ranks"])
     assert_clean_teardown(slurm_cluster, result, job_of(result.events))
 

@@ -62,8 +62,8 @@ def test_slurm_signal_reaches_the_workers_before_the_time_limit_ends_the_job(
     summary = result.summary
     assert summary["ok"] is False
     first = summary["detail"].splitlines()[0]  # the story's lead: the scheduler's end
-    assert first.startswith("ended by the scheduler: node "), summary
-    assert "the job reached its Slurm time limit" in first, summary
+    said = "ended by the scheduler — the job reached its Slurm time limit"
+    assert first.startswith(said) and summary["headline"] == first, summary
     assert "DUE TO TIME LIMIT" in summary["detail"], summary
     assert not slurm_cluster.squeue_ids()
 

@@ -186,12 +186,17 @@ def test_detach_then_attach_shows_logs_then_live_lines(testbed: Testbed, tmp_pat
     )
     lines: list[dict] = []
     beats: set[str] = set()
+    running: set[int] = set()
 
     def live(e: dict) -> bool:
+        """Live lines, and the grid rebuilt from both nodes' logs (each node's log is read on
+        its own: one may come in later than the other's live beats)."""
         lines.append(e)
         if e["event"] == "line" and "heartbeat" in e["text"]:
             beats.add(e["text"])
-        return len(beats) >= 12
+        if e["event"] == "rank" and e["state"] == "running":
+            running.add(e["rank"])
+        return len(beats) >= 12 and running == {0, 1, 2, 3}
 
     read_until(attach, live)
     texts = [e["text"] for e in lines if e["event"] == "line"]

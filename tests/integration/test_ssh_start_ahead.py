@@ -125,7 +125,9 @@ def test_host_lost_while_others_started_is_reported_and_they_are_torn_down(
     summary = events[-1]
     assert proc.returncode == 1 and not summary["ok"]
     detail = summary["detail"]
-    assert detail.startswith("1 of 3 host(s) unusable: node3: cannot connect"), detail
+    # the story's lead: refused before any rank ran, in the backend's words
+    said = "refused before launch — 1 of 3 host(s) unusable: node3: cannot connect"
+    assert detail.startswith(said) and summary["headline"] == detail.splitlines()[0], detail
     assert "node1" not in detail and "node2" not in detail
     # The hosts started meanwhile are stopped and proven clean, as the session's teardown
     # proves every host it started.

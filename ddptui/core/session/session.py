@@ -632,7 +632,8 @@ class Session:
                 )
         stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
-        if ended_by and not self._detach:  # preempted, timed out: said first, whatever else
+        if ended_by and not self._detach:  # preempted, timed out: the story's lead
+            self._emit_all(self.story.scheduler_ended(ended_by))
             detail = ended_by + (f"; {detail}" if detail else "")
             stopped_by = StopReason.FAILURE if stopped_by == StopReason.FINISHED else stopped_by
         if self._detach and not detail:

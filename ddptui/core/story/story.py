@@ -47,6 +47,13 @@ SIGNATURE_KINDS = {
     "slurm_time_limit": IncidentKind.PREEMPTED,
     "teardown": IncidentKind.OPERATOR,
 }
+# A launch failure the world check or the port check names is that kind however far the
+# ranks got before it was found.
+LAUNCH_KINDS = {
+    "split_world": IncidentKind.LAUNCH_FAILED,
+    "small_world": IncidentKind.LAUNCH_FAILED,
+    "rdzv_port_taken": IncidentKind.REFUSED,
+}
 # Verdicts that name no failure of their own: the rank's own words (its exception) say more.
 PLAIN_SIGNATURES = frozenset({"exception"})
 # Kinds one rank's incidents may share: a verdict on a rank the audit or the stall already
@@ -246,6 +253,8 @@ class Story:
         found = identify([detail], (), Source.NODE)
         signature = found[0] if found else None
         kind = IncidentKind.REFUSED if not self.ran else IncidentKind.LAUNCH_FAILED
+        if signature is not None and signature.name in LAUNCH_KINDS:  # whoever ran by then
+            kind = LAUNCH_KINDS[signature.name]
         reports = self._found(
             kind,
             ("launch",),
@@ -255,6 +264,28 @@ class Story:
             outlook=signature.outlook if signature else Outlook.FIX_FIRST,
         )
         self._judged = self._keys[("launch", self.round)]
+        self._launch_judged = True
+        return self._stamped(reports)
+
+    def scheduler_ended(self, detail: str) -> list[IncidentReport]:
+        """The scheduler ended the job (preempted, its time limit, a node it lost): that
+        leads; the ranks it stopped "exited without saying why" only because of it."""
+        found = identify([detail], (), Source.NODE)
+        signature = found[0] if found else None
+        kind = (
+            SIGNATURE_KINDS.get(signature.name, IncidentKind.PREEMPTED)
+            if signature
+            else (IncidentKind.PREEMPTED)
+        )
+        reports = self._found(
+            kind,
+            ("scheduler",),
+            self._clock(),
+            summary=detail.strip(),
+            domain=Domain.INFRASTRUCTURE,
+            outlook=signature.outlook if signature else Outlook.RESTART_HELPS,
+        )
+        self._judged = self._keys[("scheduler", self.round)]
         self._launch_judged = True
         return self._stamped(reports)
 

@@ -154,3 +154,28 @@ def test_an_incident_line_reads_back_from_events_jsonl() -> None:
     assert line["event"] == "incident" and line["kind"] == "collective_mismatch"
     assert line["blamed"] == [1] and line["headline"] == story.headline()
     assert decode_event(report.to_json()) == report
+
+
+def test_the_scheduler_s_end_leads_over_the_ranks_it_stopped() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node1"), verdict(0, "exit", "node1"))
+    assert story.headline().startswith("crash: rank 0 on node1")
+    ended = "the job reached its Slurm time limit (node1: *** STEP 1.0 DUE TO TIME LIMIT ***)"
+    story.scheduler_ended(ended)
+    told(story, verdict(0, "exit", "node1", final=True))  # "exited without saying why"
+    assert story.headline().startswith(f"ended by the scheduler — {ended}")
+
+
+def test_a_world_apart_is_a_launch_failure_however_far_its_ranks_got() -> None:
+    apart = "node2 was started for another rendezvous: its agent asked 10.0.0.12:29400"
+    for ran in (False, True):
+        story = Story(Clock())
+        if ran:
+            told(story, running(0, "node1"))
+        story.launch_failed(apart)
+        assert story.headline().startswith(f"launch failed — {apart}")
+    port = "port 29400 on node1 is in use by PID 42 (user root, python3): choose another"
+    story = Story(Clock())
+    told(story, running(0, "node1"))
+    story.launch_failed(port)
+    assert story.headline().startswith(f"refused before launch — {port}")
