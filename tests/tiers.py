@@ -16,7 +16,8 @@ test it does not know is `fast` only under tests/unit/, and counts as `FAST_S` f
 Under pytest-xdist the items go out longest first (the longest-processing-time rule), so the
 3-minute holds start at once and the short tests fill the gaps; a module with a module-scoped
 fixture (a browser, dockerd in the hosts) stays on one worker through its xdist group, and so
-do the tests of one shared container store (`CONTAINER_FIXTURES`).
+do the tests of one shared container store (`CONTAINER_FIXTURES`) and the torchft runs
+(`ONE_AT_A_TIME`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ TESTBED_FIXTURES = frozenset(
      "host_dockers"}
 )  # fmt: skip
 CONTAINER_FIXTURES = frozenset({"podman", "docker", "host_dockers"})
+# Modules whose tests run one after another on one worker: torchft's replica groups heal by
+# steps the others took meanwhile, which two such jobs at once on two cores may not take.
+ONE_AT_A_TIME = {
+    "tests/integration/test_ft.py": "torchft",
+    "tests/ui/test_ft_console.py": "torchft",
+}
 REAL_DIRS = ("integration", "e2e")
 FAST_S = 5.0
 REAL_S = 2.0
@@ -102,10 +109,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for tier in tiers_of(item.nodeid, fixtures, seconds, item.get_closest_marker("long")
                              is not None):  # fmt: skip
             item.add_marker(tier)
+        module = item.nodeid.split("::")[0]
         if fixtures & CONTAINER_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("containers"))
+        elif module in ONE_AT_A_TIME:
+            item.add_marker(pytest.mark.xdist_group(ONE_AT_A_TIME[module]))
         elif _module_scoped(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group(module))
     if hasattr(config, "workerinput"):  # an xdist worker: its order is the schedule's
         weight = _group_weights(items, times)
         items.sort(key=lambda item: -weight[_group(item)])
