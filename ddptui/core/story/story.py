@@ -392,7 +392,8 @@ class Story:
         nodes = (cycle.failed_node,) if cycle.failed_node else ()
         who = ranks_words(blamed, nodes) + " "
         why = why.removeprefix(who) if blamed else why  # the headline names the rank already
-        count = f"; restart {cycle.restarts} of {cycle.max_restarts}" if cycle.max_restarts else ""
+        # torchrun counts a restart on the failed worker's agent alone: said where it did
+        count = f"; restart {cycle.restarts} of {cycle.max_restarts}" if cycle.restarts else ""
         reports += self._found(
             IncidentKind.RESTARTED,
             ("round", cycle.index),
