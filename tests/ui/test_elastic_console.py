@@ -47,6 +47,12 @@ async def test_read_only_hides_every_action_that_changes_the_job() -> None:
         ):
             assert hidden not in shown, hidden
         assert "elastic.cycles" in shown  # looking is allowed
+        # the job says it is elastic: the least it goes on with and the most it asks for
+        from ddptui.ui.widgets.job_panel import describe_job, describe_job_line
+
+        spec = screen.spec
+        assert describe_job_line(spec).plain.startswith("2:3×1 = 2..3 ranks · ")
+        assert "2:3 node(s) × 1 process(es) per node = world size 2..3" in describe_job(spec).plain
         await pilot.press("l")
         await pilot.pause(0.3)
         assert screen.session is None  # the key did nothing

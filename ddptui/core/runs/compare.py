@@ -67,10 +67,15 @@ def compare(a: dict[str, float], b: dict[str, float]) -> list[ComparedFigure]:
 
 
 def past_metric_runs(
-    history: RunHistory, profile: str, exclude: str = "", first: str | None = None
+    history: RunHistory,
+    profile: str,
+    exclude: str = "",
+    first: str | None = None,
+    script: str | None = None,
 ) -> list[tuple[str, Path]]:
-    """The runs a metrics view can lay over the live one: those of `profile` with a metrics
-    file, newest first, `first` (a run named by `--compare`, of any profile) ahead of them."""
+    """The runs a metrics view can lay over the live one: those of `profile` (and `script`:
+    the ad-hoc profile holds every script run from the command line) with a metrics file,
+    newest first, `first` (a run named by `--compare`, of any profile) ahead of them."""
     found: list[tuple[str, Path]] = []
     records = history.runs()
     for record in records:
@@ -79,6 +84,6 @@ def past_metric_runs(
             continue
         if record.id == first:
             found.insert(0, (record.id, path))
-        elif record.profile == profile:
+        elif record.profile == profile and script in (None, record.script):
             found.append((record.id, path))
     return found

@@ -342,7 +342,9 @@ class JobScreen(LogScreen):
         """The metrics view: the run's metrics plotted, a past run of this profile beside."""
         run_id = self.session.run_id if self.session is not None else ""
         try:
-            past = past_metric_runs(RunHistory(), self.spec.profile, run_id, self.compare)
+            past = past_metric_runs(
+                RunHistory(), self.spec.profile, run_id, self.compare, self.spec.script
+            )
         except (sqlite3.Error, OSError):
             past = []  # the history is a convenience: the live plot needs none of it
         self.app.push_screen(MetricsScreen(self.relay.metrics, run_id, past, self.compare))

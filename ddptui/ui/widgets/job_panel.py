@@ -21,8 +21,8 @@ def describe_job(spec: JobSpec) -> Text:
         ("profile", f"{spec.profile}   backend {spec.backend}"),
         (
             "shape",
-            f"{spec.nodes} node(s) × {spec.nproc_per_node} process(es) per node"
-            f" = world size {spec.world_size}",
+            f"{nodes_words(spec)} node(s) × {spec.nproc_per_node} process(es) per node"
+            f" = world size {world_words(spec)}",
         ),
         ("script", shlex.join([spec.script, *spec.script_args])),
     ]
@@ -39,10 +39,24 @@ def describe_job(spec: JobSpec) -> Text:
     return text
 
 
+def nodes_words(spec: JobSpec) -> str:
+    """`2`, or an elastic job's `2:3` (the least it goes on with, the most it asks for)."""
+    elastic = spec.min_nodes is not None and spec.min_nodes != spec.nodes
+    return f"{spec.min_nodes}:{spec.nodes}" if elastic else str(spec.nodes)
+
+
+def world_words(spec: JobSpec) -> str:
+    """`4`, or an elastic job's `2..3`."""
+    if spec.min_nodes is None or spec.min_nodes == spec.nodes:
+        return str(spec.world_size)
+    return f"{spec.min_nodes * spec.nproc_per_node}..{spec.world_size}"
+
+
 def describe_job_line(spec: JobSpec) -> Text:
     """The job in one line, for the folded panel: shape, where, script and arguments."""
     text = Text()
-    text.append(f"{spec.nodes}×{spec.nproc_per_node} = {spec.world_size} ranks", style="bold")
+    shape = f"{nodes_words(spec)}×{spec.nproc_per_node} = {world_words(spec)} ranks"
+    text.append(shape, style="bold")
     text.append(f" · {spec.profile}/{spec.backend} · ")
     text.append(shlex.join([spec.script, *spec.script_args]))
     return text

@@ -135,3 +135,18 @@ def test_the_console_takes_a_run_to_compare() -> None:
     assert _parser().parse_args(["--compare", "R1"]).compare_run == "R1"
     args = _parser().parse_args(["history", "--compare", "A", "B"])
     assert args.compare == ["A", "B"]
+
+
+def test_the_ad_hoc_profile_lays_over_only_runs_of_the_same_script() -> None:
+    """`ddptui run SCRIPT` puts every script in one ad-hoc profile: a past run of another
+    script is no run to compare with."""
+    runs = [RunDir.create(f"20260101-00001{i}-ffffff") for i in range(3)]
+    for i, run in enumerate(runs):
+        script = "/jobs/lm.py" if i != 1 else "/jobs/vision.py"
+        recorder = RunRecorder(run, make_spec(script=script, profile="cli"))
+        recorder.history.started(run, recorder.spec, started=2000.0 + i)
+        run.record_metric(MetricSampled(0, 1, {"loss": 1.0}, ts=1.0))
+        run.close()
+    found = past_metric_runs(RunHistory(), "cli", runs[2].run_id, script="/jobs/lm.py")
+    assert [run_id for run_id, _ in found] == [runs[0].run_id]
+    assert len(past_metric_runs(RunHistory(), "cli", runs[2].run_id)) == 2  # no script: all
