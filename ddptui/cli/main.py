@@ -349,7 +349,10 @@ def _console(
     read_only = read_only or spec.read_only  # the flag, or the profile's `read_only = true`
     app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare, read_only=read_only)
     end_startup()
-    return app.run() or 0
+    code = app.run() or 0
+    if app.farewell:  # the run's outcome and its teardown's proof, left on the terminal
+        print(app.farewell)
+    return code
 
 
 if __name__ == "__main__":

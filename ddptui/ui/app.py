@@ -90,6 +90,7 @@ class DdpApp(App[int]):
         # Read-only (k9s's --readonly): every action that changes the job or runs anything on
         # the nodes is hidden; the screens ask `read_only` in their check_action.
         self.read_only = read_only
+        self.farewell = ""  # what the terminal keeps once the console is gone (`_leave`)
         self._gc_thresholds = gc.get_threshold()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # No sliding tab underlines or smooth scrolls: under a log flood each costs a
@@ -281,7 +282,7 @@ class DdpApp(App[int]):
             self.exit(0)  # the run is not this console's: it goes on as it was
             return
         if not self.job_screen.job_active:
-            self.exit(0 if self._run_ok else 1)
+            self._leave(0 if self._run_ok else 1)
             return
         run_id = self.job_screen.session.run_id if self.job_screen.session else "?"
         self.push_screen(QuitScreen(run_id), self._quit_chosen)
@@ -290,7 +291,7 @@ class DdpApp(App[int]):
         if choice == "cancel" or choice is None:
             return
         if not self.job_screen.job_active:
-            self.exit(0 if self._run_ok else 1)
+            self._leave(0 if self._run_ok else 1)
             return
         self._quitting = True
         if choice == "teardown":
@@ -301,4 +302,11 @@ class DdpApp(App[int]):
     def on_job_screen_run_ended(self, message: JobScreen.RunEnded) -> None:
         self._run_ok = message.ok
         if self._quitting:
-            self.exit(0 if message.ok else 1)
+            self._leave(0 if message.ok else 1)
+
+    def _leave(self, code: int) -> None:
+        """Exit, the last run's outcome (its teardown's proof, its result) kept in `farewell`
+        for the command line to print: the screen clears, the proof stays on the terminal."""
+        if self.job_screen.summary is not None:
+            self.farewell = self.job_screen.outcome.describe().plain
+        self.exit(code)

@@ -42,6 +42,12 @@ async def test_quit_with_job_running_asks_then_tears_down() -> None:
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
         assert screen.outcome.all_clean
     assert app.return_value == 1  # a torn-down run is not a successful run
+    # what the terminal keeps once the screen clears: the run, each node's proof, the result
+    kept = app.farewell.splitlines()
+    assert kept[0].startswith(f"run {run_id}") and "torn down" in kept[0]
+    assert any(line.strip().startswith("local0 ✓ clean") for line in kept), kept
+    assert any(line.strip().startswith("local1 ✓ clean") for line in kept), kept
+    assert any("■ torn down by the operator" in line for line in kept), kept
     assert wait_no_tagged_pids(run_id) == []
 
 
