@@ -92,6 +92,13 @@ def _failure(event: RankChanged) -> str:
     return text
 
 
+def detached_notes(nodes: Sequence[str], run_id: str) -> list[LogEntry]:
+    """A note at the end of each node's log once the console let go of a run that goes on:
+    the log stops there because this console stopped following, not because the job did."""
+    text = f"detached: the job runs on; this log stops here (`ddptui attach {run_id}` follows it)"
+    return [_note(node, text) for node in nodes]
+
+
 def _note(node: str, text: str, rank: int | None = None) -> LogEntry:
     """A note about one rank carries it, so that a rank filter keeps or drops it too."""
     return LogEntry(node, f"{MARK} {text}", rank, note=True)

@@ -69,6 +69,10 @@ async def test_quit_and_detach_leaves_job_running_for_attach() -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen), "the quit dialog")
         await pilot.press("d")
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
+        for node in ("local0", "local1"):  # each log says why it stops where it stops
+            pane = screen.logs.pane(node)
+            assert pane is not None and pane.lines[-1].startswith("▸ detached: the job runs on")
+            assert f"ddptui attach {run_id}" in pane.lines[-1]
     assert app.return_value == 0
     assert tagged_pids(run_id), "detach must leave the job running"
 

@@ -50,7 +50,7 @@ from ddptui.ui.messages import (
     VerdictUpdate,
 )
 from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
-from ddptui.ui.rank_notices import rank_notices
+from ddptui.ui.rank_notices import detached_notes, rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.log_screen import LogScreen
@@ -583,6 +583,8 @@ class JobScreen(LogScreen):
             return
         self.run.summary = message.event
         self._flush_logs(catch_up=True)  # every line before the summary shows with it
+        if message.event.detached:  # the log stops here: say why, where it stops
+            self.logs.append(detached_notes(self.logs.nodes, message.event.run_id))
         self.outcome.set_summary(message.event, stopped_by=self.run.stop_request)
 
     def on_phase_update(self, message: PhaseUpdate) -> None:
