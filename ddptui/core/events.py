@@ -22,6 +22,7 @@ class RankState(enum.StrEnum):
     FAILED = "failed"
     HUNG = "hung"
     STOPPED = "stopped"  # ended by the operator's teardown: not a failure of the job
+    RESTARTING = "restarting"  # its agent restarts the worker group: a new round will come
 
     @property
     def final(self) -> bool:

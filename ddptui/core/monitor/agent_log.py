@@ -13,6 +13,12 @@ from ddptui.core.events import Diagnosis
 _GLOG = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\] ?(.*)$")
 _KV = re.compile(r"^\s+(\w+)=(.*)$")
 _EARLY_FAIL = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: \d+\)")
+# `[default] Worker group FAILED. 3/3 attempts left; will restart worker group`, or
+# `[default] Detected 1 new nodes from group_rank=0; will restart worker group`
+_RESTARTING = re.compile(
+    r"\[\w+\] (?:Worker group \w+\. (\d+/\d+) attempts left|Detected \d+ new nodes from "
+    r"group_rank=\d+); ?will restart worker group"
+)
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*: (\d+) \(local_rank: (\d+)\)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*: (-?\d+)(?: \(pid: (\d+)\))?")
 _SUMMARY_FIELD = re.compile(r"^  (time|host|error_file|traceback)\s*: ?(.*)$")
@@ -77,13 +83,21 @@ class GroupSucceeded:
 
 
 @dataclass(frozen=True)
+class GroupRestarting:
+    """The agent restarts its worker group: after a failure (`attempts`: "3/3 attempts
+    left") or because nodes wait to join (`attempts` ""): its ranks wait for a new round."""
+
+    attempts: str = ""
+
+
+@dataclass(frozen=True)
 class AgentTrouble:
     """The agent itself reports a problem (rendezvous refused, timed out, port taken...)."""
 
     diagnosis: Diagnosis
 
 
-AgentFact = Assigned | Configured | WorkerFailed | GroupSucceeded | AgentTrouble
+AgentFact = Assigned | Configured | WorkerFailed | GroupSucceeded | GroupRestarting | AgentTrouble
 
 
 class _SummaryEntry:
@@ -169,6 +183,9 @@ class AgentLogParser:
             return []
         if "worker group successfully finished" in body:
             return [GroupSucceeded()]
+        restarting = _RESTARTING.search(body)
+        if restarting:
+            return [GroupRestarting(restarting.group(1) or "")]
         early = _EARLY_FAIL.search(body)
         if early:
             local_rank, code = int(early.group(2)), int(early.group(1))

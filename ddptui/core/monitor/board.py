@@ -292,6 +292,19 @@ class RankBoard:
             events.append(cell.changed(detail))
         return events
 
+    def node_restarting(self, node: str, attempts: str) -> list[Event]:
+        """The node's agent restarts its worker group: its ranks wait for the next round,
+        restarting, not failed (those that failed keep their exit and cause in the story)."""
+        if self.tearing_down:
+            return []
+        said = f"restarting ({attempts} attempts left)" if attempts else "restarting: nodes join"
+        events: list[Event] = []
+        for cell in self.cells.get(node, []):
+            if cell.state in (RankState.DONE, RankState.STOPPED, RankState.PENDING):
+                continue
+            events += self.move(cell, RankState.RESTARTING, detail=said)
+        return events
+
     def mark_stragglers(self, ranks: set[int], evidence: Sequence[str]) -> list[Event]:
         """The speed watch named these ranks slow (and no other): their rank events say so."""
         events: list[Event] = []

@@ -54,6 +54,7 @@ from ddptui.core.monitor.agent_log import (
     AgentTrouble,
     Assigned,
     Configured,
+    GroupRestarting,
     GroupSucceeded,
     WorkerFailed,
 )
@@ -539,5 +540,7 @@ class Monitor:
             return events
         if isinstance(fact, AgentTrouble):
             return self.board.node_trouble(node, replace(fact.diagnosis, ts=now))
+        if isinstance(fact, GroupRestarting):
+            return self.board.node_restarting(node, fact.attempts)
         assert isinstance(fact, GroupSucceeded)
         return self.board.node_succeeded(node)

@@ -17,6 +17,7 @@ GLYPH = {
     RankState.FAILED: "✗",
     RankState.HUNG: "!",
     RankState.STOPPED: "■",  # the operator's teardown ended it: no failure
+    RankState.RESTARTING: "↻",  # its agent restarts the group: the next round will come
 }
 STRAGGLER_GLYPH = "»"
 SUSPECT_GLYPH = "‼"  # a stalled rank whose stacks single it out

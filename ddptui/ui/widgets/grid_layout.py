@@ -27,7 +27,8 @@ FOLD_MIN = 3
 MAX_COMPACT_NAME = 20
 # the order states are counted in, the grid's header
 COUNT_ORDER = (
-    "running", "straggler", "hung", "failed", "stopped", "assigned", "pending", "done",
+    "running", "straggler", "hung", "restarting", "failed", "stopped", "assigned", "pending",
+    "done",
 )  # fmt: skip
 COUNT_NAME = {"straggler": "slow"}
 

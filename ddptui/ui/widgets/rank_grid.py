@@ -62,6 +62,7 @@ class RankGrid(Widget):
         "rank-grid--stopped",
         "rank-grid--node-stopped",
         "rank-grid--hung",
+        "rank-grid--restarting",
         "rank-grid--straggler",
         "rank-grid--gpu",
         "rank-grid--gpu-flag",
@@ -88,6 +89,7 @@ class RankGrid(Widget):
         & > .rank-grid--stopped  { background: $panel-lighten-2; color: $text; text-style: bold; }
         & > .rank-grid--node-stopped { color: $text-muted; }
         & > .rank-grid--hung     { background: $warning; color: $background; text-style: bold; }
+        & > .rank-grid--restarting { background: $primary-darken-2; color: $text; }
         & > .rank-grid--straggler {
             background: $warning-darken-2; color: $text; text-style: bold;
         }
@@ -97,6 +99,7 @@ class RankGrid(Widget):
         & > .rank-grid--count-running, & > .rank-grid--count-done { color: $success; }
         & > .rank-grid--count-failed { color: $error; text-style: bold; }
         & > .rank-grid--count-hung, & > .rank-grid--count-straggler { color: $warning; }
+        & > .rank-grid--count-restarting { color: $primary; }
         & > .rank-grid--count-assigned, & > .rank-grid--count-pending { color: $text-muted; }
         & > .rank-grid--count-stopped { color: $text-muted; }
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ddptui.core.events import Event, RankChanged
+from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
 from ddptui.core.monitor.cycles import (
     CycleReport,
@@ -145,3 +145,19 @@ def test_every_rank_restarted_with_its_group_counts_the_restart() -> None:
     assert restarts == {("n0", 0): 3, ("n1", 0): 3}
     summary = {(r.node, r.local_rank): r.restarts for r in monitor.summary().ranks}
     assert summary == {("n0", 0): 3, ("n1", 0): 3}
+
+
+def test_ranks_waiting_for_the_next_round_are_restarting_not_failed() -> None:
+    """Between an agent's "will restart worker group" and the next round's result, its ranks
+    wait (44 s in the capture): restarting, the failed one's exit kept in its history."""
+    _, events = replay(STORM)
+    ranks = [e for e in events if isinstance(e, RankChanged)]
+    for node in ("n0", "n1"):
+        states = [e.state for e in ranks if e.node == node]
+        waits = [i for i, s in enumerate(states) if s == RankState.RESTARTING]
+        assert len(waits) >= 3, (node, states)  # once a round, for each of the three restarts
+        for i in waits:  # each wait ends in the next round (or the run's end), never in a ✗
+            later = [s for s in states[i + 1 :] if s != RankState.RESTARTING]
+            assert not later or later[0] == RankState.ASSIGNED, (node, states)
+    said = [e.detail for e in ranks if e.node == "n1" and e.state == RankState.RESTARTING]
+    assert said[0] == "restarting (3/3 attempts left)"
