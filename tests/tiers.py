@@ -7,8 +7,10 @@ Tiers (markers, each a `-m` expression away):
   every test under tests/integration/ and tests/e2e/, and any other whose recorded time says
   it waits on one (`REAL_S`);
 - `long`: ran over `LONG_S` when last recorded, or is marked `long` by hand;
-- `fast`: neither `testbed` nor `long`, and recorded under `FAST_S`: the tier that answers in
-  minutes (`python3 -m pytest -m fast -n 4`), real processes included where they are quick.
+- `fast`: neither `testbed` nor `long`, and recorded under `FAST_S`, and not one of a module
+  whose tests share a module-scoped fixture (they run in their order, all or none): the tier
+  that answers in minutes (`python3 -m pytest -m fast -n 4`), real processes included where
+  they are quick.
 
 Recorded times live in tests/durations.json (`--record-durations` writes it after a run). A
 test it does not know is `fast` only under tests/unit/, and counts as `FAST_S` for the order.
@@ -106,8 +108,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         seconds = times.get(item.nodeid)
-        for tier in tiers_of(item.nodeid, fixtures, seconds, item.get_closest_marker("long")
-                             is not None):  # fmt: skip
+        tiers = tiers_of(
+            item.nodeid, fixtures, seconds, item.get_closest_marker("long") is not None
+        )
+        if _module_scoped(item):  # its module's tests share a fixture's state, in their order
+            tiers.discard("fast")
+        for tier in tiers:
             item.add_marker(tier)
         module = item.nodeid.split("::")[0]
         if fixtures & CONTAINER_FIXTURES:
