@@ -104,7 +104,7 @@ class Story:
         self._failed: dict[int, str] = {}  # rank -> its node, for the ranks that failed
         self._failed_at: dict[tuple[str, int], float] = {}  # by torchrun's (the node's) clock
         self._judged: int | None = None  # the incident the verdict judged (its index)
-        self._launch_judged = False  # the launch failed: that failure leads, whatever follows
+        self._end_said = False  # the session said how it ended (a failed launch, the scheduler)
         self._keys: dict[tuple[object, ...], int] = {}
         self._wrong_seen: set[tuple[int, int | None, str]] = set()
 
@@ -136,17 +136,6 @@ class Story:
             done = f"finished after {restarts} restart(s)" if restarts else "finished"
             return f"{detail}\n{headline}" if detail else f"{done}; {headline}"
         return f"{headline}\n{detail}" if detail else headline
-
-    def blamed_ranks(self) -> dict[int, Incident]:
-        """Each rank an incident that still holds blames, with that incident (the lead wins)."""
-        out: dict[int, Incident] = {}
-        lead = self.lead()
-        for incident in ([lead] if lead else []) + self.incidents:
-            if incident.over:
-                continue
-            for rank in incident.blamed:
-                out.setdefault(rank, incident)
-        return out
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -264,7 +253,7 @@ class Story:
             outlook=signature.outlook if signature else Outlook.FIX_FIRST,
         )
         self._judged = self._keys[("launch", self.round)]
-        self._launch_judged = True
+        self._end_said = True
         return self._stamped(reports)
 
     def scheduler_ended(self, detail: str) -> list[IncidentReport]:
@@ -286,7 +275,7 @@ class Story:
             outlook=signature.outlook if signature else Outlook.RESTART_HELPS,
         )
         self._judged = self._keys[("scheduler", self.round)]
-        self._launch_judged = True
+        self._end_said = True
         return self._stamped(reports)
 
     def ended(self) -> list[IncidentReport]:
@@ -407,7 +396,7 @@ class Story:
         return reports
 
     def _verdict(self, verdict: Verdict, ts: float) -> list[IncidentReport]:
-        if self._launch_judged:
+        if self._end_said:  # that leads, whatever the ranks it stopped say
             return []
         kind = SIGNATURE_KINDS.get(verdict.signature, IncidentKind.CRASH)
         if verdict.role == Role.TEARDOWN:
