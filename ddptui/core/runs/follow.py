@@ -55,6 +55,7 @@ class RunFollower:
     """
 
     attaching = True
+    read_only = True  # a session's requests, refused: it follows, it changes nothing
 
     def __init__(self, spec: JobSpec, emit: Callable[[Event], None], run: RunDir) -> None:
         self.spec = spec
@@ -88,6 +89,22 @@ class RunFollower:
 
     def stop(self) -> None:
         self._stop.set()
+
+    # What only a session does: a follower is asked the same way and does nothing.
+    def request_teardown(self) -> None:
+        """Refused: the run is not this console's (read-only)."""
+
+    def request_detach(self) -> None:
+        """Refused: a follower holds nothing to let go of."""
+
+    def request_stacks(self) -> None:
+        """Refused: it asks the nodes nothing."""
+
+    def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> None:
+        """Refused: the run's own session judges stragglers."""
+
+    def request_node_action(self, action: object) -> None:
+        """Refused: it acts on no node (any action: the session's kind of it too)."""
 
     def step_rate(self, node: str, local_rank: int) -> float | None:
         with self._lock:

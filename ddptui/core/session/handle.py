@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ddptui.core.job.plan import LaunchPlan
+    from ddptui.core.runs.follow import RunFollower
     from ddptui.core.runs.run_dir import RunDir
+    from ddptui.core.runs.summary import RunSummary
     from ddptui.core.session.membership import NodeAction
     from ddptui.core.session.process import SessionProcess
     from ddptui.core.session.session import Session
@@ -39,6 +41,22 @@ class SessionHandle(Protocol):
     def request_node_action(self, action: NodeAction) -> None: ...
 
 
-def _both_are_handles(session: Session, process: SessionProcess) -> tuple[SessionHandle, ...]:
-    """Never called: mypy checks here that both classes keep the promise."""
-    return (session, process)
+class ConsoleSession(SessionHandle, Protocol):
+    """What the console holds for its run: a session in its own process, or a run followed
+    read-only from its directory (`RunFollower`, whose requests change nothing). One type, so
+    the console asks `read_only` instead of which kind it holds."""
+
+    attaching: bool
+    read_only: bool
+
+    async def serve(self) -> RunSummary | None: ...
+
+    def step_rate(self, node: str, local_rank: int) -> float | None: ...
+
+
+def _both_are_handles(
+    session: Session, process: SessionProcess, follower: RunFollower
+) -> tuple[SessionHandle | ConsoleSession, ...]:
+    """Never called: mypy checks here that the classes keep the promises."""
+    consoles: tuple[ConsoleSession, ...] = (process, follower)
+    return (session, *consoles)

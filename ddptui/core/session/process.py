@@ -160,6 +160,7 @@ class SessionProcess:
     ) -> None:
         self.spec = spec
         self.attaching = run is not None
+        self.read_only = False
         self.run = run or RunDir.create(new_run_id())
         self.plan: LaunchPlan | None = None
         self.teardown_reports: dict[str, TeardownReport] = {}

@@ -20,12 +20,12 @@ from ddptui.core.diagnose.straggler import THRESHOLD
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.compare import past_metric_runs
-from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.handle import ConsoleSession
 from ddptui.core.session.membership import NodeAction, NodeActionKind
-from ddptui.core.session.process import SessionProcess, prepare_spare
+from ddptui.core.session.process import prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
     CycleUpdate,
@@ -256,7 +256,7 @@ class JobScreen(LogScreen):
         return self.run.active
 
     @property
-    def session(self) -> SessionProcess | RunFollower | None:
+    def session(self) -> ConsoleSession | None:
         """The session's process of the run shown (None before the first launch)."""
         return self.run.session
 
@@ -428,7 +428,7 @@ class JobScreen(LogScreen):
 
     # -- the session ------------------------------------------------------------------------
 
-    def _start(self, session: SessionProcess | RunFollower) -> None:
+    def _start(self, session: ConsoleSession) -> None:
         self.outcome.reset(session.run_id, str(session.run.path))
         self.outcome.set_phase(RunPhase.ATTACHING if session.attaching else RunPhase.LAUNCHING)
         self.job_panel.fold(True)

@@ -15,6 +15,7 @@ from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.handle import ConsoleSession
 from ddptui.core.session.membership import NodeAction
 from ddptui.core.session.process import SessionProcess, call_on_loop
 from ddptui.ui.relay import SessionRelay
@@ -44,7 +45,7 @@ class RunController:
         self._run_worker = run_worker
         self._post = post
         self.relay = SessionRelay(self._post_from_session)
-        self.session: SessionProcess | RunFollower | None = None
+        self.session: ConsoleSession | None = None
         self.summary: RunSummary | None = None
         self.stop_request: StopRequest = None
         self.worker: Worker[RunSummary | None] | None = None  # a follower's may end with none
@@ -60,7 +61,7 @@ class RunController:
         """A session is running (launching, following, or tearing down)."""
         return self.worker is not None and not self.worker.is_finished
 
-    def new_session(self, run: RunDir | None = None) -> SessionProcess | RunFollower:
+    def new_session(self, run: RunDir | None = None) -> ConsoleSession:
         """A session for a new run (its directory made now: OSError if it cannot be), or for
         `run` to attach to (followed from its directory when this controller follows)."""
         if self.follow:
@@ -70,11 +71,11 @@ class RunController:
         return SessionProcess(self.spec, self.relay.emit, self.relay.take_block, run=run)
 
     @property
-    def process(self) -> SessionProcess | None:
-        """The session's process, when this console runs one (a follower has none)."""
-        return self.session if isinstance(self.session, SessionProcess) else None
+    def process(self) -> ConsoleSession | None:
+        """The session this console may ask to change the run (a follower is read-only)."""
+        return self.session if self.session is not None and not self.session.read_only else None
 
-    def start(self, session: SessionProcess | RunFollower) -> None:
+    def start(self, session: ConsoleSession) -> None:
         self.session = session
         self.relay.metrics.reset()
         self.summary = None
