@@ -156,6 +156,8 @@ class Story:
 
     def _stamped(self, reports: list[IncidentReport]) -> list[IncidentReport]:
         """Each report with the lead as of now, its incident as it stands now."""
+        if not reports:
+            return reports  # the common case (a node's lines, a metric): no lead to work out
         lead = self.lead()
         number = lead.number if lead else 0
         return [
