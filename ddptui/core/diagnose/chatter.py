@@ -5,8 +5,8 @@ every flight-recorder dump the stall's collector asks for makes ProcessGroupNCCL
 "[rank0]:[E1126 16:29:14.269 ProcessGroupNCCL.cpp:1628] ... preparing to dump debug info" on
 each rank: counted as output, that line ended the stall half a second after its stacks were
 taken, and the next stall took them again (tests/data/stall/gpu_h100x2/console). The same holds
-for the watchdog's own warnings, NCCL_DEBUG lines, torch's Python log lines and warnings, and
-anything ddptui itself writes into a rank's stream.
+for the watchdog's own warnings, NCCL_DEBUG lines, torch's Python log lines and warnings,
+torchft's logs, and anything ddptui itself writes into a rank's stream.
 """
 
 from __future__ import annotations
@@ -15,13 +15,17 @@ import re
 from collections.abc import Sequence
 
 # A cheap look at a whole block first: a block with none of these holds no chatter.
-_CLUES = ("]:[", "NCCL", "torch", "Warning", "ddptui", "ProcessGroup")
+_CLUES = ("]:[", "NCCL", "torch", "Warning", "ddptui", "ProcessGroup")  # torchft has "torch"
 _CHATTER = re.compile(
     r"^(?:\[rank\d+\]:)?\[?[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+"  # glog (c10, NCCL's PG), torch logging
     r"|^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE)"  # NCCL_DEBUG
     r"|^(?:\[rank\d+\]:)?\s*\S*/torch/\S+:\d+: \w*Warning:"  # torch's own Python warnings
     r"|^(?:\[rank\d+\]:)?\s*(?:ddptui[:\]]|\[ddptui[\]:])"  # ddptui's own notes and probes
     r"|^\s*warnings\.warn\("  # the source line Python prints under a warning
+    # torchft's own logs: its Rust core's (`2026-11-29T01:04:19.415 [INFO] [torchft::manager]
+    # - ...`, about seven a step from every group's Manager) and its Python modules'
+    r"|^\d{4}-\d\d-\d\dT[\d:.]+ \[(?:TRACE|DEBUG|INFO|WARN|ERROR)\] \[torchft::"
+    r"|^(?:DEBUG|INFO|WARNING|ERROR) torchft[.:]"
 )
 
 

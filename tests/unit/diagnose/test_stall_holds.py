@@ -85,6 +85,9 @@ def test_a_step_of_the_rank_ends_the_stall() -> None:
         "host-a:12:40 [1] NCCL WARN Call to recv failed",
         "/opt/venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83: UserWarning:",
         "ddptui: probe",
+        "2026-11-29T01:04:19.422 [INFO] [torchft::manager] - [Replica ft_1] Start quorum for "
+        "group_rank 0",
+        "INFO torchft.checkpointing.http_transport: Started CheckpointServer on http://vm:4/c",
     ],
 )
 def test_torch_nccl_and_ddptui_lines_are_chatter(line: str) -> None:
