@@ -48,7 +48,7 @@ def test_the_readers_never_raise_and_read_only_numbers(line: str) -> None:
 @given(LINES)
 def test_the_gate_before_the_formats_declines_no_line_a_format_reads(line: str) -> None:
     first = next((found for parse in FORMATS if (found := parse(line)) is not None), None)
-    assert parse_line(line) == first
+    assert repr(parse_line(line)) == repr(first)  # by repr: a NaN read is equal to itself
 
 
 @FUZZ

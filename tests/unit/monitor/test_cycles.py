@@ -139,9 +139,7 @@ def test_every_rank_restarted_with_its_group_counts_the_restart() -> None:
     """torchrun counts a restart only on the agent whose worker failed (node1 logs
     restart_count 1, 2, 3); node0's agent logs 0 each round, yet its rank restarted each time."""
     monitor, events = replay(STORM)
-    restarts = {
-        (e.node, e.local_rank): e.restarts for e in events if isinstance(e, RankChanged)
-    }
+    restarts = {(e.node, e.local_rank): e.restarts for e in events if isinstance(e, RankChanged)}
     assert restarts == {("n0", 0): 3, ("n1", 0): 3}
     summary = {(r.node, r.local_rank): r.restarts for r in monitor.summary().ranks}
     assert summary == {("n0", 0): 3, ("n1", 0): 3}
