@@ -241,42 +241,43 @@ class Story:
         missing, a port taken, Slurm refusing the allocation), or a world that could not
         form. It leads the story; no later verdict (a rank that "exited without saying why"
         because its agent was stopped) replaces it."""
-        found = identify([detail], (), Source.NODE)
-        signature = found[0] if found else None
         kind = IncidentKind.REFUSED if not self.ran else IncidentKind.LAUNCH_FAILED
-        if signature is not None and signature.name in LAUNCH_KINDS:  # whoever ran by then
-            kind = LAUNCH_KINDS[signature.name]
-        reports = self._found(
-            kind,
-            ("launch",),
-            self._clock(),
-            summary=detail.strip(),
-            domain=signature.domain if signature else Domain.JOB,
-            outlook=signature.outlook if signature else Outlook.FIX_FIRST,
-        )
-        self._judged = self._keys[("launch", self.round)]
-        self._end_said = True
-        return self._stamped(reports)
+        return self._session_end("launch", detail, LAUNCH_KINDS, kind, None, Outlook.FIX_FIRST)
 
     def scheduler_ended(self, detail: str) -> list[IncidentReport]:
         """The scheduler ended the job (preempted, its time limit, a node it lost): that
         leads; the ranks it stopped "exited without saying why" only because of it."""
+        return self._session_end(
+            "scheduler", detail, SIGNATURE_KINDS, IncidentKind.PREEMPTED,
+            Domain.INFRASTRUCTURE, Outlook.RESTART_HELPS,
+        )  # fmt: skip
+
+    def _session_end(
+        self,
+        key: str,
+        detail: str,
+        kinds: dict[str, IncidentKind],
+        kind: IncidentKind,
+        domain: Domain | None,
+        outlook: Outlook,
+    ) -> list[IncidentReport]:
+        """How the session says the run ended, in its words, as the lead: the kind its words'
+        signature names in `kinds` (else `kind`), whose (`domain`, else the signature's) and
+        the outlook (the signature's, else `outlook`)."""
         found = identify([detail], (), Source.NODE)
         signature = found[0] if found else None
-        kind = (
-            SIGNATURE_KINDS.get(signature.name, IncidentKind.PREEMPTED)
-            if signature
-            else (IncidentKind.PREEMPTED)
-        )
+        if signature is not None:
+            kind = kinds.get(signature.name, kind)
+            outlook = signature.outlook
         reports = self._found(
             kind,
-            ("scheduler",),
+            (key,),
             self._clock(),
             summary=detail.strip(),
-            domain=Domain.INFRASTRUCTURE,
-            outlook=signature.outlook if signature else Outlook.RESTART_HELPS,
+            domain=domain or (signature.domain if signature else Domain.JOB),
+            outlook=outlook,
         )
-        self._judged = self._keys[("scheduler", self.round)]
+        self._judged = self._keys[(key, self.round)]
         self._end_said = True
         return self._stamped(reports)
 
