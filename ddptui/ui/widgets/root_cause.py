@@ -15,7 +15,7 @@ from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-from ddptui.core.story.incident import OUTLOOK_WORDS as STORY_OUTLOOK
+from ddptui.core.story.incident import OUTLOOK_WORDS
 from ddptui.core.story.incident import Incident, IncidentReport
 from ddptui.ui.widgets.side_panel import SidePanel
 
@@ -215,7 +215,7 @@ def describe_story(incidents: dict[int, Incident], lead: int) -> Text:
         text.append(" (over)", style="dim")
     whose = DOMAIN_WORDS.get(first.domain)  # unknown: said by saying nothing
     text.append(f"\n  {first.role}" + (f" · {whose}" if whose else ""))
-    advice = STORY_OUTLOOK[first.outlook]
+    advice = OUTLOOK_WORDS[first.outlook]
     if advice:
         text.append(f" · {advice}", style="bold")
     if first.summary:
@@ -244,7 +244,8 @@ def describe_verdict(verdict: Verdict) -> Text:
         text.append(place if verdict.rank is not None else verdict.node, style="bold")
     text.append(f" · {verdict.role} · {verdict.signature}", style="yellow")
     text.append(f" · {DOMAIN_WORDS.get(verdict.domain, str(verdict.domain))}")
-    text.append(f" · {OUTLOOK_WORDS.get(verdict.outlook, str(verdict.outlook))}", style="bold")
+    advice = OUTLOOK_WORDS.get(verdict.outlook) or "restart: unknown"  # the story's words
+    text.append(f" · {advice}", style="bold")
     text.append(f"\n  {verdict.summary}")
     for line in verdict.evidence:
         text.append(f"\n  │ {line[:160]}", style="dim")
@@ -255,12 +256,6 @@ DOMAIN_WORDS = {
     "job": "the job's code",
     "infrastructure": "the infrastructure",
     "operator": "the operator",
-}
-OUTLOOK_WORDS = {
-    "restart_helps": "a restart will likely help",
-    "restart_elsewhere": "restart without that node",
-    "fix_first": "fix it first: a restart fails the same way",
-    "unknown": "restart: unknown",
 }
 
 
