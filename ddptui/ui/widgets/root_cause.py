@@ -15,8 +15,7 @@ from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-from ddptui.core.story.incident import OUTLOOK_WORDS
-from ddptui.core.story.incident import Incident, IncidentReport
+from ddptui.core.story.incident import OUTLOOK_WORDS, Incident, IncidentReport
 from ddptui.ui.widgets.side_panel import SidePanel
 
 TRACEBACK_TAIL = 6
