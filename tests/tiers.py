@@ -133,8 +133,8 @@ def _group(item: pytest.Item) -> str:
 
 
 def _group_weights(items: list[pytest.Item], times: dict[str, float]) -> dict[str, float]:
-    """Each xdist scope's recorded seconds (a group's tests together; unknown tests at FAST_S
-    under tests/unit/'s guess: 0.1 s there, FAST_S elsewhere)."""
+    """Each xdist scope's recorded seconds, a group's tests summed; a test not recorded yet
+    counts 0.1 s under tests/unit/ and FAST_S elsewhere."""
     weight: dict[str, float] = {}
     for item in items:
         default = 0.1 if item.nodeid.startswith("tests/unit/") else FAST_S
