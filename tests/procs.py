@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
+from typing import Any
 
 
 def pids_with_tag(prefix: str) -> list[int]:
@@ -44,3 +46,36 @@ def until_running(proc: subprocess.Popen[str], ranks: int = 4, timeout: float = 
             running.add(event["rank"])
     assert len(running) == ranks
     return run_id
+
+
+def outputs(proc: subprocess.Popen[Any], timeout: float) -> tuple[Any, Any]:
+    """(stdout, stderr) to the end once `proc` exits, as `proc.communicate(timeout=...)` gives
+    them, but read through the pipes' file objects: `communicate` with a timeout reads the raw
+    descriptors and loses what an earlier `readline` had buffered (a line cut in two). On
+    timeout the process is killed and `subprocess.TimeoutExpired` raised."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    said: dict[str, Any] = {}
+
+    def read(name: str, pipe: Any) -> None:
+        said[name] = pipe.read()
+
+    readers = [
+        threading.Thread(target=read, args=(name, pipe), daemon=True)
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
+        if pipe is not None
+    ]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    if any(reader.is_alive() for reader in readers):  # a child of its holds a pipe open
+        raise subprocess.TimeoutExpired(proc.args, timeout)
+    return said.get("stdout"), said.get("stderr")

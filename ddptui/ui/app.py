@@ -104,7 +104,6 @@ class DdpApp(App[int]):
         self.keymap_source = describe_source(source) if source else "built-in defaults"
         self.attach = attach
         self.job_screen = JobScreen(spec, attach, follow=follow, compare=compare)
-        self._run_ok = True
         self._quitting = False
 
     @classmethod
@@ -282,7 +281,7 @@ class DdpApp(App[int]):
             self.exit(0)  # the run is not this console's: it goes on as it was
             return
         if not self.job_screen.job_active:
-            self._leave(0 if self._run_ok else 1)
+            self._leave(0 if self.job_screen.run_ok else 1)
             return
         run_id = self.job_screen.session.run_id if self.job_screen.session else "?"
         self.push_screen(QuitScreen(run_id), self._quit_chosen)
@@ -291,7 +290,7 @@ class DdpApp(App[int]):
         if choice == "cancel" or choice is None:
             return
         if not self.job_screen.job_active:
-            self._leave(0 if self._run_ok else 1)
+            self._leave(0 if self.job_screen.run_ok else 1)
             return
         self._quitting = True
         if choice == "teardown":
@@ -300,7 +299,6 @@ class DdpApp(App[int]):
             self.job_screen.detach()
 
     def on_job_screen_run_ended(self, message: JobScreen.RunEnded) -> None:
-        self._run_ok = message.ok
         if self._quitting:
             self._leave(0 if message.ok else 1)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.sshrun import TRAINER, read_until
+from tests.procs import outputs
 
 # One process a node, no stall watch (a round's restart stands still a while); c10d waits
 # `last_call_timeout` (30 s) for more nodes once MIN have joined: short here.
@@ -43,8 +44,8 @@ def act_then_finish(
     run_id = next(e["run_id"] for e in events if e["event"] == "plan")
     (state / "runs" / run_id / "control").write_text(f"{action}\n")
     proc.send_signal(signal.SIGUSR2)
-    out, err = proc.communicate(timeout=400)
-    events += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    out, err = outputs(proc, 400)
+    events += [json.loads(line) for line in out.splitlines()]
     assert events[-1]["event"] == "summary", (events[-5:], err[-3000:])
     return events
 

@@ -14,6 +14,7 @@ import pytest
 from testbed import SlurmCluster, Testbed
 from testbed.slurm_ddptui import cluster_env, ddptui_argv, headless_run_args
 from tests.integration.sshrun import HeadlessRun
+from tests.procs import outputs
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def start(
 def finish(proc: subprocess.Popen[str], sig: int | None = signal.SIGTERM) -> HeadlessRun:
     if sig is not None:
         proc.send_signal(sig)
-    out, err = proc.communicate(timeout=180)
+    out, err = outputs(proc, 180)
     return HeadlessRun(proc.returncode, _events(out), err)
 
 

@@ -17,7 +17,7 @@ import pytest
 from testbed.containers import Podman, pids_naming
 from tests.integration.sshrun import rank_steps
 from tests.integration.test_containers_local import TRAINER, _cmd
-from tests.procs import pids_with_tag, until_running
+from tests.procs import outputs, pids_with_tag, until_running
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_killed_docker_clients_then_teardown_removes_the_containers(
     clients = [p for p in pids_with_tag(run_id) if _cmd(p).startswith("docker run ")]
     assert len(clients) == 2
     proc.kill()
-    proc.communicate(timeout=30)
+    outputs(proc, 30)
     for pid in clients:
         os.kill(pid, signal.SIGKILL)
     time.sleep(2.0)
@@ -118,7 +118,7 @@ def test_daemon_named_only_by_the_jobs_env_is_the_one_teardown_asks(
     containers = docker.containers(f"ddptui-{run_id}")
     assert len(containers) == 2
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     teardown = sorted((e for e in events if e["event"] == "teardown"), key=lambda e: e["node"])
     assert [t["clean"] for t in teardown] == [True, True], teardown

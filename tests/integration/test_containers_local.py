@@ -17,7 +17,7 @@ import pytest
 
 from testbed.containers import Podman, pids_naming
 from tests.integration.sshrun import rank_steps
-from tests.procs import pids_with_tag, until_running
+from tests.procs import outputs, pids_with_tag, until_running
 
 pytestmark = pytest.mark.integration
 
@@ -131,7 +131,7 @@ def test_killed_podman_client_leaves_the_container_to_conmon_and_teardown_ends_i
     inside = [p for p in pids_with_tag(run_id) if _cmd(p).startswith("/usr/bin/python3 -u ")]
     assert len(inside) == 4  # the workers, in the containers, seen from the host
     proc.kill()
-    proc.communicate(timeout=30)
+    outputs(proc, 30)
     for pid in clients:
         os.kill(pid, signal.SIGKILL)
     time.sleep(2.0)

@@ -19,7 +19,7 @@ from tests.integration.sshrun import (
     rank_steps,
     run_headless,
 )
-from tests.procs import pids_with_tag
+from tests.procs import outputs, pids_with_tag
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def test_teardown_mid_run_removes_every_container(
     assert sorted(containers) == [f"ddptui-{run_id}.0", f"ddptui-{run_id}.1"]
     assert len(pids_naming(containers.values())) == 2
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     check_teardown(events, run_id)
     assert pids_naming(containers.values()) == []

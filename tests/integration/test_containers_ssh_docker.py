@@ -25,7 +25,7 @@ from tests.integration.sshrun import (
     run_headless,
 )
 from tests.integration.test_containers_ssh import HOSTS, check_teardown
-from tests.procs import pids_with_tag
+from tests.procs import outputs, pids_with_tag
 
 pytestmark = pytest.mark.integration
 
@@ -151,7 +151,7 @@ def test_killed_docker_clients_then_teardown_removes_each_hosts_container(
     for pid in clients:
         os.kill(pid, signal.SIGKILL)
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     check_teardown(events, run_id)
     for t in events:

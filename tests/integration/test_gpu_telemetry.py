@@ -15,7 +15,7 @@ from pathlib import Path
 
 from testbed.gpu_standin import FAKE_SMI
 from tests.cases import TRAINER
-from tests.procs import pids_with_tag, until_running
+from tests.procs import outputs, pids_with_tag, until_running
 
 CAPTURE = Path(__file__).parents[1] / "data" / "gpu" / "standin"
 GPU0 = "GPU-af5b2fab-eee7-f1e0-23d2-b7ff33aec7f1"
@@ -131,7 +131,7 @@ def test_gpu_still_held_by_a_job_process_fails_the_proof(tmp_path: Path) -> None
     worker = next(p for p in pids_with_tag(run_id) if b"LOCAL_RANK=0" in _environ(p))
     (smi / "apps.pid").write_text(f"{worker}\n")
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=90)
+    out, _ = outputs(proc, 90)
     events = [json.loads(line) for line in out.splitlines()]
     teardown = [e for e in events if e["event"] == "teardown"]
     assert len(teardown) == 1 and not teardown[0]["clean"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from testbed.netns import Testbed
 from tests.cases import ROOT
 from tests.integration.sshrun import all_running, popen_headless
+from tests.procs import outputs
 
 WORKER = ROOT / "tests" / "data" / "graceful" / "worker.py"
 HOSTS = ["node1", "node2"]
@@ -46,7 +47,7 @@ def test_a_sixty_second_handler_is_given_its_sixty_seconds(
         raise AssertionError(err[-3000:]) from None
     asked = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    stdout, _ = proc.communicate(timeout=240)
+    stdout, _ = outputs(proc, 240)
     took = time.monotonic() - asked
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 

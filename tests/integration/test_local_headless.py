@@ -14,7 +14,7 @@ import pytest
 
 from tests.cases import TRAINER, TRAINERS, trainer_args
 from tests.integration.sshrun import rank_steps
-from tests.procs import pids_with_tag
+from tests.procs import outputs, pids_with_tag
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -121,7 +121,7 @@ def test_teardown_kills_agents_and_workers(tmp_path: Path) -> None:
     before = pids_with_tag(run_id)
     assert len(before) >= 6  # 2 agents + 4 workers
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
+    out, _ = outputs(proc, 60)
     events = [json.loads(line) for line in out.splitlines()]
     teardown = [e for e in events if e["event"] == "teardown"]
     assert len(teardown) == 2 and all(t["clean"] for t in teardown), teardown

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from testbed.netns import Testbed
 from tests.integration.sshrun import ddptui_argv, state_env
+from tests.procs import outputs
 
 SECRET = "hf_" + hashlib.sha256(str(os.getpid()).encode()).hexdigest()[:24]
 ALSO_SECRET = "plain-named-" + SECRET[-8:]  # secret only through --secret-env
@@ -80,7 +81,7 @@ def _watch(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str, s
         while proc.poll() is None and time.monotonic() < deadline:
             leaks += _cmdlines_with(values)
             time.sleep(0.05)
-        out, err = proc.communicate(timeout=60)
+        out, err = outputs(proc, 60)
     return proc.returncode, out.decode(), err.decode(), leaks
 
 

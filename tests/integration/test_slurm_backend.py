@@ -29,6 +29,7 @@ from tests.integration.slurmrun import (
     start,
 )
 from tests.integration.sshrun import TRAINER, all_running, rank_steps, read_until
+from tests.procs import outputs
 
 pytestmark = pytest.mark.integration
 
@@ -153,7 +154,7 @@ def test_console_killed_mid_run_loses_nothing_and_attach_tears_down(
     seen = all_running(proc)
     run_id = next(e["run_id"] for e in seen if e["event"] == "plan")
     proc.kill()  # no teardown at all: the steps and their logs must carry on without us
-    proc.communicate(timeout=30)
+    outputs(proc, 30)
     time.sleep(2)
     job_id = job_of(seen)
     assert job_id in slurm_cluster.squeue_ids()

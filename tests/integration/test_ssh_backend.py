@@ -23,6 +23,7 @@ from tests.integration.sshrun import (
     run_headless,
     state_env,
 )
+from tests.procs import outputs
 
 ENGINES = ["asyncssh", "paramiko"]
 
@@ -46,7 +47,7 @@ def _envcheck(
 
 def _finish(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> list[dict]:
     proc.send_signal(sig)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
@@ -296,7 +297,7 @@ def test_node_killed_mid_run_stops_the_rest(clean_testbed: Testbed, tmp_path: Pa
     agents = [p for p in tb.describe_pids("node2") if "torchrun" in p]
     assert agents, tb.describe_pids("node2")
     os.kill(int(agents[0].split()[0]), signal.SIGKILL)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = [json.loads(line) for line in out.splitlines()]
     nodes = [e for e in events if e["event"] == "node" and e["node"] == "node2"]
     assert nodes[-1]["state"] == "failed" and nodes[-1]["exit_code"] == -9

@@ -14,6 +14,7 @@ import pytest
 
 from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, all_running, popen_headless, run_headless
+from tests.procs import outputs
 
 pytestmark = pytest.mark.integration
 
@@ -110,7 +111,7 @@ def test_teardown_through_the_bastion_mid_run(bastion: Testbed, tmp_path: Path) 
     all_running(proc)
     assert nodes_idle(bastion)  # the job runs on the nodes
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     teardown = [e for e in events if e["event"] == "teardown"]
     assert sorted(t["node"] for t in teardown) == NODES

@@ -23,6 +23,7 @@ import pytest
 
 from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, popen_headless
+from tests.procs import outputs
 
 HOSTS = ["node1", "node2", "node3"]
 # The held-back host's connection may wait this long (the default, 10 s, could run out on a
@@ -80,7 +81,7 @@ def _started_before_node3(tb: Testbed, proc: subprocess.Popen[str]) -> None:
 
 
 def _events(proc: subprocess.Popen[str]) -> list[dict]:
-    out, err = proc.communicate(timeout=240)
+    out, err = outputs(proc, 240)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert events and events[-1]["event"] == "summary", (events[-5:], err)
     return events

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, all_running, popen_headless, read_until
+from tests.procs import outputs
 
 
 def test_a_connection_lost_as_the_teardown_begins_is_replaced_to_prove_the_node_clean(
@@ -37,7 +38,7 @@ def test_a_connection_lost_as_the_teardown_begins_is_replaced_to_prove_the_node_
     assert seen[-1]["event"] == "notice", seen[-3:]  # the reap failed, and is tried again
     assert tb.left_on(["node2"]), "the cut node's job still runs: nothing reached it"
     tb.restore_link("node2")
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     events = seen + [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     teardown = {e["node"]: e for e in events if e["event"] == "teardown"}
     assert teardown["node2"]["clean"], teardown

@@ -15,6 +15,7 @@ from testbed import SlurmCluster
 from testbed.netns import Testbed
 from tests.integration.slurmrun import assert_clean_teardown, finish, job_of, start
 from tests.integration.sshrun import TRAINER, popen_headless, read_until, sleep_line
+from tests.procs import outputs
 
 TIMEOUT = 6
 HANG = [str(TRAINER / "hang.py"), "--sleep-rank", "1"]
@@ -70,7 +71,7 @@ def test_ssh_all_stop_hang_is_a_stall_naming_the_sleeping_rank(
     events = _stalled(proc)
     _assert_the_sleeper_is_the_suspect(events)
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=180)
+    out, _ = outputs(proc, 180)
     rest = [json.loads(line) for line in out.splitlines()]
     _assert_summary(rest[-1])
     assert all(t["clean"] for t in rest if t["event"] == "teardown")
@@ -113,7 +114,7 @@ def test_ssh_deadlock_names_both_groups(clean_testbed: Testbed, tmp_path: Path) 
     )
     _assert_deadlock(_stalled(proc))
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=180)
+    out, _ = outputs(proc, 180)
     rest = [json.loads(line) for line in out.splitlines()]
     _assert_deadlock_summary(rest[-1])
     assert all(t["clean"] for t in rest if t["event"] == "teardown")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tests.integration.sshrun import sleep_line
-from tests.procs import pids_with_tag
+from tests.procs import outputs, pids_with_tag
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = str(ROOT / "trainer" / "hang.py")
@@ -44,7 +44,7 @@ def _until_stacks(proc: subprocess.Popen[str]) -> list[dict]:
 
 def _stop(proc: subprocess.Popen[str]) -> list[dict]:
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
+    out, _ = outputs(proc, 120)
     return [json.loads(line) for line in out.splitlines()]
 
 
@@ -136,7 +136,7 @@ def test_crash_victims_are_classified_and_the_culprit_first(tmp_path: Path) -> N
     proc = _start(
         tmp_path, str(ROOT / "trainer" / "envcheck.py"), "--fail-rank", "3", "--sleep", "60"
     )
-    out, _ = proc.communicate(timeout=240)
+    out, _ = outputs(proc, 240)
     events = [json.loads(line) for line in out.splitlines()]
     summary = events[-1]
     causes = {r["rank"]: r["cause"] for r in summary["ranks"]}

@@ -24,6 +24,7 @@ from testbed.processes import cmdline
 from testbed.users import PlainUser
 from tests.cases import ROOT
 from tests.integration.sshrun import TRAINER, read_until, sleep_line
+from tests.procs import outputs
 
 TIMEOUT = 6
 HANG = [str(TRAINER / "hang.py"), "--sleep-rank", "1"]
@@ -103,7 +104,7 @@ def test_ssh_stall_as_a_plain_user_with_stacks_taken_without_ptrace(
     assert stacks["pyspy"] == ["ptrace refused (not root, Yama ptrace_scope=1)"]
     assert {r[1] for r in stacks["ranks"]} == {"node1", "node2"}
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=180)
+    out, err = outputs(proc, 180)
     rest = [json.loads(line) for line in out.splitlines()]
     summary = rest[-1]
     assert summary["event"] == "summary", err[-2000:]

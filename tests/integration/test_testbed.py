@@ -15,6 +15,7 @@ import pytest
 
 from testbed import SlurmCluster, Testbed, cleanup_stale
 from testbed.processes import cmdline, pids_in_netns
+from tests.procs import outputs
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +196,7 @@ def test_torchrun_two_nodes_over_ssh(clean_testbed: Testbed) -> None:
         )
     outs = {}
     for host, p in procs.items():
-        out, err = p.communicate(timeout=120)
+        out, err = outputs(p, 120)
         assert p.returncode == 0, (host, out, err[-3000:])
         outs[host] = out
     ranks = {}

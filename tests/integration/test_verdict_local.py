@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.stall_hold import HANG_TIMEOUT, HOLD_S, EventReader, assert_one_stall_held
+from tests.procs import outputs
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = str(ROOT / "trainer" / "hang.py")
@@ -55,7 +56,7 @@ def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path
     gloo aborted. Where the agent's SIGTERM came first (a loaded host), no rank wrote the odd
     record and the verdict says gloo's word, that the odd rank may be the aborted one's peer."""
     proc = _start(tmp_path, "--nodes", "2", "--nproc-per-node", "2", MISMATCH, "--steps", "40")
-    out, _ = proc.communicate(timeout=240)
+    out, _ = outputs(proc, 240)
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     verdicts = [e for e in events if e["event"] == "verdict"]
     assert verdicts and verdicts[-1]["final"], [e["event"] for e in events][-6:]

@@ -107,6 +107,11 @@ def action_question(action: NodeAction) -> tuple[str, str]:
     )
 
 
+def run_went_well(summary: RunSummary | None, detached: bool) -> bool:
+    """A detached run goes on (not a failure); otherwise the summary says."""
+    return detached or (summary is not None and summary.ok)
+
+
 class JobScreen(LogScreen):
     """The job, its ranks and its logs: renders the run its `RunController` holds, and asks it
     (launch, teardown, detach, stacks) from the keys."""
@@ -163,7 +168,7 @@ class JobScreen(LogScreen):
 
         @property
         def ok(self) -> bool:
-            return self.detached or (self.summary is not None and self.summary.ok)
+            return run_went_well(self.summary, self.detached)
 
     # What a console that follows a run read-only (`ddptui serve`) neither offers nor does.
     # Saving a log writes on the head node: a visitor's keys do not.
@@ -254,6 +259,14 @@ class JobScreen(LogScreen):
     def job_active(self) -> bool:
         """A session is running (launching, following, or tearing down)."""
         return self.run.active
+
+    @property
+    def run_ok(self) -> bool:
+        """What the console's exit code says of the run shown: no run, a detach or a success
+        is 0. Read from the summary itself, which can be on screen before `RunEnded` is."""
+        if self.summary is None and self.run.session is None:
+            return True
+        return run_went_well(self.summary, self.run.stop_request == "detach")
 
     @property
     def session(self) -> ConsoleSession | None:
