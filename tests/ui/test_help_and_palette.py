@@ -41,7 +41,7 @@ async def test_command_palette_offers_every_action() -> None:
             "Quit (q)",
             "Go to rank (J)",
             "Commands (c)",
-            "Agent lines on/off (A)",
+            "torchrun/torchft lines on/off (A)",
             "Fold repeats on/off (z)",
         ):
             assert expected in titles

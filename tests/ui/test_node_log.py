@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.widgets import Static
 
 from ddptui.core.events import NodeLines, RankChanged, RankState
@@ -12,6 +14,8 @@ from ddptui.ui.widgets.logs.log_entry import LogEntry
 
 from .conftest import SIZE
 from .widget_host import WidgetHost
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def entries(node: str, texts: list[str], rank: int | None = 0) -> list[LogEntry]:
@@ -173,3 +177,26 @@ async def test_the_status_says_which_of_how_many_logs_when_the_tabs_are_cut() ->
         await pilot.pause(0.1)
         status = str(few.query_one("#log-status", Static).render())
         assert "local1" in status and "/3)" not in status
+
+
+async def test_torchfts_routine_logs_are_hidden_with_torchruns_and_its_warnings_kept() -> None:
+    """A torchft group's log (tests/data/torchft: a real run's): its Manager's INFO lines,
+    about seven a step, are shown with torchrun's own lines; the rank's own lines, torch's
+    warnings and torchft's warnings stay in sight."""
+    captured = (DATA / "torchft" / "kill_heal" / "group1.log").read_text().splitlines()
+    captured.append("2026-11-27T16:51:02.001 [WARN] [torchft::manager] - [Replica ft_1] timed out")
+    deck = NodeLogDeck(["node1"])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
+        deck.append([LogEntry("node1", line, 0, seq=i) for i, line in enumerate(captured)])
+        await pilot.pause()
+        pane = deck.pane("node1")
+        assert pane is not None
+        shown = [line.removeprefix("[r0] ") for line in pane.lines]
+        routine = [s for s in captured if "[INFO] [torchft::" in s or s.startswith("INFO torchft")]
+        assert len(routine) >= 40 and not set(routine) & set(shown)
+        assert [line for line in captured if line not in routine] == shown
+        assert any(line.startswith("ft replica=1 rank=0 step=") for line in shown)
+        assert shown[-1].endswith("timed out")  # torchft's warning: not routine
+        assert deck.toggle_agent_lines()
+        await pilot.pause()
+        assert len(pane.lines) == len(captured)

@@ -25,8 +25,20 @@ _CHATTER = re.compile(
     # torchft's own logs: its Rust core's (`2026-11-29T01:04:19.415 [INFO] [torchft::manager]
     # - ...`, about seven a step from every group's Manager) and its Python modules'
     r"|^\d{4}-\d\d-\d\dT[\d:.]+ \[(?:TRACE|DEBUG|INFO|WARN|ERROR)\] \[torchft::"
-    r"|^(?:DEBUG|INFO|WARNING|ERROR) torchft[.:]"
+    r"|^(?:DEBUG|INFO|WARNING|ERROR) torchft[.:_]"  # its modules' and torchft_commits' loggers
 )
+
+
+# torchft's routine logs (not its warnings or errors): hidden from the log view with
+# torchrun's own lines, shown by the same key, kept on disk.
+_TORCHFT_ROUTINE = re.compile(
+    r"^\d{4}-\d\d-\d\dT[\d:.]+ \[(?:TRACE|DEBUG|INFO)\] \[torchft::|^(?:DEBUG|INFO) torchft[.:_]"
+)
+
+
+def is_torchft_routine(line: str) -> bool:
+    """torchft's own routine log line (INFO and below): its Manager's, its Lighthouse's."""
+    return "torchft" in line and _TORCHFT_ROUTINE.search(line) is not None
 
 
 def may_hold_chatter(text: str) -> bool:

@@ -37,7 +37,7 @@ class LogScreen(Screen[None]):
         Binding("w", "wrap", "Wrap on/off", show=False, id="logs.wrap"),
         Binding("T", "timestamps", "Timestamps on/off", show=False, id="logs.timestamps"),
         Binding("S", "save_log", "Save the visible log", show=False, id="logs.save"),
-        Binding("A", "agent_lines", "Agent lines on/off", show=False, id="logs.agent"),
+        Binding("A", "agent_lines", "torchrun/torchft lines on/off", show=False, id="logs.agent"),
         Binding("z", "fold", "Fold repeats on/off", show=False, id="logs.fold"),
     ]
 
@@ -83,7 +83,7 @@ class LogScreen(Screen[None]):
 
     def action_agent_lines(self) -> None:
         on = self.logs.toggle_agent_lines()
-        self.notify(f"torchrun's own lines {'shown' if on else 'hidden'}", timeout=2)
+        self.notify(f"torchrun's and torchft's own lines {'shown' if on else 'hidden'}", timeout=2)
 
     def action_fold(self) -> None:
         on = self.logs.toggle_fold()

@@ -17,6 +17,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
+from ddptui.core.diagnose.chatter import is_torchft_routine as routine
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import LogFilter
 
@@ -185,7 +186,7 @@ def rows_for(
     """The rows and texts of the entries the filter takes, wrapped at `width` (0: not); the
     hot path of a flood, so a filter that only names nodes is a set lookup and an unwrapped
     line one row. Without `agent`, torchrun's own lines (no rank, not the console's note)
-    are left out."""
+    and torchft's routine logs are left out."""
     entries = accepted(entries, log_filter, agent=agent)
     if not width and not timestamps:
         return _unwrapped_rows(entries, merged)
@@ -231,9 +232,15 @@ def _unwrapped_rows(entries: Iterable[LogEntry], merged: bool) -> tuple[list[Row
 def accepted(
     entries: Iterable[LogEntry], log_filter: LogFilter, *, agent: bool = True
 ) -> Iterable[LogEntry]:
-    """The entries a view shows: those the filter takes, torchrun's own only with `agent`."""
+    """The entries a view shows: those the filter takes; torchrun's own lines and torchft's
+    routine logs (about seven a step from every replica group) only with `agent`."""
     if not agent:
-        entries = [entry for entry in entries if entry.rank is not None or entry.note]
+        entries = [
+            entry
+            for entry in entries
+            if entry.note
+            or (entry.rank is not None and ("torchft" not in entry.text or not routine(entry.text)))
+        ]
     if log_filter.ranks or log_filter.pattern is not None:
         entries = [entry for entry in entries if log_filter.accepts(entry)]
     elif log_filter.nodes:
