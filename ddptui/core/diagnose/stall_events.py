@@ -112,3 +112,45 @@ class FlightRecorderReport(Event):
             "dumps": self.dumps,
             "problems": list(self.problems),
         }
+
+
+@dataclass(frozen=True)
+class QuietPhase(Event):
+    """The job went quiet in a phase of its own rhythm (a checkpoint, an evaluation): no stall
+    while it lasts its budget. Sent when it begins (`ended` None) and when it ends; `began`
+    and `ended` are the ranks' last and first progress around it, so `ended - began` is the
+    time the phase took. `label` is what the line before it names ("checkpoint",
+    "evaluation", else "quiet"), `cue` that line, `budget_s` how long it may last before it
+    is a stall (its longest seen times a margin, or the first time a multiple of the floor)."""
+
+    ranks: tuple[int, ...]
+    began: float
+    ended: float | None = None
+    label: str = "quiet"
+    budget_s: float = 0.0
+    cue: str = ""
+
+    kind = "quiet_phase"
+    followed = True
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """One rank's silence budget in the step loop: its step interval times a factor, at least
+    the floor."""
+
+    rank: int
+    interval_s: float
+    budget_s: float
+
+
+@dataclass(frozen=True)
+class StepBudgets(Event):
+    """The ranks' learned silence budgets in the step loop, sent when one changes by more than
+    a tenth: how long each may print nothing before it is hung (and the job, stalled)."""
+
+    floor_s: float
+    ranks: tuple[StepBudget, ...] = ()
+
+    kind = "step_budgets"
+    followed = True
