@@ -161,6 +161,18 @@ def add_job_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="do not read metrics from the ranks' lines (no metrics view, no metrics.jsonl)",
     )
+    job.add_argument(
+        "--notify",
+        metavar="CMD",
+        help="alerts when nobody watches: run CMD through the shell on this machine, the "
+        "incident's JSON on stdin, once for each incident --notify-on picks (docs/notify.md)",
+    )
+    job.add_argument(
+        "--notify-on",
+        metavar="WHAT,...",
+        help="what --notify is run for (default ended,hang,restart_storm,non_finite; also "
+        "an incident kind: crash, out_of_memory, straggler, node_lost, preempted, ...)",
+    )
     ssh = parser.add_argument_group("ssh")
     ssh.add_argument("--hosts", help="host list: a,b or node[01-04]")
     ssh.add_argument("--hostfile", help="one host per line, # comments, 'host slots=N'")
@@ -259,6 +271,8 @@ def cli_fields(
             "progress_pattern": args.progress_pattern,
             "metric_patterns": _metric_pairs(args.metric),
             "read_metrics": args.read_metrics,
+            "notify": args.notify,
+            "notify_on": args.notify_on,
         }
     )
     if script:

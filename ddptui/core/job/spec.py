@@ -27,6 +27,15 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The signals a teardown may send the workers before SIGKILL (names without SIG).
 STOP_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "USR1", "USR2")
 _SLURM_SIGNAL = re.compile(r"(?:[BR]{1,2}:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?")
+# What `--notify CMD` is run for (session/notify.py): the run ended badly, a restart storm,
+# or an incident of one of the story's kinds (story/incident.py's IncidentKind values).
+NOTIFY_TRIGGERS = (
+    "ended", "restart_storm", "crash", "out_of_memory", "hang", "collective_mismatch",
+    "straggler", "non_finite", "node_lost", "agent_lost", "preempted", "operator_stop",
+    "refused", "launch_failed", "restarted",
+)  # fmt: skip
+NOTIFY_ALIASES = {"stall": "hang"}  # the word operators use for what the story calls a hang
+DEFAULT_NOTIFY_ON = ("ended", "hang", "restart_storm", "non_finite")
 
 
 # `Epoch 49`, `step=120`, `Steps: 8`, `iter 7`, `iteration 7`; the first number is the progress.
@@ -145,6 +154,10 @@ class JobSpec(_Model):
     read_metrics: bool = True  # the ranks' lines read for metrics (off: `--no-metrics`)
     # The console hides every action that changes the job (`--read-only`, k9s's readonly).
     read_only: bool = False
+    # Alerts when nobody watches (session/notify.py): this command, through the shell on the
+    # head node, with the incident's JSON on stdin, once for each incident `notify_on` picks.
+    notify: str | None = None
+    notify_on: tuple[str, ...] = DEFAULT_NOTIFY_ON
     ssh: SshSpec = Field(default_factory=SshSpec)  # type: ignore[arg-type]
     slurm: SlurmSpec = Field(default_factory=SlurmSpec)
 
@@ -196,6 +209,29 @@ class JobSpec(_Model):
         if unknown or not names:
             raise ValueError(
                 f"stop signal {', '.join(unknown) or '(none)'}: one of {', '.join(STOP_SIGNALS)}"
+            )
+        return tuple(names)
+
+    @field_validator("notify")
+    @classmethod
+    def _notify_command(cls, command: str | None) -> str | None:
+        if command is not None and not command.strip():
+            raise ValueError("empty command (leave notify out for no alerts)")
+        return command
+
+    @field_validator("notify_on", mode="before")
+    @classmethod
+    def _notify_on(cls, value: Any) -> tuple[str, ...]:
+        words = [value] if isinstance(value, str) else value
+        if not isinstance(words, list | tuple) or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"expected names, as a list or a comma list (got {value!r})")
+        names = [w.strip().lower().replace("-", "_") for w in words for w in w.split(",")]
+        names = list(dict.fromkeys(NOTIFY_ALIASES.get(n, n) for n in names if n))
+        unknown = [n for n in names if n not in NOTIFY_TRIGGERS]
+        if unknown or not names:
+            raise ValueError(
+                f"notify on {', '.join(unknown) or '(nothing)'}: "
+                f"choose among {', '.join(NOTIFY_TRIGGERS)}"
             )
         return tuple(names)
 
