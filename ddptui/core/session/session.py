@@ -45,8 +45,10 @@ from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
 from ddptui.core.session.membership import Membership, NodeAction, NodeActionKind
+from ddptui.core.session.notify import Notifier
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
+from ddptui.core.story.incident import IncidentReport
 from ddptui.core.story.story import Story, said_aloud
 
 T = TypeVar("T")
@@ -100,6 +102,7 @@ class Session:
         self._followers: list[asyncio.Future[None]] = []
         self._followed = asyncio.Event()  # a follower was added (a spare joined)
         self.story = Story()
+        self.notifier = Notifier.for_job(spec, self.run, self.emit)  # None: no --notify
 
     @property
     def run_id(self) -> str:
@@ -128,6 +131,8 @@ class Session:
                 problem = self.world.seen(event)
                 if problem is not None:
                     self._world_failed(problem)
+            case IncidentReport() if self.notifier is not None:
+                self.notifier.seen(event)
         self._emit_all(told)
 
     def _emit_all(self, events: Sequence[Event]) -> None:
@@ -221,7 +226,7 @@ class Session:
                 await self._release_followers()
             else:
                 await self._teardown()
-        return self._finish(detail)
+        return await self._finish(detail)
 
     # -- phases ---------------------------------------------------------------------------
 
@@ -603,7 +608,7 @@ class Session:
                 tails[name] = f.read().decode(errors="replace").splitlines()
         return scheduler_end(tails)
 
-    def _finish(self, detail: str) -> RunSummary:
+    async def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
         # the launch failed (or the backend's error came before any rank ran): the story's lead
         failed = detail or ("" if self.story.ran else self._last_error)
@@ -690,6 +695,8 @@ class Session:
             incidents=tuple(self.story.incidents),
             headline=detail.split("\n", 1)[0],
         )
+        if self.notifier is not None:  # told before the summary is said: its notices too
+            await self.notifier.run_ended(summary, self.story.lead())
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)
         self.run.write_summary(summary.to_dict())
