@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ddptui.core.diagnose.failures import (
@@ -259,15 +259,19 @@ class RankBoard:
                 )
         return events
 
-    def check_hangs(self, now: float, timeout: float) -> list[Event]:
-        """A running rank silent for `timeout` while another rank printed since is hung."""
+    def check_hangs(
+        self, now: float, timeout: float, budgets: Mapping[tuple[str, int], float] | None = None
+    ) -> list[Event]:
+        """A running rank silent for its budget (`budgets`, by node and local rank: the job's
+        rhythm; else `timeout`) while another rank printed since is hung."""
         running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
         if not running:
             return []
         newest = max(c.last_output for c in running)
         events: list[Event] = []
         for cell in running:
-            if now - cell.last_output > timeout and newest - cell.last_output > timeout / 2:
+            budget = budgets.get((cell.node, cell.local_rank), timeout) if budgets else timeout
+            if now - cell.last_output > budget and newest - cell.last_output > budget / 2:
                 silent = f"silent for {now - cell.last_output:.0f} s while others print"
                 cell.add_diagnosis(Diagnosis(HUNG, f"hung: {silent}"))
                 events += self.move(cell, RankState.HUNG, detail=silent)

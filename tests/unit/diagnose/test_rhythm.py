@@ -1,0 +1,162 @@
+"""The job's rhythm: step budgets from each rank's interval, quiet phases recognised by the line
+before them, learned from their length, and a hang in the step loop kept on the step budget."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddptui.core.diagnose.rhythm import (
+    FIRST_PHASE_FACTOR,
+    PHASE_MARGIN,
+    STEP_FACTOR,
+    JobRhythm,
+    cue_key,
+    label_of,
+)
+from ddptui.core.diagnose.stall_events import QuietPhase, StepBudgets
+
+STEP = re.compile(r"step[= ](\d+)")
+KEYS = [("n0", 0), ("n0", 1)]
+
+
+def _rhythm() -> JobRhythm:
+    return JobRhythm(lambda line: STEP.search(line) is not None)
+
+
+def _steps(rhythm: JobRhythm, start: float, count: int, every: float, first: int = 0) -> float:
+    """Both ranks print a step line every `every` s; returns the time of the last."""
+    now = start
+    for n in range(count):
+        now = start + n * every
+        for rank, key in enumerate(KEYS):
+            rhythm.spoke(key, rank, now, f"[rank{rank}] step={first + n} loss=0.5", stepped=True)
+    return now
+
+
+def _checkpoint(rhythm: JobRhythm, now: float, length: float, floor: float) -> list:
+    """Rank 0 says it saves; the job is silent `length` s (ticked each second), then steps."""
+    rhythm.spoke(KEYS[0], 0, now, "[rank0] saving checkpoint to /ckpt/step_0040.pt")
+    events = []
+    t = now
+    while t < now + length:
+        t += 1.0
+        events += rhythm.tick(t, floor, KEYS)
+        assert t - now <= rhythm.job_budget(floor, KEYS), "a checkpoint within budget stalled"
+    for rank, key in enumerate(KEYS):
+        events += rhythm.spoke(key, rank, now + length, f"[rank{rank}] step=41", stepped=True)
+    return [e for e in events if isinstance(e, QuietPhase)]
+
+
+def test_the_step_budget_is_five_intervals_never_under_the_floor() -> None:
+    rhythm = _rhythm()
+    assert rhythm.budget(KEYS[0], 60.0) == 60.0  # nothing learned: the floor
+    _steps(rhythm, 100.0, 10, 2.0)
+    assert rhythm.ranks[KEYS[0]].interval == 2.0
+    assert rhythm.budget(KEYS[0], 1.0) == STEP_FACTOR * 2.0
+    assert rhythm.budget(KEYS[0], 60.0) == 60.0
+    assert rhythm.job_budget(1.0, KEYS) == 10.0
+
+
+def test_a_named_checkpoint_is_a_phase_first_by_its_name_then_by_its_length() -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 1.0)
+    first = _checkpoint(rhythm, now, 150.0, floor=60.0)
+    began, ended = first
+    assert began.ended is None and began.label == "checkpoint"
+    assert began.budget_s == FIRST_PHASE_FACTOR * 60.0
+    assert began.began == now and began.ranks == (0, 1)
+    assert began.cue.endswith("saving checkpoint to /ckpt/step_0040.pt")
+    assert ended.ended == now + 150.0 and ended.began == began.began
+    assert rhythm.phase is None
+    now = _steps(rhythm, now + 151.0, 10, 1.0, first=42)
+    second = _checkpoint(rhythm, now, 150.0, floor=60.0)
+    assert [e.budget_s for e in second] == [150.0 * PHASE_MARGIN] * 2
+    assert rhythm.phases == [first[1], second[1]]
+
+
+def test_a_hang_after_a_step_line_keeps_the_step_budget_however_long_the_checkpoints() -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 1.0)
+    _checkpoint(rhythm, now, 150.0, floor=60.0)
+    now = _steps(rhythm, now + 151.0, 10, 1.0, first=42)
+    for t in range(int(now) + 1, int(now) + 30):
+        assert not [e for e in rhythm.tick(float(t), 2.0, KEYS) if isinstance(e, QuietPhase)]
+    assert rhythm.phase is None
+    assert rhythm.job_budget(2.0, KEYS) == STEP_FACTOR * 1.0
+
+
+def test_an_unnamed_quiet_stretch_is_learned_by_the_line_before_it() -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 1.0)
+    rhythm.spoke(KEYS[1], 1, now, "[rank1] writing 8 shards")
+    for t in range(1, 40):
+        assert not [e for e in rhythm.tick(now + t, 20.0, KEYS) if isinstance(e, QuietPhase)]
+    rhythm.spoke(KEYS[1], 1, now + 40.0, "[rank1] step=11", stepped=True)
+    assert rhythm.seen[cue_key("[rank1] writing 8 shards")].longest == 40.0
+    now = _steps(rhythm, now + 41.0, 10, 1.0, first=12)
+    rhythm.spoke(KEYS[1], 1, now, "[rank1] writing 16 shards")
+    events = [e for t in range(1, 10) for e in rhythm.tick(now + t, 20.0, KEYS)]
+    phase = next(e for e in events if isinstance(e, QuietPhase))
+    assert phase.label == "quiet" and phase.budget_s == 40.0 * PHASE_MARGIN
+
+
+def test_a_named_line_the_loop_goes_on_after_at_once_is_no_cue() -> None:
+    rhythm = _rhythm()
+    now = 100.0
+    for n in range(10):  # every step says it evaluated, and steps on
+        now = 100.0 + n
+        for rank, key in enumerate(KEYS):
+            rhythm.spoke(key, rank, now, f"step={n}", stepped=True)
+            rhythm.spoke(key, rank, now + 0.1, f"eval loss 0.{n}")
+    events = [e for t in range(1, 30) for e in rhythm.tick(now + t, 2.0, KEYS)]
+    assert not [e for e in events if isinstance(e, QuietPhase)]
+    assert rhythm.job_budget(2.0, KEYS) < 2.0 * FIRST_PHASE_FACTOR
+
+
+def test_step_budgets_are_told_once_and_again_when_one_moves() -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 1.0)
+    told = [e for e in rhythm.tick(now + 0.5, 1.0, KEYS) if isinstance(e, StepBudgets)]
+    assert [(b.rank, b.interval_s, b.budget_s) for b in told[0].ranks] == [
+        (0, 1.0, 5.0),
+        (1, 1.0, 5.0),
+    ]
+    assert not rhythm.tick(now + 0.6, 1.0, KEYS)
+    now = _steps(rhythm, now + 2.0, 40, 2.0)
+    told = [e for e in rhythm.tick(now + 0.5, 1.0, KEYS) if isinstance(e, StepBudgets)]
+    assert [b.budget_s for b in told[0].ranks] == [10.0, 10.0]
+
+
+def test_labels_and_cues() -> None:
+    assert label_of("Saving checkpoint at epoch 3") == "checkpoint"
+    assert label_of("ckpt written") == "checkpoint"
+    assert label_of("Running validation") == "evaluation"
+    assert label_of("epoch 3 step 40 loss 0.2") == ""
+    assert cue_key("[rank3]: saving ckpt-200") == cue_key("[rank0]: saving ckpt-400")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gaps=st.lists(st.floats(0.01, 400.0), min_size=1, max_size=60),
+    named=st.lists(st.booleans(), min_size=60, max_size=60),
+    floor=st.floats(0.0, 300.0),
+)
+def test_no_budget_is_under_the_floor_and_a_step_line_never_opens_a_phase(
+    gaps: list[float], named: list[bool], floor: float
+) -> None:
+    rhythm = _rhythm()
+    now = 0.0
+    for n, gap in enumerate(gaps):
+        now += gap
+        line = "saving checkpoint" if named[n] else f"step={n}"
+        rhythm.tick(now - gap / 2, floor, KEYS)
+        rhythm.spoke(KEYS[n % 2], n % 2, now, line, stepped=not named[n])
+        for key in KEYS:
+            assert rhythm.budget(key, floor) >= floor
+        assert rhythm.job_budget(floor, KEYS) >= floor
+    if not named[len(gaps) - 1] and not named[len(gaps) - 2 if len(gaps) > 1 else 0]:
+        rhythm.tick(now + 1e4, floor, KEYS)
+        assert rhythm.phase is None
