@@ -20,6 +20,7 @@ from testbed.slurm import SlurmCluster
 from tests.cases import ROOT
 from tests.integration.slurmrun import NODES, assert_clean_teardown, finish, job_of, start
 from tests.integration.sshrun import HeadlessRun, all_running
+from tests.procs import pids_with_tag
 
 WORKER = ROOT / "tests" / "data" / "graceful" / "worker.py"
 GRACE_S = 10
@@ -117,3 +118,53 @@ def test_slurm_stop_signal_ends_every_worker_within_the_grace(
             ends,
             json.dumps(result.events[-8:])[-3000:],
         )
+
+
+def _mask(pid: int, field: str) -> int:
+    """A signal mask of /proc/PID/status (SigIgn: ignored, SigCgt: caught), as a number."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"{pid}: no {field}")
+
+
+def _bit(number: int) -> int:
+    return 1 << (number - 1)
+
+
+@pytest.mark.integration
+def test_sbatch_workers_start_with_usr1_and_usr2_at_their_defaults(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """The batch script's nodes ignore USR1/USR2 for their agents, as the salloc step does; the
+    agents catch them (the workers' hook), so a worker starts with both at their defaults, as
+    under a plain torchrun, and one without a USR1 handler ends by the stop signal."""
+    out = tmp_path / "ckpt"
+    proc = start(
+        slurm_cluster,
+        tmp_path,
+        *("--slurm-mode", "sbatch", "--nproc-per-node", "1"),
+        *("--stop-signal", "USR1", "--grace", str(GRACE_S)),
+        *_worker_args(out, handles_usr1=False),
+    )
+    seen = all_running(proc, world=2)
+    job_id = job_of(seen)
+    run_id = next(e["run_id"] for e in seen if e["event"] == "plan")
+    job = pids_with_tag(run_id)
+    workers = [p for p in job if b"\0RANK=" in b"\0" + Path(f"/proc/{p}/environ").read_bytes()]
+    agents = [p for p in job if b"torchrun" in Path(f"/proc/{p}/cmdline").read_bytes()]
+    assert len(workers) == 2 and len(agents) == 2, (workers, agents)
+    usr = _bit(signal.SIGUSR1) | _bit(signal.SIGUSR2)
+    for pid in workers:  # neither ignored nor caught: at their defaults
+        assert _mask(pid, "SigIgn") & usr == 0, pid
+        assert _mask(pid, "SigCgt") & usr == 0, pid
+    for pid in agents:  # the agent outlives them: caught, and nothing done
+        assert _mask(pid, "SigCgt") & usr == usr, pid
+    result, took = _stop(proc)
+
+    _assert_stopped_in_grace(result, took)
+    assert_clean_teardown(slurm_cluster, result, job_id)
+    assert not list(out.glob("*.start")), list(out.iterdir())
+    ends = _ends(result)
+    assert sorted(ends) == [0, 1], ends
+    assert all(code == -signal.SIGUSR1 for _, code in ends.values()), ends

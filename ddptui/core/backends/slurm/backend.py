@@ -36,6 +36,7 @@ from ddptui.core.backends.slurm import supervisor
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
 from ddptui.core.backends.slurm.batch_script import (
     HELPER_FILE,
+    HOOK_DIR,
     SECRET_FILE,
     batch_script,
     secret_file,
@@ -233,6 +234,8 @@ class SlurmBackend(HelperBackend):
         if secrets is not None:
             self.run.write_private(SECRET_FILE, secrets)
         self.run.write_private(HELPER_FILE, self._helper_source.decode())  # its last step
+        (self.run.path / HOOK_DIR).mkdir(mode=0o700, exist_ok=True)  # the agents' (run_node)
+        self.run.write_private(f"{HOOK_DIR}/sitecustomize.py", self._hook_source.decode())
         path = self.run.write_private("job.sbatch", script)
         self.emit(Notice("info", f"batch script (saved as {path}):\n{script}"))
         self.job.job_id = await self.alloc.submit(str(path))
@@ -572,7 +575,7 @@ class SlurmBackend(HelperBackend):
         self._restarts = job.restarts
         names = tuple(n.name for n in self.job.nodes)
         detail = f"requeue {job.restarts}: the same job runs again, followed as a new cycle"
-        self.emit(AllocationChanged("requeued", self.job.job_id, names, detail))
+        self.emit(AllocationChanged("requeued", self.job.job_id, names, detail, job.restarts))
         self.emit(Notice("warning", f"Slurm requeued job {self.job.job_id} ({detail})"))
 
     def _batch_output_notice(self) -> None:

@@ -23,6 +23,7 @@ from ddptui.core.backends.slurm.commands import (
 from ddptui.core.job.elastic import nnodes_for
 from ddptui.core.job.plan import container_argv, node_container, node_environment, torchrun_argv
 from ddptui.core.job.spec import JobSpec, SpecError
+from ddptui.core.node.worker_hook import IGNORED_VAR
 
 SECRET_FILE = "secret.env"  # beside job.sbatch, mode 0600: the secret values it sources
 
@@ -32,6 +33,10 @@ NODE_ADDR_MARK = "@NODE_ADDR@"
 NODE_INDEX_MARK = "@NODE_INDEX@"
 RUN_DIR_MARK = "@RUN_DIR@"
 HELPER_FILE = "job_helper.py"  # beside job.sbatch: the node helper the job's last step runs
+# beside job.sbatch: the workers' hook (worker_hook.py) as their sitecustomize, first on
+# PYTHONPATH, for what it does without a debug directory: the agent catches the signals the
+# step ignored for it (IGNORED_VAR)
+HOOK_DIR = "hook"
 PROOF_SUFFIX = ".proof"  # nodes/NNN-NODE.proof: that node's reap report, from the job itself
 PROOF_GRACE_S = 3
 
@@ -121,8 +126,8 @@ def batch_script(spec: JobSpec, run_id: str, run_dir: str, port: int) -> str:
 def _step_forwarded(spec: JobSpec, step: str) -> list[str]:
     """The training step's srun line; with `--slurm-signal`, run in the background so that
     the batch shell, which Slurm signals (B:), can pass the signal on to every process of
-    the job's steps at once (scancel --signal; the torchrun agents ignore it, see run_node)
-    and then wait for the step again. The step's exit code is kept in `$step_code`."""
+    the job's steps at once (scancel --signal; the torchrun agents do nothing on it, see
+    run_node) and then wait for the step again. The step's exit code is kept in `$step_code`."""
     name = slurm_signal_name(spec)
     if name is None:
         return [step, "step_code=$?"]
@@ -211,7 +216,12 @@ def _torchrun_body(spec: JobSpec, run_id: str, cwd: str, port: int) -> list[str]
         *_ifname_lines(spec, "addr", "    "),
         *_sh_env(node_environment(spec, None), "    ", spec.secrets),
         f'    export DDPTUI_TAG="{run_id}.$SLURM_NODEID"',
-        "    trap '' USR1 USR2  # the agent ignores them; a worker's own handler still runs",
+        # Slurm's USR1/USR2 reach every process of the step, and their default would end
+        # the agent: ignored here, then caught by the agent (the workers' hook, HOOK_DIR),
+        # so each worker starts with their defaults, as under a plain torchrun.
+        "    trap '' USR1 USR2",
+        f'    export {IGNORED_VAR}=USR1,USR2 PYTHONPATH="$run_dir/{HOOK_DIR}'
+        '${PYTHONPATH:+:$PYTHONPATH}"',
         *_requeue_lines("    "),
         f'    {command} >>"$log" 2>&1',
         '    echo $? >"$log.exit.tmp" && mv "$log.exit.tmp" "$log.exit"',
