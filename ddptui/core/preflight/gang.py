@@ -92,6 +92,7 @@ def gang_spec(spec: JobSpec, delay: tuple[int, float] | None = None) -> JobSpec:
             "max_restarts": 0,
             "hang_timeout": 60.0,
             "flight_recorder": False,
+            "notify": None,  # a check the operator is watching: no alerts
         }
     )
 
