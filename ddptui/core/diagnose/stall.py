@@ -43,6 +43,7 @@ class StallWatch(Generic[C]):
         self._method = ""
         self._deadlock = False
         self._gaps: tuple[str, ...] = ()
+        self._budget = 0.0
 
     @property
     def stalled(self) -> bool:
@@ -50,7 +51,7 @@ class StallWatch(Generic[C]):
 
     def check(self, now: float, timeout: float) -> list[Event]:
         """Stalled when ranks run (one has printed: start-up is not a stall) and none
-        progressed for `timeout` (0: never)."""
+        progressed for `timeout` (the job's silence budget, diagnose/rhythm.py; 0: never)."""
         if self.board.tearing_down:
             return []  # the teardown's echo is no progress: the stall stays as it was
         active = [c for c in self.board.all_cells() if c.state in ACTIVE]
@@ -61,6 +62,7 @@ class StallWatch(Generic[C]):
         if self.since is not None:
             return []
         self.since = last
+        self._budget = timeout
         self._suspects, self._groups, self._method = (), (), ""
         self._deadlock, self._gaps = False, ()
         events: list[Event] = []
@@ -92,6 +94,7 @@ class StallWatch(Generic[C]):
             self._method,
             self._deadlock,
             self._gaps,
+            self._budget,
             ts=now,
         )
         self.last = report

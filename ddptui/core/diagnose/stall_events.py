@@ -24,7 +24,8 @@ class StallReport(Event):
     sent again whenever it changes (the stacks came, the suspects changed). Beyond it: each
     group's `collective` (where the flight recorder saw its ranks wait, "" if unknown),
     `deadlock` (groups wait on each other in different collectives: every one a suspect)
-    and `flight_recorder` (the collectives some ranks never entered)."""
+    and `flight_recorder` (the collectives some ranks never entered); `budget_s`, the silence
+    the job's rhythm allowed it (diagnose/rhythm.py: at least `--hang-timeout`)."""
 
     since_s: float
     suspects: tuple[int, ...] = ()
@@ -32,6 +33,7 @@ class StallReport(Event):
     method: str = ""
     deadlock: bool = False
     flight_recorder: tuple[str, ...] = ()
+    budget_s: float = 0.0
 
     kind = "stall"
     followed = True
@@ -49,6 +51,7 @@ class StallReport(Event):
             "method": self.method,
             "deadlock": self.deadlock,
             "flight_recorder": list(self.flight_recorder),
+            "budget_s": round(self.budget_s, 1),
         }
 
 

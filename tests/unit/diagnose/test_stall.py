@@ -120,6 +120,7 @@ def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> 
         "method": "",
         "deadlock": False,
         "flight_recorder": [],
+        "budget_s": 6.0,
     }
     assert not [e for e in m.tick(108.0, 6.0) if isinstance(e, StallReport)]  # said once
     assert not Monitor(["n0"], 2).tick(1e9, 0)  # 0: off
