@@ -245,6 +245,8 @@ class JobRhythm:
     def _budgets(self, floor: float, ranks: Sequence[tuple[Key, RankRhythm]]) -> list[Event]:
         """A StepBudgets event when a rank's step budget moved by more than RETELL (or the
         floor changed): rare, as intervals settle."""
+        if floor <= 0 or not ranks:  # no budgets while the checks are off
+            return []
         moved = self._floor_told != floor
         for _, r in ranks:
             budget = self._step_budget(r, floor)
