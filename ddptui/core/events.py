@@ -212,6 +212,7 @@ class RankChanged(Event):
     restarts: int = 0
     straggler: bool = False
     suspect: bool = False  # the stall's stacks single it out
+    seq: int = 0  # the node's output line that made the change (NodeLine.seq; 0: none)
 
     kind = "rank"
 

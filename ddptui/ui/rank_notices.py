@@ -32,12 +32,14 @@ def rank_notices(
     """
     seen = dict(known)
     touched: list[str] = []
+    read_at: dict[str, int] = {}  # each node's line where its ranks were known
     notes: list[LogEntry] = []
     for event in changes:
         before = seen.get((event.node, event.local_rank))
         seen[(event.node, event.local_rank)] = event
         if event.rank is not None and (before is None or before.rank != event.rank):
             touched.append(event.node)
+            read_at[event.node] = max(read_at.get(event.node, 0), event.seq)
         if event.restarts and (before is None or event.restarts > before.restarts):
             notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
         if event.state == RankState.FAILED and (before is None or before.state != event.state):
@@ -50,7 +52,7 @@ def rank_notices(
         ranks = after.get(node)
         if ranks is not None and ranks != earlier.get(node):
             assigned[node] = ranks
-    return [*_rendezvous(assigned), *_once_per_node(notes)]
+    return [*_rendezvous(assigned, read_at), *_once_per_node(notes)]
 
 
 def _node_ranks(
@@ -68,12 +70,15 @@ def _node_ranks(
     return out
 
 
-def _rendezvous(assigned: dict[str, list[int]]) -> list[LogEntry]:
-    """A note per node, or one for all when many nodes joined at once (a big job's
-    rendezvous is one event, not a screenful)."""
+def _rendezvous(assigned: dict[str, list[int]], read_at: Mapping[str, int]) -> list[LogEntry]:
+    """A note per node, placed after the line that told its ranks, or one for all when many
+    nodes joined at once (a big job's rendezvous is one event, not a screenful)."""
     if len(assigned) <= MAX_NODE_NOTES:
         return [
-            _note(n, f"rendezvous: {n} runs ranks {rank_set(r)[1:]}") for n, r in assigned.items()
+            _note(n, f"rendezvous: {n} runs ranks {rank_set(r)[1:]}")._replace(
+                seq=read_at.get(n, 0)
+            )
+            for n, r in assigned.items()
         ]
     first = next(iter(assigned))
     every = [rank for ranks in assigned.values() for rank in ranks]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from ddptui.core.events import Event, RankChanged, RankState
+from ddptui.core.events import Event, NodeLines, RankChanged, RankState
 from ddptui.core.monitor.monitor import Monitor
 from ddptui.ui.rank_notices import rank_notices
+from ddptui.ui.widgets.logs.log_deck import NodeLogDeck
+from ddptui.ui.widgets.logs.log_entry import LogEntry
 from tests.cases import TORCHRUN_CAPTURES
+
+from .conftest import SIZE
+from .widget_host import WidgetHost
 
 
 def test_rendezvous_restarts_and_failures_become_short_notes() -> None:
@@ -70,3 +75,30 @@ def test_notes_of_a_replayed_log_equal_the_live_ones() -> None:
     live_notes = _notes(live, 2)
     assert [n for n in live_notes if "rendezvous" in n[1]] == expected
     assert _notes(replayed, 2) == live_notes
+
+
+async def test_an_attached_runs_rendezvous_note_sits_before_its_ranks_lines() -> None:
+    """Attaching, the whole log reaches the panes before the rank changes read in it; the
+    rendezvous note still goes where torchrun said it (before the ranks' first lines), not
+    after the last line on screen."""
+    node = "hx-n1"
+    data = (TORCHRUN_CAPTURES / "crash_node0.log").read_bytes()
+    monitor = Monitor([node], 2)
+    events = monitor.feed(node, data) + monitor.end_of_output(node)
+    lines = [line for e in events if isinstance(e, NodeLines) for line in e.each()]
+    entries = [LogEntry(node, line.text, line.rank, seq=line.seq) for line in lines]
+    deck = NodeLogDeck([node])
+    async with WidgetHost(deck).run_test(size=SIZE) as pilot:
+        deck.append(entries)
+        await pilot.pause()
+        deck.add_notes(rank_notices({}, _ranks(events), 2))
+        await pilot.pause()
+        pane = deck.pane(node)
+        assert pane is not None
+        shown = list(pane.lines)
+        note = shown.index("▸ rendezvous: hx-n1 runs ranks 0-1")
+        assert note == 0 and len(shown) > 5  # the ranks' every line after it
+        said = [f"[r{e.rank}] {e.text}" for e in entries if e.rank is not None]
+        assert shown[1 : 1 + len(said)] == said
+        merged = list(deck.merged_view.lines)
+        assert merged.index("▸ rendezvous: hx-n1 runs ranks 0-1") == 0

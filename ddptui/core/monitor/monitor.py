@@ -41,6 +41,7 @@ from ddptui.core.events import (
     FailureReport,
     MetricSampled,
     NodeLines,
+    RankChanged,
     RankState,
     RankSummary,
     RendezvousAsked,
@@ -110,6 +111,12 @@ class _NodeReader:
         if base and isinstance(fact, WorkerFailed) and fact.rank is not None:
             return replace(fact, rank=fact.rank + base)
         return fact
+
+
+def at_line(events: list[Event], seq: int) -> list[Event]:
+    """`events`, each rank change marked with the node's line that made it (`seq`), where a
+    log view places its note when the change reaches the screen after later lines."""
+    return [replace(e, seq=seq) if isinstance(e, RankChanged) else e for e in events]
 
 
 @dataclass(frozen=True)
@@ -482,13 +489,16 @@ class Monitor:
                     events += [quorum] if quorum is not None else []
                     continue
                 for fact in reader.agent.feed(line, first + offset):
-                    events += self._agent_fact(node, reader.fact(fact), now)
+                    events += at_line(
+                        self._agent_fact(node, reader.fact(fact), now), first + offset
+                    )
                 continue
             if local_rank in cells:
                 cell = cells[local_rank]
             else:
                 progressed = local_rank not in idle
-                events += self.board.saw_output(node, rank, local_rank, now, progressed)
+                said = self.board.saw_output(node, rank, local_rank, now, progressed)
+                events += at_line(said, first + offset) if said else said
                 cell = cells[local_rank] = self.board.cell(node, local_rank)
             if cell is None:
                 continue

@@ -497,7 +497,7 @@ class JobScreen(LogScreen):
         notes = rank_notices(self.ranks, changes, self.grid.nproc_per_node)
         if notes:
             self._flush_logs(catch_up=True)
-            self.logs.append(notes)
+            self.logs.add_notes(notes)
         for event in changes:
             self.ranks[(event.node, event.local_rank)] = event
             self.root_cause.show_rank(event)

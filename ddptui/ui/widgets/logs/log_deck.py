@@ -173,6 +173,24 @@ class NodeLogDeck(Vertical):
         if notes:
             self._update_titles()
 
+    def add_notes(self, notes: Sequence[LogEntry]) -> None:
+        """The console's notes, each after the line of its node that it is about (`seq`),
+        even where later lines are on screen already; the views that show a note placed
+        before their newest lines show the store again."""
+        late: set[str] = set()
+        for note in notes:
+            if note.seq and self.store.place(note):
+                late.add(note.node)
+            elif not note.seq:
+                self.append([note])
+            else:
+                for view in self.views:
+                    if not view.log_filter.nodes or note.node in view.log_filter.nodes:
+                        view.append([note])
+        for view in self.views:
+            if late and (not view.log_filter.nodes or late & view.log_filter.nodes):
+                view.rebuild()
+
     def clear(self) -> None:
         """Empty every view for a new run of the job."""
         self.store.clear()

@@ -39,6 +39,29 @@ class LogStore:
         self._entries.clear()
         self.dropped = 0
 
+    def place(self, note: LogEntry) -> bool:
+        """Put a note after its node's line `note.seq`, not after lines that came later
+        (attaching, a rank change can reach the screen after the whole log it was read in).
+        True if it went in before the newest entries (the views must show the store again);
+        False if it was simply added at the end."""
+        entries = self._entries
+        at = len(entries)
+        for index in range(len(entries) - 1, -1, -1):
+            entry = entries[index]
+            if entry.node == note.node and not entry.note:
+                if entry.seq <= note.seq:
+                    break
+                at = index
+        if at == len(entries):
+            self.extend([note])
+            return False
+        if len(entries) == self.limit:
+            entries.popleft()
+            self.dropped += 1
+            at -= 1
+        entries.insert(max(at, 0), note)
+        return True
+
     def __iter__(self) -> Iterator[LogEntry]:
         return iter(self._entries)
 
