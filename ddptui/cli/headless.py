@@ -46,6 +46,7 @@ def run_headless(
     attach: RunDir | None = None,
     detach: bool = False,
     run_id: str | None = None,
+    again_of: str | None = None,
 ) -> int:
     """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean.
 
@@ -53,6 +54,7 @@ def run_headless(
     it launched); SIGUSR1 detaches at any time. `ddptui attach RUN_ID` follows it later.
     SIGUSR2 acts on the run directory's `control` file (`act_on_control_file`).
     `run_id`: the new run's id, when it was chosen before (an early allocation names it).
+    `again_of`: the run this one relaunches (history lists it as another attempt of it).
     """
 
     def emit(event: Event) -> None:
@@ -71,6 +73,8 @@ def run_headless(
         session = Session(
             spec, emit, run=run, detach_after_launch=detach, attaching=attach is not None
         )
+        if again_of:
+            session.run.mark_attempt_of(again_of)
         end_startup()  # the backend and its engine are imported by now
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--keymap", help="keymap file (TOML) to apply")
     run.add_argument("--read-only", action="store_true", help=READ_ONLY_HELP)
     run.add_argument(
+        "--again",
+        metavar="RUN_ID",
+        help="run that run's job again, as it ran: history lists it as another attempt of "
+        "the same run (its job flags and script are the run's; give none)",
+    )
+    run.add_argument(
         "script", nargs="?", help="the training script (or the profile's; none: the default job)"
     )
     run.add_argument("script_args", nargs=argparse.REMAINDER)
@@ -252,8 +258,11 @@ def _main(argv: list[str] | None) -> int:
                 width=terminal_width(sys.stdout, args.wide),
             )
         if args.command == "run":
-            # no script and no profile: the default job, as `ddptui` alone launches it
-            spec = spec_from_args(args, args.script, args.script_args)
+            again_of = None
+            if args.again:
+                spec, again_of = _job_again(args)
+            else:  # no script and no profile: the default job, as `ddptui` alone launches it
+                spec = spec_from_args(args, args.script, args.script_args)
             if spec.backend == "local":
                 from ddptui.core.backends.local import local_gpus
 
@@ -267,8 +276,16 @@ def _main(argv: list[str] | None) -> int:
                     run_id = allocate_ahead(spec)
                 from ddptui.cli.headless import run_headless
 
-                return run_headless(spec, lines=args.lines, detach=args.detach, run_id=run_id)
-            return _console(spec, args.keymap, compare=args.compare_run, read_only=args.read_only)
+                return run_headless(
+                    spec, lines=args.lines, detach=args.detach, run_id=run_id, again_of=again_of
+                )
+            return _console(
+                spec,
+                args.keymap,
+                compare=args.compare_run,
+                read_only=args.read_only,
+                again_of=again_of,
+            )
         spec = spec_from_args(args, None, [])
         return _console(spec, args.keymap, compare=args.compare_run, read_only=args.read_only)
     except (SpecError, BackendError, FileNotFoundError) as exc:
@@ -321,6 +338,17 @@ def _open_run(run_id: str) -> RunDir:
         return found
 
 
+def _job_again(args: argparse.Namespace) -> tuple[JobSpec, str]:
+    """`ddptui run --again RUN_ID`: that run's job as it ran, and the run it is an attempt
+    of (the first of a run relaunched before)."""
+    from ddptui.core.job.spec import SpecError
+
+    if args.script or args.script_args:
+        raise SpecError(f"--again runs the job of run {args.again} as it ran: give no script")
+    run = _open_run(args.again)
+    return run.read_spec(), run.attempt_of() or run.run_id
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         from ddptui.cli.serve import ServeOptions, newest_run, serve
@@ -343,11 +371,13 @@ def _console(
     attach: RunDir | None = None,
     compare: str | None = None,
     read_only: bool = False,
+    again_of: str | None = None,
 ) -> int:
     from ddptui.ui.app import DdpApp
 
     read_only = read_only or spec.read_only  # the flag, or the profile's `read_only = true`
     app = DdpApp(spec, keymap_path=keymap, attach=attach, compare=compare, read_only=read_only)
+    app.job_screen.again_of = again_of  # its first launch is an attempt of that run
     end_startup()
     code = app.run() or 0
     if app.farewell:  # the run's outcome and its teardown's proof, left on the terminal

@@ -24,14 +24,14 @@ from ddptui.core.preflight.preflight import (
 )
 from ddptui.core.runs.compare import compare, run_metrics
 from ddptui.core.runs.history import RunHistory
-from ddptui.core.runs.history_rows import history_row
+from ddptui.core.runs.history_rows import attempt_lines, history_row
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.settle import settle_detached
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 # What gives way at 80 columns: the backend first (WHERE says it), then the profile, the
-# duration, the hosts; the run id (typed again to attach), the outcome, the ranks and what
-# happened (the story's lead) are never cut.
+# duration, the hosts; the run id (typed again to attach), the outcome, its attempts, the
+# ranks and what happened (the story's lead) are never cut.
 HISTORY_TABLE = (
     Column("RUN"),
     Column("STARTED"),
@@ -40,6 +40,7 @@ HISTORY_TABLE = (
     Column("BACKEND", drop=1),
     Column("WHERE", min_width=13, drop=4),
     Column("OUTCOME"),
+    Column("ATTEMPTS", "ATT"),
     Column("RANKS", min_width=16),
     Column("WHAT HAPPENED", min_width=18),
 )
@@ -67,7 +68,7 @@ def print_history(
             from ddptui.cli.catch_up import ask_detached
 
             said.update(ask_detached(history))
-        records = history.runs(limit)
+        records = history.listing(limit)
     except sqlite3.DatabaseError as exc:
         raise SpecError(
             f"history database {history.path} cannot be read ({exc}): move it aside and "
@@ -83,6 +84,10 @@ def print_history(
     short = width is not None
     lines = fit_table(HISTORY_TABLE, [history_row(r, short) for r in records], width)
     out.write("\n".join(lines) + "\n")
+    for record in (r for r in records if len(r.attempts) > 1):
+        out.write(f"{record.id}: {len(record.attempts)} attempts\n")
+        for line in attempt_lines(record, short):
+            out.write("  " + (clip(line, width - 2) if width else line) + "\n")
     notes = [
         f"{r.id}: still detached, {said[r.id]}"
         for r in records

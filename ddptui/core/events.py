@@ -238,6 +238,7 @@ class AllocationChanged(Event):
     job_id: str | None = None
     nodes: tuple[str, ...] = ()
     detail: str = ""
+    restarts: int = 0  # `requeued`: how often Slurm has requeued the job (its restart count)
 
     kind = "allocation"
     followed = True

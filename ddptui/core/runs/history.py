@@ -4,6 +4,9 @@ A run is recorded as `running` when it starts, with the console's PID, and gets 
 when it ends. A console killed with SIGKILL never writes that end: whoever opens the history
 next sees a `running` run whose console is gone and marks it `interrupted` (its events and
 node logs are in its run directory, written as the run went).
+
+Each row keeps its run's attempts (core/runs/attempts.py); a relaunch has a row of its own
+that names the run it is an attempt of, and `RunHistory.listing` shows them as one run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,15 @@ from ddptui.core.events import (
 )
 from ddptui.core.job.hosts import host_range
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.runs.attempts import (
+    RELAUNCHED,
+    Attempt,
+    AttemptBook,
+    AttemptCause,
+    AttemptStarted,
+    attempts_of_row,
+    renumbered,
+)
 from ddptui.core.runs.history_schema import SCHEMA_VERSION, migrate
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 from ddptui.core.runs.summary import RunSummary
@@ -79,6 +91,9 @@ class RunRecord:
     # The run's metrics in a few numbers (MetricStore.summary): `loss.last`, `loss.best`,
     # `samples/s.mean`, ...; NaN where the run ended on one.
     metrics: dict[str, float] = field(default_factory=dict)
+    # Its attempts, in order (one at least); `attempt_of`: the run this row relaunched.
+    attempts: tuple[Attempt, ...] = ()
+    attempt_of: str | None = None
 
     def where_text(self, short: bool = False) -> str:
         """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
@@ -120,6 +135,7 @@ class RunRecord:
         data["metrics"] = {k: plain_number(v) for k, v in self.metrics.items()}
         data["hosts"] = list(self.hosts)
         data["ranks"] = [r.__dict__ for r in self.ranks]
+        data["attempts"] = [a.to_dict() for a in self.attempts]
         return data
 
     def run(self) -> RunDir:
@@ -237,6 +253,11 @@ class RunHistory:
     def started(self, run: RunDir, spec: JobSpec, started: float | None = None) -> None:
         """The run begins (or is attached again): it is `running`, owned by this process."""
         pid = os.getpid()
+        when = started if started is not None else time.time()
+        of = run.attempt_of()
+        cause = AttemptCause.RELAUNCH if of else AttemptCause.LAUNCH
+        why = f"relaunch of run {of}" if of else ""
+        first = AttemptBook.launched(run.run_id, when, cause, why=why).current
         row = {
             "id": run.run_id,
             "profile": spec.profile,
@@ -245,12 +266,14 @@ class RunHistory:
             "nodes": spec.nodes,
             "nproc_per_node": spec.nproc_per_node,
             "script": spec.script,
-            "started": started if started is not None else time.time(),
+            "started": when,
             "status": RUNNING,
             "run_dir": str(run.path.resolve()),
             "console_pid": pid,
             "console_start": _proc_start(pid),
             "console_host": socket.gethostname(),
+            "attempts": json.dumps([first.to_dict()]),
+            "attempt_of": of,
         }
         with self._db() as db:
             if db.execute("SELECT 1 FROM runs WHERE id = ?", (run.run_id,)).fetchone():
@@ -270,6 +293,13 @@ class RunHistory:
         sets = ", ".join(f"{name} = ?" for name in values)
         with self._db() as db:
             db.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*values.values(), run_id))
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        """The attempts a run's row holds (none for a run not recorded, or recorded before
+        attempts were kept)."""
+        with self._db() as db:
+            row = db.execute("SELECT attempts FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return _attempts(row["attempts"]) if row else []
 
     def finished(self, summary: RunSummary, ended: float | None = None) -> None:
         ranks = [
@@ -296,6 +326,25 @@ class RunHistory:
         with self._db() as db:
             rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
             return [_record(row) for row in rows.fetchall()]
+
+    def listing(self, limit: int | None = None) -> list[RunRecord]:
+        """The runs as history lists them, newest activity first: a relaunched run once,
+        its relaunches' attempts after its own, its outcome and records its last's."""
+        self.mark_interrupted()
+        last = "COALESCE((SELECT MAX(c.started) FROM runs c WHERE c.attempt_of = runs.id), started)"
+        query = f"SELECT * FROM runs WHERE attempt_of IS NULL ORDER BY {last} DESC, id DESC"
+        with self._db() as db:
+            rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
+            firsts = [_record(row) for row in rows.fetchall()]
+            marks = ", ".join("?" for _ in firsts)
+            later = db.execute(
+                f"SELECT * FROM runs WHERE attempt_of IN ({marks}) ORDER BY started, id",
+                tuple(r.id for r in firsts),
+            ).fetchall()
+        relaunches: dict[str, list[RunRecord]] = {}
+        for row in later:
+            relaunches.setdefault(row["attempt_of"], []).append(_record(row))
+        return [_as_one_run(first, relaunches.get(first.id, [])) for first in firsts]
 
     def get(self, run_id: str) -> RunRecord | None:
         self.mark_interrupted()
@@ -352,6 +401,44 @@ def _record(row: sqlite3.Row) -> RunRecord:
         extra={"console_host": row["console_host"]},
         verdict=json.loads(row["verdict"]) if row["verdict"] else {},
         metrics=_numbers(row["metrics"]),
+        attempts=tuple(
+            attempts_of_row(
+                _attempts(row["attempts"]),
+                row["id"],
+                row["started"],
+                row["ended"],
+                row["status"],
+                row["detail"],
+            )
+        ),
+        attempt_of=row["attempt_of"],
+    )
+
+
+def _attempts(text: str | None) -> list[Attempt]:
+    try:
+        return [Attempt.from_dict(a) for a in json.loads(text or "[]")]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
+
+
+def _as_one_run(first: RunRecord, relaunches: list[RunRecord]) -> RunRecord:
+    """A run and its relaunches as one: its id and start, every attempt in order (each
+    relaunched one ended as `relaunched` if it said no more), the rest from the last."""
+    if not relaunches:
+        return first
+    attempts: list[Attempt] = []
+    for record in (first, *relaunches):
+        if attempts and attempts[-1].outcome in ("running", "detached", "interrupted", ""):
+            attempts[-1] = replace(attempts[-1], outcome=RELAUNCHED)
+        attempts += record.attempts
+    last = relaunches[-1]
+    return replace(
+        last,
+        id=first.id,
+        started=first.started,
+        attempts=tuple(renumbered(attempts)),
+        attempt_of=None,
     )
 
 
@@ -374,6 +461,7 @@ class RunRecorder:
         self.history = history or RunHistory()
         self.problem = ""
         self._job: str | None = None
+        self.book = AttemptBook.launched(run.run_id, time.time())
 
     def _try(self, call: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         if self.problem:
@@ -384,9 +472,20 @@ class RunRecorder:
             self.problem = f"run history not written ({self.history.path}): {exc}"
 
     def begin(self) -> None:
+        """The run begins, or a console attaches to it again: the attempts it had go on."""
         self._try(self.history.started, self.run, self.spec)
+        stored: list[Attempt] = []
+        self._try(lambda: stored.extend(self.history.attempts(self.run.run_id)))
+        if stored:
+            self.book.attempts = stored
 
-    def observe(self, event: Event) -> None:
+    def observe(self, event: Event) -> list[AttemptStarted]:
+        """Records what the event changes; the attempt it begins, if any (the session
+        tells it)."""
+        began = self.book.seen(event)
+        if began:
+            attempts = json.dumps([a.to_dict() for a in self.book.attempts])
+            self._try(self.history.update, self.run.run_id, attempts=attempts)
         if isinstance(event, AllocationChanged) and event.job_id and event.job_id != self._job:
             self._job = event.job_id
             self._try(self.history.update, self.run.run_id, slurm_job=event.job_id)
@@ -394,4 +493,9 @@ class RunRecorder:
             hosts = json.dumps([node for node, _line in event.commands])
             self._try(self.history.update, self.run.run_id, hosts=hosts)
         elif isinstance(event, RunSummary):
-            self._try(self.history.finished, event)
+            ended = None if event.detached else time.time()
+            self.book.finish(outcome_of(event), event.detail.split("\n", 1)[0], ended)
+            attempts = json.dumps([a.to_dict() for a in self.book.attempts])
+            self._try(self.history.finished, event, ended)
+            self._try(self.history.update, self.run.run_id, attempts=attempts)
+        return began

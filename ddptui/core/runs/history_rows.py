@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 
+from ddptui.core.runs.attempts import Attempt
 from ddptui.core.runs.history import RunRecord
 
 HISTORY_COLUMNS = (
-    "RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "RANKS", "WHAT HAPPENED"
+    "RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "ATTEMPTS", "RANKS",
+    "WHAT HAPPENED",
 )  # fmt: skip
 
 
@@ -29,7 +31,8 @@ def duration(seconds: float | None) -> str:
 
 
 def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
-    """A run's cells; `short`: the start without year and seconds, the hosts as a range."""
+    """A run's cells, its attempts counted (a restart, a requeue, a relaunch); `short`: the
+    start without year and seconds, the hosts as a range."""
     return (
         record.id,
         when(record.started, short),
@@ -38,6 +41,25 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
         record.backend,
         record.where_text(short),
         record.status,
+        str(len(record.attempts) or 1),
         record.ranks_text(),
         record.detail.split("\n", 1)[0],  # the story's lead, as the summary opens with it
     )
+
+
+def attempt_line(attempt: Attempt, short: bool = False) -> str:
+    """`#2 requeue  04:21:26 -> 04:23:01 (1:35)  torn down: <how>`: one attempt in a line,
+    why it began after the cause where it says more than the cause."""
+    end = when(attempt.ended, short) if attempt.ended is not None else "…"
+    how = attempt.outcome or "running"
+    said = f"{how}: {attempt.detail}" if attempt.detail and attempt.detail != how else how
+    why = f" ({attempt.why})" if attempt.why else ""
+    span = f"{when(attempt.started, short)} -> {end} ({duration(attempt.duration)})"
+    return f"#{attempt.index} {attempt.cause.value}{why}  {span}  {said}"
+
+
+def attempt_lines(record: RunRecord, short: bool = False) -> list[str]:
+    """Each attempt of a run in a line, in order; none for a run that ran once."""
+    if len(record.attempts) < 2:
+        return []
+    return [attempt_line(a, short) for a in record.attempts]

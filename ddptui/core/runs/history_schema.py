@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 3  # 2: the `verdict` or the `metrics` column; 3: both (older ones gain them)
+SCHEMA_VERSION = 4  # 2: the `verdict` or the `metrics` column; 3: both; 4: the attempts
+# (`attempts`, `attempt_of`). An older database gains what it lacks, its rows kept.
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -26,7 +27,9 @@ CREATE TABLE IF NOT EXISTS runs (
     console_start TEXT,
     console_host TEXT,
     verdict TEXT NOT NULL DEFAULT '',
-    metrics TEXT NOT NULL DEFAULT '{}'
+    metrics TEXT NOT NULL DEFAULT '{}',
+    attempts TEXT NOT NULL DEFAULT '[]',
+    attempt_of TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
 """
@@ -45,4 +48,9 @@ def migrate(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE runs ADD COLUMN verdict TEXT NOT NULL DEFAULT ''")
         if "metrics" not in columns:
             db.execute("ALTER TABLE runs ADD COLUMN metrics TEXT NOT NULL DEFAULT '{}'")
+        if "attempts" not in columns:  # its one attempt is read from the row itself
+            db.execute("ALTER TABLE runs ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]'")
+        if "attempt_of" not in columns:
+            db.execute("ALTER TABLE runs ADD COLUMN attempt_of TEXT")
+        db.execute("CREATE INDEX IF NOT EXISTS runs_attempt_of ON runs (attempt_of)")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -20,6 +20,7 @@ from ddptui.core.metrics.metrics_file import MetricsWriter
 from ddptui.core.metrics.sample import MetricSample
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+ATTEMPT_OF = "attempt_of"  # the file that names the run a relaunch is an attempt of
 
 
 def state_dir() -> Path:
@@ -134,6 +135,18 @@ class RunDir:
             "the run cannot be followed; its node logs are in "
             f"{self.nodes_dir}"
         )
+
+    def mark_attempt_of(self, run_id: str) -> None:
+        """This run is the operator's relaunch of run `run_id` (its first, if that was a
+        relaunch too): history lists them as one run with its attempts."""
+        self.write_private(ATTEMPT_OF, run_id + "\n")
+
+    def attempt_of(self) -> str | None:
+        """The run this one relaunched (`mark_attempt_of`), None for a run of its own."""
+        try:
+            return (self.path / ATTEMPT_OF).read_text().strip() or None
+        except OSError:
+            return None
 
     def record(self, event: Event) -> None:
         if self._events is None:

@@ -113,9 +113,10 @@ class Session:
         if not said_aloud(event):
             self._emit_all(told)
             return
+        began: Sequence[Event] = ()  # the attempt the event begins (a restart, a requeue)
         if event.recorded:
             self.run.record(event)
-            self.history.observe(event)
+            began = self.history.observe(event)
         if self.collector is not None:
             self.collector.watch(event)
         self._emit_to(event)
@@ -133,7 +134,7 @@ class Session:
                     self._world_failed(problem)
             case IncidentReport() if self.notifier is not None:
                 self.notifier.seen(event)
-        self._emit_all(told)
+        self._emit_all([*told, *began])
 
     def _emit_all(self, events: Sequence[Event]) -> None:
         for event in events:

@@ -146,6 +146,7 @@ def test_history_cli_lists_newest_first(capsys: pytest.CaptureFixture[str]) -> N
         "BACKEND",
         "WHERE",
         "OUTCOME",
+        "ATTEMPTS",
         "RANKS",
         "WHAT",
         "HAPPENED",
