@@ -262,6 +262,7 @@ class DdpApp(App[int]):
             return
         self.spec = request.spec
         previous, self.job_screen = self.job_screen, JobScreen(request.spec)
+        self.job_screen.again_of = request.again_of
         if previous is self.screen_stack[0]:
             # The first job screen is the default screen, which Textual cannot switch away
             # from; it stays underneath, idle, and later jobs replace the one on top.

@@ -50,10 +50,12 @@ FIELDS = tuple(SPEC_PATH)
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What a screen hands the app: use this job, and launch it at once or not."""
+    """What a screen hands the app: use this job, and launch it at once or not; `again_of`:
+    the launch is the operator's relaunch of that run (an attempt of it, in history)."""
 
     spec: JobSpec
     launch: bool = False
+    again_of: str | None = None
 
 
 @dataclass

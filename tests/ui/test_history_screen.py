@@ -21,6 +21,7 @@ from ddptui.core.events import RankChanged, RankState, RankSummary
 from ddptui.core.job.plan import NodeTarget, build_plan
 from ddptui.core.job.profiles import bundled_trainer
 from ddptui.core.job.spec import JobSpec, make_spec
+from ddptui.core.runs.attempts import Attempt, AttemptCause
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
@@ -100,7 +101,8 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
         rows = table_rows(screen)
         assert [r[0] for r in rows] == three_runs
         assert [r[6] for r in rows] == ["interrupted", "failed", "ok"]
-        assert rows[1][7] == "3/4 done, r2 failed (exit 1)" and rows[2][7] == "1/1 done"
+        assert rows[1][8] == "3/4 done, r2 failed (exit 1)" and rows[2][8] == "1/1 done"
+        assert [r[7] for r in rows] == ["1", "1", "1"]  # each ran once
         assert rows[1][3] == "elastic-ddp"
 
         await pilot.press("down", "enter")  # the failed run
@@ -138,9 +140,17 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
         record = RunHistory().get(new_id)
         assert record is not None and record.status == "ok" and record.ranks_text() == "1/1 done"
 
-        await pilot.press("h")  # the new run is at the top
+        # the relaunch is the same run's second attempt: its row is at the top, once
+        await pilot.press("h")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), "the history")
-        assert table_rows(app.screen)[0][0] == new_id  # type: ignore[arg-type]
+        rows = table_rows(app.screen)  # type: ignore[arg-type]
+        assert [r[0] for r in rows] == [three_runs[2], three_runs[0], three_runs[1]]
+        assert (rows[0][6], rows[0][7]) == ("ok", "2")
+        detail = str(app.screen.query_one("#run-detail").render())
+        assert "2 attempts:" in detail
+        assert f"#2 relaunch (relaunch of run {three_runs[2]})" in detail
+        (listed,) = [r for r in RunHistory().listing() if r.id == three_runs[2]]
+        assert [a.run_id for a in listed.attempts] == [three_runs[2], new_id]
 
 
 CONSOLE = """
@@ -272,6 +282,12 @@ def fixed_history(tmp: Path) -> ScreenHost:
         conn.execute(
             "UPDATE runs SET hosts = ? WHERE backend = 'ssh'", (json.dumps(["node1", "node2"]),)
         )
+        # the failed run failed twice: torchrun restarted its workers once
+        why = "rank 2 on node2 failed (exit code 1)"
+        launch = Attempt(1, AttemptCause.LAUNCH, T0 + 600, "b", T0 + 620, "restarted", why)
+        restart = Attempt(2, AttemptCause.RESTART, T0 + 620, "b", why=why, round=1)
+        attempts = json.dumps([launch.to_dict(), restart.to_dict()])
+        conn.execute("UPDATE runs SET attempts = ? WHERE id LIKE '%bbbbbb'", (attempts,))
     return ScreenHost(lambda: HistoryScreen(history))
 
 

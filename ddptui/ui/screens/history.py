@@ -1,4 +1,5 @@
-"""Provides HistoryScreen: every recorded run; open one's logs and grid, or run it again."""
+"""Provides HistoryScreen: every recorded run (once, with its attempts); open one's logs and
+grid, or run it again."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ class HistoryScreen(Screen[JobRequest | None]):
         a local run that ended while detached is read from its run directory)."""
         settle_quietly(self.history)
         try:
-            records = self.history.runs(MAX_ROWS)
+            records = self.history.listing(MAX_ROWS)
         except (sqlite3.Error, OSError) as exc:
             self.detail.update(f"cannot read the history: {exc}")
             return
@@ -119,7 +120,7 @@ class HistoryScreen(Screen[JobRequest | None]):
         except (OSError, ValueError) as exc:
             self.notify(f"cannot relaunch run {record.id}: {exc}", severity="error")
             return
-        self.dismiss(JobRequest(spec, launch=True))
+        self.dismiss(JobRequest(spec, launch=True, again_of=record.id))
 
     def action_close(self) -> None:
         self.dismiss(None)

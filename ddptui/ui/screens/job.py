@@ -186,6 +186,7 @@ class JobScreen(LogScreen):
         self.attach = attach
         self.follow = follow
         self.compare = compare  # a past run to lay over the metrics view's plot
+        self.again_of: str | None = None  # the run its first launch relaunches (history's r)
         self._metrics_seen = False
         self.run = RunController(spec, self.run_worker, self.post_message, follow=follow)
         commands, note, nodes = self._initial_commands()
@@ -313,8 +314,12 @@ class JobScreen(LogScreen):
     async def action_launch(self) -> None:
         if self.job_active or self._refused("launch"):
             return
+        before = self.session.run if self.session is not None else None
+        again = (before.attempt_of() or before.run_id) if before is not None else self.again_of
         try:
             session = self.run.new_session()
+            if again:  # the same job launched again: an attempt of the same run
+                session.run.mark_attempt_of(again)
         except OSError as exc:
             self.notify(f"cannot create the run directory: {exc}", severity="error")
             return

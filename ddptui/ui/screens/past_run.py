@@ -15,6 +15,7 @@ from textual.widgets import Footer, Header, Static
 
 from ddptui.core.events import NodeChanged
 from ddptui.core.runs.history import RunRecord, recorded_events
+from ddptui.core.runs.history_rows import attempt_lines
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.ui.job_form import JobRequest
 from ddptui.ui.widgets.logs.run_log_tabs import RunLogTabs
@@ -52,6 +53,11 @@ def describe_record(record: RunRecord) -> Text:
     text.append(f"\nranks {record.ranks_text()}   script {record.script}")
     if record.detail:
         text.append(f"\n{record.detail}", style="italic")
+    lines = attempt_lines(record)
+    if lines:
+        text.append(f"\n{len(lines)} attempts:", style="bold")
+    for line in lines:
+        text.append(f"\n  {line}")
     text.append(f"\nrun directory {record.run_dir}", style="dim")
     return text
 
@@ -97,7 +103,7 @@ class PastRunScreen(Screen[JobRequest | None]):
         except (OSError, ValueError) as exc:
             self.notify(f"cannot relaunch: the job of run {self.record.id} is not readable: {exc}")
             return
-        self.dismiss(JobRequest(spec, launch=True))
+        self.dismiss(JobRequest(spec, launch=True, again_of=self.record.id))
 
     def action_next_log(self) -> None:
         self.logs.step(+1)
