@@ -112,9 +112,9 @@ def port_check_source() -> bytes:
 
 
 def worker_hook_source() -> bytes:
-    """The workers' debug hook (their sitecustomize: the collective sampler, then
-    worker_hook.py) and its collector, `python3 - collect`."""
-    return _joined("collective_sampler.py", "worker_hook.py")
+    """The workers' debug hook (their sitecustomize: the collective sampler, the settings
+    report, then worker_hook.py) and its collector, `python3 - collect`."""
+    return _joined("collective_sampler.py", "rank_settings.py", "worker_hook.py")
 
 
 def probe_source() -> bytes:

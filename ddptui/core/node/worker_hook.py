@@ -5,7 +5,7 @@ Two lives, standard library only. As `sitecustomize.py` in a directory the job h
 first on the workers' PYTHONPATH, it runs in every Python process of the job before the
 user's script, unmodified: a torchrun agent catches the signals its node's step ignored for
 it, so that its workers start with their defaults (_agent_catches_ignored); a worker
-(RANK/LOCAL_RANK, or an srun task) registers
+(RANK/LOCAL_RANK, or an srun task) reports its settings (rank_settings.py) and registers
 `faulthandler` on a real-time signal, writing every thread's stack to a file of the node's
 debug directory. That needs no ptrace, so it works as a plain user where Yama restricts
 ptrace; faulthandler's handler is C-level, so a rank stuck in C (a collective, a sleep)
@@ -24,6 +24,7 @@ import sys
 import time
 
 from ddptui.core.node.collective_sampler import start_sampler  # sent ahead of this program
+from ddptui.core.node.rank_settings import start_settings  # sent ahead of this program
 
 DIR_VAR = "DDPTUI_DEBUG_DIR"
 TAG_VAR = "DDPTUI_TAG"
@@ -121,6 +122,7 @@ def _install():
     thread = threading.Thread(target=_dump_on_request, args=(base, who[0]), daemon=True)
     thread.name = "ddptui-flight-recorder"
     thread.start()
+    start_settings(base, who[0], who[1])  # the rank's versions and environment, to the console
     start_sampler(base, who[0], who[1])
 
 

@@ -27,6 +27,8 @@ class IncidentKind(enum.StrEnum):
     REFUSED = "refused"  # refused before launch: nothing ran
     LAUNCH_FAILED = "launch_failed"  # the world could not form (a node apart, too few)
     RESTARTED = "restarted"  # a new rendezvous round began after a failure
+    SETTINGS_DIFFER = "settings_differ"  # ranks see other versions or NCCL_*/GLOO_* settings
+    KNOWN_BAD_NCCL = "known_bad_nccl"  # ranks run an NCCL release with a known hang or corruption
 
     @property
     def words(self) -> str:
@@ -34,8 +36,9 @@ class IncidentKind(enum.StrEnum):
 
     @property
     def failure(self) -> bool:
-        """Ends or stops the job when it is the lead (a straggler or a restart does not)."""
-        return self not in (IncidentKind.STRAGGLER, IncidentKind.RESTARTED)
+        """Ends or stops the job when it is the lead (a straggler, a restart or a setting does
+        not: they warn)."""
+        return self not in WARNINGS
 
 
 KIND_WORDS = {
@@ -52,7 +55,17 @@ KIND_WORDS = {
     IncidentKind.REFUSED: "refused before launch",
     IncidentKind.LAUNCH_FAILED: "launch failed",
     IncidentKind.RESTARTED: "restarted",
+    IncidentKind.SETTINGS_DIFFER: "settings differ",
+    IncidentKind.KNOWN_BAD_NCCL: "known-bad NCCL",
 }
+WARNINGS = frozenset(
+    {
+        IncidentKind.STRAGGLER,
+        IncidentKind.RESTARTED,
+        IncidentKind.SETTINGS_DIFFER,
+        IncidentKind.KNOWN_BAD_NCCL,
+    }
+)
 
 OUTLOOK_WORDS = {
     Outlook.FIX_FIRST: "fix it first: a restart fails the same way",

@@ -19,6 +19,7 @@ from datetime import datetime
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.patterns import NAN_OR_INF
+from ddptui.core.diagnose.settings import SettingsReport, differences_words
 from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook, Source, identify
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
@@ -188,6 +189,8 @@ class Story:
                 )
             case StragglerReport():
                 return self._straggler(event)
+            case SettingsReport():
+                return self._settings(event)
             case VerdictReport(verdict=verdict):
                 return self._verdict(verdict, event.ts)
             case CycleReport(cycle=cycle) if cycle.index > 0:
@@ -368,6 +371,48 @@ class Story:
             role=Role.INITIATING,
             replace_blame=True,
         )
+
+    def _settings(self, event: SettingsReport) -> list[IncidentReport]:
+        """Ranks that disagree on a setting (one incident, its words updated as more report),
+        and a known-bad NCCL release (one incident)."""
+        reports: list[IncidentReport] = []
+        index = self._keys.get(("settings", self.round))
+        differences = event.differences
+        if differences:
+            blamed = tuple(sorted({r for d in differences for r in d.ranks}))
+            nodes = tuple(dict.fromkeys(n for d in differences for n in d.nodes))
+            one = len({d.ranks for d in differences}) == 1  # the ranks named once, up front
+            reports += self._found(
+                IncidentKind.SETTINGS_DIFFER,
+                ("settings",),
+                event.ts,
+                blamed=blamed,
+                nodes=nodes,
+                summary=differences_words(differences, there=one),
+                domain=Domain.INFRASTRUCTURE,
+                evidence=tuple(d.describe() for d in differences),
+                replace_blame=True,
+                precise=True,
+                counts=False,
+            )
+        elif index is not None and not self.incidents[index].over:
+            reports += self._put(index, replace(self.incidents[index], over=True))
+        for bad in event.bad_nccl:
+            who = () if bad.everywhere else bad.group.ranks
+            reports += self._found(
+                IncidentKind.KNOWN_BAD_NCCL,
+                ("nccl", bad.version),
+                event.ts,
+                blamed=who,
+                nodes=() if bad.everywhere else bad.group.nodes,
+                summary=bad.describe(sources=False),
+                domain=Domain.INFRASTRUCTURE,
+                evidence=bad.advisory.sources,
+                replace_blame=True,
+                precise=True,
+                counts=False,
+            )
+        return reports
 
     def _restart(self, event: CycleReport) -> list[IncidentReport]:
         cycle = event.cycle
