@@ -103,6 +103,7 @@ class RankRhythm:
     step_gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
     line_gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
     told: float = 0.0  # the step budget last told
+    told_interval: float = 0.0  # and the interval (0: none known then)
 
     @property
     def interval(self) -> float | None:
@@ -243,14 +244,14 @@ class JobRhythm:
         return None
 
     def _budgets(self, floor: float, ranks: Sequence[tuple[Key, RankRhythm]]) -> list[Event]:
-        """A StepBudgets event when a rank's step budget moved by more than RETELL (or the
-        floor changed): rare, as intervals settle."""
+        """A StepBudgets event when a rank's step budget or interval moved by more than
+        RETELL (or the floor changed): rare, as intervals settle."""
         if floor <= 0 or not ranks:  # no budgets while the checks are off
             return []
         moved = self._floor_told != floor
         for _, r in ranks:
             budget = self._step_budget(r, floor)
-            if abs(budget - r.told) > RETELL * max(r.told, 1e-9):
+            if _moved(budget, r.told) or _moved(r.interval or 0.0, r.told_interval):
                 moved = True
         if not moved:
             return []
@@ -259,6 +260,7 @@ class JobRhythm:
         for _, r in sorted(ranks, key=lambda kr: (kr[1].rank is None, kr[1].rank or 0)):
             r.told = self._step_budget(r, floor)
             interval = r.interval
+            r.told_interval = interval or 0.0
             if r.rank is not None and interval is not None:
                 told.append(StepBudget(r.rank, round(interval, 3), round(r.told, 1)))
         return [StepBudgets(floor, tuple(told))]
@@ -287,6 +289,10 @@ class JobRhythm:
         """The quiet phase this rank is in, if the job is in one."""
         phase = self.phase
         return phase if phase is not None and key in phase.keys else None
+
+
+def _moved(value: float, told: float) -> bool:
+    return abs(value - told) > RETELL * told if told else value > 0
 
 
 def _newest(r: RankRhythm) -> float:

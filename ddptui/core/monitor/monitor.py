@@ -26,12 +26,14 @@ from ddptui.core.diagnose.patterns import (
     NAN_OR_INF,
     describe_exit,
     may_report_failure,
+    progress_value,
     recognise,
 )
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
+from ddptui.core.diagnose.rhythm import JobRhythm
 from ddptui.core.diagnose.signatures import SIZE_RECEIVED
 from ddptui.core.diagnose.speed import SpeedWatch, StragglerReport
-from ddptui.core.diagnose.stall import StallWatch
+from ddptui.core.diagnose.stall import ACTIVE, StallWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
@@ -175,6 +177,10 @@ class Monitor:
         # tell its story instead).
         self._one_world = not replica_groups
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
+        step = self._progress.line_pattern if self._progress else None
+        self.rhythm = JobRhythm(
+            (lambda line: progress_value(step, line) is not None) if step else lambda line: False
+        )
         self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
 
     # -- what the session asks ------------------------------------------------------------
@@ -188,8 +194,14 @@ class Monitor:
 
         A StallReport among the events (with no groups yet) asks the session for stacks.
         """
-        events = self.board.check_hangs(now, hang_timeout) if hang_timeout > 0 else []
-        events += self.stall.check(now, hang_timeout)
+        keys = [(c.node, c.local_rank) for c in self.board.all_cells() if c.state in ACTIVE]
+        events = self.rhythm.tick(now, hang_timeout, keys)
+        if hang_timeout > 0:  # each rank's budget, learned (diagnose/rhythm.py); 0: off
+            budgets = {key: self.rhythm.budget(key, hang_timeout) for key in keys}
+            events += self.board.check_hangs(now, hang_timeout, budgets)
+            events += self.stall.check(now, self.rhythm.job_budget(hang_timeout, keys))
+        else:
+            events += self.stall.check(now, hang_timeout)
         named = self.speed.check(now, self.gpu.latest)
         events += named
         if self.metric_watch is not None:
@@ -431,15 +443,22 @@ class Monitor:
         for local_rank, cell in cells.items():
             if cell is not None:
                 cell.lines += counts[local_rank] - 1
+        stepped: set[int | None] = set()
         if self._progress is not None:
             best = None
             for index, value in self._progress.values(texts, text):
                 cell = cells.get(local_ranks[index])
                 if cell is not None:
                     cell.progress.observe(now, value)
+                    stepped.add(local_ranks[index])
                     best = value if best is None or value > best else best
             if best is not None and self._one_world:
                 self.cycles.step(int(best))
+        for local_rank, cell in cells.items():  # the job's rhythm: who progressed, after what
+            if cell is not None and local_rank not in idle:
+                said = cell.last_lines[-1] if cell.last_lines else ""
+                key = (node, local_rank)
+                events += self.rhythm.spoke(key, cell.rank, now, said, local_rank in stepped)
         if self.metric_watch is not None:
             found = self.metric_watch.block(node, lines, first, now, text)
             events += self._metric_events(found)

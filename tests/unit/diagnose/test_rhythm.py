@@ -16,7 +16,10 @@ from ddptui.core.diagnose.rhythm import (
     cue_key,
     label_of,
 )
-from ddptui.core.diagnose.stall_events import QuietPhase, StepBudgets
+from ddptui.core.diagnose.stall_events import QuietPhase, StallReport, StepBudgets
+from ddptui.core.events import Event, RankState
+from ddptui.core.monitor.agent_log import Assigned
+from ddptui.core.monitor.monitor import Monitor
 
 STEP = re.compile(r"step[= ](\d+)")
 KEYS = [("n0", 0), ("n0", 1)]
@@ -160,3 +163,33 @@ def test_no_budget_is_under_the_floor_and_a_step_line_never_opens_a_phase(
     if not named[len(gaps) - 1] and not named[len(gaps) - 2 if len(gaps) > 1 else 0]:
         rhythm.tick(now + 1e4, floor, KEYS)
         assert rhythm.phase is None
+
+
+def _monitor_steps(m: Monitor, start: float, count: int, first: int) -> float:
+    now = start
+    for n in range(count):
+        now = start + n
+        m.feed_lines("n0", [f"[ddptui:{r}:{r}]:step={first + n}" for r in (0, 1)], now=now)
+        m.tick(now + 0.5, 60.0)
+    return now
+
+
+def test_the_monitor_calls_a_checkpoint_a_phase_and_a_hang_in_the_step_loop_a_stall() -> None:
+    m = Monitor(["n0"], 2)
+    m.board.assign("n0", Assigned(0, (0, 1), (0, 1), 0), now=99.0)
+    now = _monitor_steps(m, 100.0, 10, 0)
+    events: list[Event] = []
+    for _ in range(2):  # two checkpoints of 150 s, the hang timeout 60 s
+        m.feed_lines("n0", ["[ddptui:0:0]:saving checkpoint ckpt-10.pt"], now=now)
+        events += [e for t in range(1, 150) for e in m.tick(now + t, 60.0)]
+        now = _monitor_steps(m, now + 150.0, 10, 10)
+    assert not [e for e in events if isinstance(e, StallReport)]
+    assert {c.state for c in m.board.all_cells()} == {RankState.RUNNING}
+    phases = [e for e in events if isinstance(e, QuietPhase)]
+    assert [(p.label, p.ended is None, p.budget_s) for p in phases] == [
+        ("checkpoint", True, 300.0),
+        ("checkpoint", True, 225.0),
+    ]
+    hang = [e for t in range(1, 70) for e in m.tick(now + t, 60.0)]
+    stall = next(e for e in hang if isinstance(e, StallReport))
+    assert stall.budget_s == 60.0 and 60.0 < stall.since_s <= 62.0
