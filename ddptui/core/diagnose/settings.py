@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddptui.core.events import Event, plain
-from ddptui.core.node.rank_settings import SECRET_WORDS
+from ddptui.core.node.rank_settings import SECRET_WORDS, SETTINGS_KEY
+
+__all__ = ["SETTINGS_KEY", "SettingsReport", "SettingsWatch", "compare", "bad_nccl"]
 
 SETTLE_S = 10.0  # the reports of a job whose ranks never all report are compared this late
 SECRET_SHOWN = "***"  # a secret variable's value: its presence is compared, never its value

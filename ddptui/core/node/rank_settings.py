@@ -27,6 +27,7 @@ import os
 import sys
 import time
 
+SETTINGS_KEY = "settings"  # the key that marks a report line among the collectives' lines
 SETTINGS_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_")
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 SETTINGS_FILE = "settings_rank_{rank}.jsonl"
@@ -184,7 +185,7 @@ class SettingsReporter:
         import socket
 
         self.path = path
-        self.head = {"settings": 1, "rank": rank, "local_rank": local_rank}
+        self.head = {SETTINGS_KEY: 1, "rank": rank, "local_rank": local_rank}
         self.head["host"], self.head["pid"] = socket.gethostname(), os.getpid()
         self.debug_dir = debug_dir
 

@@ -12,8 +12,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import ddptui.core.diagnose.settings
 import ddptui.core.diagnose.stall_events
-import ddptui.core.runs.summary  # noqa: F401 - declares its kinds, and the stall's
+import ddptui.core.runs.summary  # noqa: F401 - declares its kinds, the stall's and settings'
 from ddptui.core.events import EVENT_KINDS, Event
 from ddptui.core.story.incident import Incident, IncidentReport
 

@@ -15,6 +15,7 @@ from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.settings import SETTINGS_KEY, SettingsWatch
 from ddptui.core.diagnose.signatures import scheduler_end
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import VerdictReport
@@ -94,6 +95,7 @@ class Session:
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
         self.collector: NodeCollector | None = None
+        self.settings: SettingsWatch | None = None  # the ranks' settings, compared
         self.phase = RunPhaseWatch()
         self.world: WorldCheck | None = None
         self._world_probe: asyncio.Future[None] | None = None
@@ -286,6 +288,8 @@ class Session:
         recorder = self.spec.flight_recorder
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
+        ranks = sum(not self.membership.is_spare(c.node) for c in plan.commands)
+        self.settings = SettingsWatch(ranks * plan.nproc_per_node or None, self.spec.secret_env)
         for command in plan.commands:
             if self.membership.is_spare(command.node):
                 self.emit(NodeChanged(command.node, NodeState.WAITING, None, "spare"))
@@ -304,7 +308,10 @@ class Session:
 
     def _gpu_sample(self, node: str, record: dict[str, Any]) -> None:
         assert self.monitor is not None
-        if COLLECTIVES_KEY in record:
+        line = record.get(COLLECTIVES_KEY)
+        if isinstance(line, dict) and SETTINGS_KEY in line and self.settings is not None:
+            events = self.settings.seen(node, line, time.time())  # a rank's settings report
+        elif COLLECTIVES_KEY in record:
             events = self.monitor.collectives(node, record[COLLECTIVES_KEY])
         else:
             events = self.monitor.gpu_sample(node, record)
@@ -390,6 +397,8 @@ class Session:
         while True:
             await asyncio.sleep(1.0)
             self._probe_world()
+            if self.settings is not None:
+                self._emit_all(self.settings.tick(time.time()))
             if self.monitor:
                 for event in self.monitor.tick(time.time(), self.spec.hang_timeout):
                     self.emit(event)
