@@ -32,6 +32,11 @@ class AttemptCause(enum.StrEnum):
     RELAUNCH = "relaunch"  # the operator launched the same job again
 
 
+# A round of a fresh torchrun (restart count 0) this soon before Slurm's requeue is told
+# is the requeue's own first round, seen before the requeue (the nodes' logs and squeue are
+# read apart), not a restart of the workers.
+REQUEUE_LAG_S = 120.0
+
 # How an attempt that the next one replaced ended (a run's last attempt ends as the run does:
 # ok, failed, torn down, error, interrupted; one still going is `running` or `detached`).
 RESTARTED, REQUEUED, RELAUNCHED = "restarted", "requeued", "relaunched"
@@ -46,7 +51,8 @@ class Attempt:
     `run_id` the run directory it ran in; `round` the torchrun round it began with (None
     until its first round is seen) and `requeue` Slurm's restart count when it began, which
     tell an attempt already booked from one seen again (a console that attaches reads the
-    nodes' logs from their start).
+    nodes' logs from their start); `torchrun_restarts` the restart count torchrun's agents
+    gave that round.
     """
 
     index: int
@@ -59,6 +65,7 @@ class Attempt:
     why: str = ""
     round: int | None = None
     requeue: int = 0
+    torchrun_restarts: int = 0
 
     @property
     def duration(self) -> float | None:
@@ -120,7 +127,9 @@ class AttemptBook:
         match event:
             case CycleReport(cycle=cycle) if cycle.index > self._last_round():
                 if self.current.round is None:  # the launch's, or a requeue's first round
-                    self.attempts[-1] = replace(self.current, round=cycle.index)
+                    self.attempts[-1] = replace(
+                        self.current, round=cycle.index, torchrun_restarts=cycle.restarts
+                    )
                     return []
                 return [
                     self._next(
@@ -130,6 +139,7 @@ class AttemptBook:
                         why=cycle.cause,
                         round=cycle.index,
                         requeue=self.current.requeue,
+                        torchrun_restarts=cycle.restarts,
                     )
                 ]
             case AllocationChanged(state="requeued", job_id=job) if (
@@ -137,6 +147,18 @@ class AttemptBook:
                 and all(a.requeue < event.restarts for a in self.attempts)
             ):
                 why = f"Slurm requeued job {job} (restart {event.restarts})"
+                current = self.current
+                if (
+                    current.cause == AttemptCause.RESTART
+                    and current.torchrun_restarts == 0
+                    and event.ts - current.started < REQUEUE_LAG_S
+                ):  # its first round came first: that attempt is the requeue's
+                    began = replace(
+                        current, cause=AttemptCause.REQUEUE, why=why, requeue=event.restarts
+                    )
+                    previous = replace(self.attempts[-2], outcome=REQUEUED, detail=why)
+                    self.attempts[-2:] = [previous, began]
+                    return [AttemptStarted(began, previous, ts=event.ts)]
                 return [self._next(AttemptCause.REQUEUE, event.ts, REQUEUED, why, event.restarts)]
         return []
 
@@ -148,10 +170,18 @@ class AttemptBook:
         why: str,
         requeue: int,
         round: int | None = None,
+        torchrun_restarts: int = 0,
     ) -> AttemptStarted:
         previous = replace(self.current, ended=ts, outcome=ended_as, detail=why)
         attempt = Attempt(
-            previous.index + 1, cause, ts, self.run_id, why=why, round=round, requeue=requeue
+            previous.index + 1,
+            cause,
+            ts,
+            self.run_id,
+            why=why,
+            round=round,
+            requeue=requeue,
+            torchrun_restarts=torchrun_restarts,
         )
         self.attempts[-1:] = [previous, attempt]
         return AttemptStarted(attempt, previous, ts=ts)

@@ -37,9 +37,11 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
-def round_of(index: int, ts: float, cause: str = "start") -> CycleReport:
+def round_of(index: int, ts: float, cause: str = "start", restarts: int = 0) -> CycleReport:
+    """A rendezvous round; `restarts`: torchrun's restart count in it (0: a fresh torchrun)."""
     members = (CycleMember("local0", 0, (0, 1)), CycleMember("local1", 1, (2, 3)))
-    return CycleReport(RestartCycle(index, ts, 4, members, cause=cause), ts=ts)
+    cycle = RestartCycle(index, ts, 4, members, cause=cause, restarts=restarts)
+    return CycleReport(cycle, ts=ts)
 
 
 def requeued(count: int, ts: float) -> AllocationChanged:
@@ -61,7 +63,7 @@ def test_the_first_round_is_the_launchs_and_a_new_round_is_a_restart() -> None:
     assert book.seen(round_of(0, T0 + 1)) == []
     assert book.current.round == 0 and book.current.cause == AttemptCause.LAUNCH
     assert book.seen(round_of(0, T0 + 5)) == []  # the same round told again (its steps)
-    (began,) = book.seen(round_of(1, T0 + 9, "rank 1 on local0 failed (exit code 1)"))
+    (began,) = book.seen(round_of(1, T0 + 9, "rank 1 on local0 failed (exit code 1)", 1))
     assert isinstance(began, AttemptStarted)
     first, second = book.attempts
     assert began.previous == first and began.attempt == second
@@ -86,10 +88,31 @@ def test_a_requeue_is_one_attempt_whose_first_round_is_not_a_restart() -> None:
     assert book.seen(round_of(1, T0 + 40, "membership changed")) == []  # the requeue's round
     assert book.seen(requeued(1, T0 + 50)) == []  # the same requeue told again
     assert [a.cause for a in book.attempts] == [AttemptCause.LAUNCH, AttemptCause.REQUEUE]
-    (restart,) = book.seen(round_of(2, T0 + 60, "rank 0 on sl1 failed"))
+    (restart,) = book.seen(round_of(2, T0 + 60, "rank 0 on sl1 failed", restarts=1))
     assert restart.attempt.cause == AttemptCause.RESTART and restart.attempt.requeue == 1
     (again,) = book.seen(requeued(2, T0 + 90))
     assert [a.index for a in book.attempts] == [1, 2, 3, 4] and again.attempt.requeue == 2
+
+
+def test_a_requeues_first_round_seen_before_the_requeue_is_the_requeues() -> None:
+    """The nodes' logs can show the fresh torchrun's round before squeue shows the requeue."""
+    book = AttemptBook.launched("r1", T0)
+    book.seen(round_of(0, T0 + 1))
+    (early,) = book.seen(round_of(1, T0 + 30, "membership changed"))  # restart count 0
+    assert early.attempt.cause == AttemptCause.RESTART
+    (told,) = book.seen(requeued(1, T0 + 35))
+    assert (told.attempt.index, told.attempt.cause, told.attempt.started) == (
+        2,
+        AttemptCause.REQUEUE,
+        T0 + 30,
+    )
+    assert told.previous is not None and told.previous.outcome == "requeued"
+    assert [a.cause for a in book.attempts] == [AttemptCause.LAUNCH, AttemptCause.REQUEUE]
+    # a real restart of the workers (torchrun counted it) stays one, the requeue after it new
+    (restart,) = book.seen(round_of(2, T0 + 50, "rank 1 failed", restarts=1))
+    (again,) = book.seen(requeued(2, T0 + 55))
+    assert [a.cause for a in book.attempts][2:] == [AttemptCause.RESTART, AttemptCause.REQUEUE]
+    assert restart.attempt.index == 3 and again.attempt.index == 4
 
 
 def test_a_console_that_attaches_again_replays_no_attempt() -> None:
@@ -100,7 +123,7 @@ def test_a_console_that_attaches_again_replays_no_attempt() -> None:
     again = AttemptBook("r1", list(book.attempts))
     replayed = [round_of(0, T0 + 100), round_of(1, T0 + 101), requeued(1, T0 + 102)]
     assert [e for event in replayed for e in again.seen(event)] == []
-    (began,) = again.seen(round_of(2, T0 + 200, "rank 3 on sl2 failed"))
+    (began,) = again.seen(round_of(2, T0 + 200, "rank 3 on sl2 failed", restarts=1))
     assert began.attempt.index == 3
 
 
@@ -228,7 +251,7 @@ def test_an_old_database_gains_the_attempts_and_keeps_its_rows(state: Path) -> N
 def test_history_prints_each_attempt_and_its_json_has_them() -> None:
     record_run(
         "20260101-000000-aaaaaa",
-        [round_of(0, T0 + 1), round_of(1, T0 + 20, "rank 1 on local0 failed (exit code 1)")],
+        [round_of(0, T0 + 1), round_of(1, T0 + 20, "rank 1 on local0 failed (exit code 1)", 1)],
     )
     record_run("20260101-000500-bbbbbb", [])
     out = io.StringIO()
