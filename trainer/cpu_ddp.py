@@ -12,6 +12,13 @@ original's formats, since operators and the console's parser know them::
 As in the original, the snapshot taken after epoch e records EPOCHS_RUN=e, so
 a resumed run starts again at epoch e.
 
+With ``--on-signal checkpoint`` a rank that gets SIGUSR1 or SIGTERM (a scheduler's
+preemption warning, or its end) finishes its batch; the ranks agree to stop at the same
+batch (an all-reduce of the flag after each), rank 0 saves the snapshot and every rank
+exits 0, printing::
+
+    [RANK r] SIGUSR1: snapshot saved at Epoch e, step s; exiting
+
 Usage: ``torchrun --nproc_per_node 2 cpu_ddp.py TOTAL_EPOCHS SAVE_EVERY
 [--batch_size 32] [--checkpoint_path snapshot.pt]``
 """
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -48,7 +56,12 @@ class Trainer:
     """Runs epochs and owns the snapshot (the tutorial's Trainer, on CPU or GPU)."""
 
     def __init__(
-        self, d: _dist.Dist, loader: DataLoader, save_every: int, snapshot_path: str
+        self,
+        d: _dist.Dist,
+        loader: DataLoader,
+        save_every: int,
+        snapshot_path: str,
+        on_signal: str = "none",
     ) -> None:
         self.d = d
         self.rank = d.ident.rank
@@ -56,6 +69,11 @@ class Trainer:
         self.save_every = save_every
         self.snapshot_path = snapshot_path
         self.epochs_run = 0
+        self.on_signal = on_signal
+        self.stop_asked = ""  # the signal that asked this rank to checkpoint and stop
+        if on_signal == "checkpoint":
+            for number in (signal.SIGUSR1, signal.SIGTERM):
+                signal.signal(number, self._asked_to_stop)
         model = torch.nn.Linear(20, 1).to(d.device)
         self._resume(model)
         # DDP's constructor broadcasts rank 0's weights: ranks without the
@@ -79,21 +97,44 @@ class Trainer:
             self.epochs_run = int(state[1])
             _dist.say(f"Resuming training from snapshot at Epoch {self.epochs_run}")
 
+    def _asked_to_stop(self, number: int, _frame: object) -> None:
+        self.stop_asked = self.stop_asked or signal.Signals(number).name
+
+    def _stopping(self) -> bool:
+        """Whether any rank was asked to stop: every rank asks after the same batch, so
+        all stop there together (none is left waiting in the next batch's all-reduce)."""
+        if self.on_signal != "checkpoint":
+            return False
+        flag = torch.tensor([1 if self.stop_asked else 0], device=self.d.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
     def _run_batch(self, source: torch.Tensor, targets: torch.Tensor) -> None:
         self.optimizer.zero_grad()
         loss = F.mse_loss(self.model(source), targets)
         loss.backward()
         self.optimizer.step()
 
-    def _run_epoch(self, epoch: int) -> None:
+    def _run_epoch(self, epoch: int) -> bool:
+        """One epoch; False when the ranks stopped in it, asked to (`--on-signal`)."""
         b_sz = len(next(iter(self.loader))[0])
         steps = len(self.loader)
         _dist.say(f"[RANK {self.rank}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {steps}")
         sampler = self.loader.sampler
         assert isinstance(sampler, DistributedSampler)
         sampler.set_epoch(epoch)
-        for source, targets in self.loader:
+        for step, (source, targets) in enumerate(self.loader):
             self._run_batch(source.to(self.d.device), targets.to(self.d.device))
+            if self._stopping():
+                if self.rank == 0:
+                    self._save_snapshot(epoch)
+                why = self.stop_asked or "a peer's signal"
+                _dist.say(
+                    f"[RANK {self.rank}] {why}: snapshot saved at Epoch {epoch}, "
+                    f"step {step}; exiting"
+                )
+                return False
+        return True
 
     def _save_snapshot(self, epoch: int) -> None:
         """Write then rename, so a job killed mid-save leaves the old snapshot."""
@@ -108,7 +149,8 @@ class Trainer:
     def train(self, max_epochs: int) -> None:
         start, samples = time.perf_counter(), 0
         for epoch in range(self.epochs_run, max_epochs):
-            self._run_epoch(epoch)
+            if not self._run_epoch(epoch):
+                return
             samples += len(self.loader.sampler)  # type: ignore[arg-type]
             if self.rank == 0 and epoch % self.save_every == 0:
                 self._save_snapshot(epoch)
@@ -141,6 +183,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help=f"synthetic samples (default: {DATASET_SIZE})",
     )
+    p.add_argument(
+        "--on-signal",
+        choices=["none", "checkpoint"],
+        default="none",
+        help="checkpoint: on SIGUSR1/SIGTERM save a snapshot and exit 0 (default: none, "
+        "the signals' defaults end the rank)",
+    )
     args = p.parse_args(argv)
     if args.save_every < 1:
         p.error("save_every must be >= 1")
@@ -160,7 +209,8 @@ def main() -> int:
         shuffle=False,
         sampler=DistributedSampler(dataset, num_replicas=d.ident.world_size, rank=d.ident.rank),
     )
-    Trainer(d, loader, args.save_every, args.checkpoint_path).train(args.total_epochs)
+    trainer = Trainer(d, loader, args.save_every, args.checkpoint_path, args.on_signal)
+    trainer.train(args.total_epochs)
     return 0
 
 

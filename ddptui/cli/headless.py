@@ -12,7 +12,8 @@ from ddptui.core.diagnose.speed import SpeedRound
 from ddptui.core.events import Event, NodeLines, Notice
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
-from ddptui.core.session.membership import parse_action
+from ddptui.core.session.drill import DrillAsked
+from ddptui.core.session.membership import NodeAction, parse_action
 from ddptui.core.session.session import Session
 
 CONTROL_FILE = "control"
@@ -21,7 +22,8 @@ CONTROL_FILE = "control"
 def act_on_control_file(session: Session) -> None:
     """The operator's actions on nodes, for scripts and tests: each line of the run
     directory's `control` file (`kill NODE`, `drain NODE`, `kill_group NODE`, `kill_rank
-    NODE LOCAL_RANK`) is done, then the file is removed; SIGUSR2 asks for it."""
+    NODE LOCAL_RANK`, `drill`: a preemption drill of the whole job) is done, then the file
+    is removed; SIGUSR2 asks for it."""
     path = session.run.path / CONTROL_FILE
     try:
         text = path.read_text()
@@ -30,12 +32,13 @@ def act_on_control_file(session: Session) -> None:
         session.emit(Notice("warning", f"SIGUSR2: no control file to act on ({exc})"))
         return
     for line in text.splitlines():
-        action = parse_action(line)
-        if action is None:
-            if line.strip():
+        match parse_action(line):
+            case NodeAction() as action:
+                session.request_node_action(action)
+            case DrillAsked():
+                session.request_drill()
+            case None if line.strip():
                 session.emit(Notice("warning", f"control file: not an action: {line!r}"))
-            continue
-        session.request_node_action(action)
 
 
 def run_headless(

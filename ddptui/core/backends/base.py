@@ -24,6 +24,7 @@ from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.rdzv_port import port_taken
 from ddptui.core.backends.reap_report import (  # noqa: F401 - the backends' names for them
     REAP_GRACE_S,
+    drill_args,
     reap_args,
     reap_clean,
     reap_detail,
@@ -122,6 +123,12 @@ class Backend(ABC):
     async def reap(self, command: NodeCommand, lost: bool = False) -> TeardownReport:
         """Stop every process of the job on the node and list what is left (should be none);
         `lost`: one node of a running job, its agent stopped too (reap_args)."""
+
+    async def drill(self, command: NodeCommand) -> dict[str, Any]:
+        """A preemption drill on the node: the stop signals to every worker, each rank's end
+        timed against the grace, SIGKILL after it (node/drill.py); the node's JSON report.
+        BackendError when the node cannot be drilled."""
+        raise BackendError(f"{self.name} cannot drill a preemption")
 
     async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
         """Every worker's stacks and flight-recorder dump on the node (worker_hook.collect);
@@ -424,6 +431,18 @@ class HelperBackend(Backend):
         if not killed:
             raise BackendError(f"{command.node}: no worker ({which}) runs")
         return f"killed {which} on {command.node} (pid {', '.join(map(str, killed))})"
+
+    async def drill(self, command: NodeCommand) -> dict[str, Any]:
+        """The node helper's `drill` over the node's connection (see Backend.drill)."""
+        argv = self._argv("drill", *drill_args(self.spec, command.tag))
+        try:
+            result = await self.transport(command.node).run(
+                argv, stdin=self._helper_source, timeout=reap_timeout(self.spec)
+            )
+            report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+        except (TransportError, IndexError, ValueError) as exc:
+            raise BackendError(f"{command.node}: could not drill: {exc}") from None
+        return report
 
     async def reap_tag(
         self, transport: Transport, tag: str, gpu_before: str = "", lost: bool = False

@@ -36,6 +36,13 @@ def reap_args(spec: JobSpec, tag: str, gpu_before: str = "", lost: bool = False)
     return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
 
 
+def drill_args(spec: JobSpec, tag: str) -> list[str]:
+    """The node helper's `drill` arguments (node/drill.py): the tag, the grace, the stop
+    signals, and "agents" where the teardown would signal the agents too (reap_args)."""
+    agents = spec.max_restarts > 0 and tuple(spec.stop_signals) == ("TERM",)
+    return [tag, str(spec.grace), ",".join(spec.stop_signals), "agents" if agents else ""]
+
+
 def reap_timeout(spec: JobSpec) -> float:
     """How long a node's reap may take: the grace, the agents' own end, the SIGKILL and the
     proof (a container's removal, the GPUs' memory coming back)."""

@@ -47,13 +47,14 @@ def _joined(*names: str) -> bytes:
 
 
 def job_helper_source() -> bytes:
-    """The job helper's program (the GPU sampler, the collectives' follower, the reaper, one
-    step's tasks and its split (step.py), then job_helper.py):
+    """The job helper's program (the GPU sampler, the collectives' follower, the reaper, the
+    preemption drill's timing, one step's tasks and its split (step.py), then job_helper.py):
     `python3 - VERB ...` with this on stdin."""
     return _joined(
         "gpu_sampler.py",
         "collective_follow.py",
         "reaper.py",
+        "drill.py",
         "netinfo.py",
         "each.py",
         "step.py",

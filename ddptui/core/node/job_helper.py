@@ -19,6 +19,7 @@ import sys
 import time
 
 from ddptui.core.node.collective_follow import CollectiveFollower  # sent ahead of this program
+from ddptui.core.node.drill import drill  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
@@ -382,6 +383,7 @@ VERBS: dict[str, Any] = {
     "tail": tail,
     "gpu": gpu,
     "reap": reap,
+    "drill": drill,
     "kill_rank": kill_rank,
     "status": status,
     "probe": probe,

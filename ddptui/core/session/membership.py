@@ -18,6 +18,7 @@ from ddptui.core.job.plan import NodeCommand
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.monitor.cycles import MembershipChange, MembershipChanged, RestartCycle
 from ddptui.core.monitor.lighthouse import QuorumChange
+from ddptui.core.session.drill import DRILL_WORD, DrillAsked
 
 
 class NodeActionKind(enum.StrEnum):
@@ -40,10 +41,13 @@ class NodeAction:
     local_rank: int | None = None
 
 
-def parse_action(line: str) -> NodeAction | None:
-    """`kill NODE`, `drain NODE`, `kill_group NODE` or `kill_rank NODE LOCAL_RANK` (headless
-    mode's control file); None for anything else."""
+def parse_action(line: str) -> NodeAction | DrillAsked | None:
+    """`kill NODE`, `drain NODE`, `kill_group NODE` or `kill_rank NODE LOCAL_RANK`, or `drill`
+    (a preemption drill of the whole job: drill.py) (headless mode's control file); None for
+    anything else."""
     words = line.split()
+    if words == [DRILL_WORD]:
+        return DrillAsked()
     whole = (NodeActionKind.KILL, NodeActionKind.DRAIN, NodeActionKind.KILL_GROUP)
     if len(words) == 2 and words[0] in whole:
         return NodeAction(NodeActionKind(words[0]), words[1])

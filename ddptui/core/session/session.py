@@ -45,6 +45,7 @@ from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.collector import NodeCollector
+from ddptui.core.session.drill import DRILL_FILE, drill_nodes, drill_table
 from ddptui.core.session.membership import Membership, NodeAction, NodeActionKind
 from ddptui.core.session.notify import Notifier
 from ddptui.core.session.phase import RunPhaseWatch
@@ -94,6 +95,7 @@ class Session:
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
+        self._drill: asyncio.Future[None] | None = None  # a preemption drill under way
         self.collector: NodeCollector | None = None
         self.settings: SettingsWatch | None = None  # the ranks' settings, compared
         self.phase = RunPhaseWatch()
@@ -146,15 +148,16 @@ class Session:
         if change is not None:
             self.emit(change)
 
-    def request_teardown(self) -> None:
-        """Stop the job on every node (any time: before, during or after launch)."""
+    def request_teardown(self, why: str = "") -> None:
+        """Stop the job on every node (any time: before, during or after launch); `why`: the
+        story's words for it, when not the operator's plain teardown (a drill's outcome)."""
         self._stop_reason = self._stop_reason or StopReason.OPERATOR
         if (
             self._stop_reason == StopReason.OPERATOR
             and self.plan is not None
             and not self._stop.is_set()
         ):
-            self._emit_all(self.story.operator_stopped())
+            self._emit_all(self.story.operator_stopped(why))
         self._stop.set()
         self._phase_changed(self.phase.teardown_asked())
 
@@ -164,6 +167,37 @@ class Session:
         self._stop_reason = StopReason.DETACHED
         self._stop.set()
         self._phase_changed(self.phase.detach_asked())
+
+    def request_drill(self) -> None:
+        """The operator's preemption drill (drill.py; the console asked for confirmation):
+        the stop signal to every rank, each one's exit timed; then the run is torn down."""
+        if self.plan is None or self._stop.is_set() or self._drill is not None:
+            self.emit(Notice("warning", "preemption drill: no running job to drill"))
+            return
+        self._stop_reason = StopReason.OPERATOR  # the ranks' ends are the drill's, not failures
+        if self.monitor is not None:
+            self.monitor.teardown_started()
+        signals = "+".join(f"SIG{s}" for s in self.spec.stop_signals)
+        self.emit(
+            Notice(
+                "warning",
+                f"preemption drill: {signals} to every rank, {self.spec.grace:g} s to exit",
+            )
+        )
+        self._drill = asyncio.ensure_future(self._drill_nodes())
+
+    async def _drill_nodes(self) -> None:
+        assert self.plan is not None
+        running = [c for c in self.plan.commands if self.node_exit.get(c.node, 0) is None]
+
+        def ranks() -> tuple[Any, ...]:  # each rank's end as its agent said it
+            return self.monitor.summary().ranks if self.monitor is not None else ()
+
+        report = await drill_nodes(self.spec, self.backend, running, self._followers, ranks)
+        self.run.write_private(DRILL_FILE, report.to_json())
+        self.run.write_private("drill.txt", "\n".join(drill_table(report)) + "\n")
+        self.emit(report)
+        self.request_teardown(report.headline)
 
     def request_node_action(self, action: NodeAction) -> None:
         """The operator's kill or drain of a node, or kill of one rank (fault injection);
@@ -561,6 +595,9 @@ class Session:
         self._close_logs()
 
     async def _teardown(self) -> None:
+        if self._drill is not None:  # its report first: the teardown's proof follows it
+            with contextlib.suppress(Exception):
+                await self._drill
         if self.monitor is not None and self._stop_reason == StopReason.OPERATOR:
             self.monitor.teardown_started()
         if self.collector is not None:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.core.backends.base import BackendError, Emit, HelperBackend
+from ddptui.core.backends.base import BackendError, Emit, HelperBackend, drill_args
 from ddptui.core.backends.launch_stream import LaunchStream
 from ddptui.core.backends.slurm import supervisor
 from ddptui.core.backends.slurm.allocator import SlurmAllocator
@@ -152,6 +152,16 @@ class SlurmBackend(HelperBackend):
             )
         except SlurmError as exc:
             raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
+
+    async def drill(self, command: NodeCommand) -> dict[str, Any]:
+        """The node helper's `drill` on the node, inside the allocation (`srun --overlap`,
+        a batch job's too)."""
+        if self.job.job_id is None:
+            raise BackendError(f"{command.node}: no Slurm job to drill")
+        try:
+            return await self._helper(command.node, "drill", *drill_args(self.spec, command.tag))
+        except SlurmError as exc:
+            raise BackendError(f"{command.node}: could not drill: {exc}") from None
 
     # -- allocation -------------------------------------------------------------------------------
 
