@@ -344,9 +344,11 @@ class SettingsReport(Event):
     """The ranks' settings compared: `{"event": "settings", "ranks", "expected", "complete",
     "common", "differences": [{"name", "reference", "odd", "env", "text"}], "bad_nccl":
     [{"version", "advisory", "group", "everywhere", "text"}]}` (a group: {"value", "ranks",
-    "nodes"}; an advisory: {"versions", "what", "fixed_in", "sources"}). Said when the ranks' first
-    reports are in (all of them, or SETTLE_S after the first), then whenever what differs
-    changes. `common` is what they agree on (versions and the environment set)."""
+    "nodes"}; an advisory: {"versions", "what", "fixed_in", "sources"}). Said when the
+    ranks' first reports are in (all of them, or SETTLE_S after the first), then whenever
+    what differs changes, and once every rank's process group exists (its backend and
+    timeout known). `common` is what they agree on (versions, the group's settings, the
+    environment set)."""
 
     ranks: int
     expected: int | None
@@ -390,7 +392,7 @@ class SettingsWatch:
         self.settle_s = settle_s
         self.reports: dict[tuple[str, int], RankSettings] = {}
         self.first: float | None = None
-        self.said: tuple[tuple[str, ...], tuple[str, ...], bool] | None = None
+        self.said: tuple[tuple[str, ...], tuple[str, ...], bool, bool] | None = None
         self.last: SettingsReport | None = None
 
     def seen(self, node: str, line: Mapping[str, Any], now: float) -> list[Event]:
@@ -419,10 +421,12 @@ class SettingsWatch:
         if self.said is None and not complete and now - (self.first or now) < self.settle_s:
             return []
         differences, bad = compare(reports), bad_nccl(reports)
+        initialised = complete and all(r.stage == "init" for r in reports)
         key = (
             tuple(d.describe() for d in differences),
             tuple(b.describe() for b in bad),
             complete,
+            initialised,  # every group's backend and timeout known: said once more
         )
         if key == self.said:
             return []

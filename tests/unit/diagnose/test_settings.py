@@ -243,3 +243,17 @@ def test_the_event_reads_back_from_events_jsonl_as_it_was() -> None:
     )
     back = decode_event(json.dumps(data))
     assert back == event
+
+
+def test_the_watch_says_it_once_more_when_every_group_is_up() -> None:
+    watch = SettingsWatch(expected=2)
+    watch.seen("node1", line(0, 0), 1.0)
+    (first,) = watch.seen("node2", line(1, 0), 1.1)
+    assert isinstance(first, SettingsReport) and "process group timeout" not in first.common
+    assert (
+        watch.seen("node1", line(0, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.0)
+        == []
+    )
+    (up,) = watch.seen("node2", line(1, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.1)
+    assert isinstance(up, SettingsReport) and up.differences == ()
+    assert up.common["process group timeout"] == "1800 s" and up.common["backend"] == "gloo"
