@@ -22,3 +22,6 @@ def seconds(name: str, default: float) -> float:
 HOLD_S = seconds("HOLD_S", 180.0)
 # A balanced job runs at least this long and no rank is named a straggler.
 BALANCED_S = seconds("BALANCED_S", 180.0)
+# A quiet checkpoint's length (tests/integration/test_quiet_phases.py); the hang timeout scales
+# with it (60 s against 150 s), so a shorter one still proves the phase learned, not the floor.
+CHECKPOINT_S = seconds("CHECKPOINT_S", 150.0)
