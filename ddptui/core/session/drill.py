@@ -150,9 +150,10 @@ def exit_text(code: int | None) -> str:
 
 def drill_table(report: DrillReport, width: int = 78) -> list[str]:
     """The drill as a text table, one row a rank, in `width` columns (the console's 80, the
-    run directory's file): node, rank, local rank, when the signal was sent (the node's
-    clock), how long the rank took to exit, within the grace or SIGKILL, its exit code."""
-    node_w = max(4, min(14, max((len(r.node) for r in report.ranks), default=4)))
+    run directory's file): node (its first 12 characters), rank, local rank, when the signal
+    was sent (the node's clock), how long the rank took to exit, within the grace or
+    SIGKILL, its exit code."""
+    node_w = max(4, min(12, max((len(r.node) for r in report.ranks), default=4)))
     lead = f" · Slurm warns {report.lead_s:g} s ahead" if report.lead_s is not None else ""
     signals = "+".join(f"SIG{s}" for s in report.signals)
     nodes = len({r.node for r in report.ranks})
@@ -161,7 +162,7 @@ def drill_table(report: DrillReport, width: int = 78) -> list[str]:
         f"grace {report.grace_s:g} s{lead}"[:width],
         "",
         f"{'node':<{node_w}} {'rank':>4} {'local':>5}  {'signal sent':<12} "
-        f"{'exited after':>12}  {'outcome':<14}  exit"[:width],
+        f"{'exited in':>9}  {'outcome':<14}  exit"[:width],
     ]
     for r in report.ranks:
         sent = (
@@ -175,7 +176,7 @@ def drill_table(report: DrillReport, width: int = 78) -> list[str]:
         if r.after_s is not None and report.lead_s is not None and r.after_s > report.lead_s:
             outcome = "past the lead"
         row = (
-            f"{r.node[:node_w]:<{node_w}} {rank:>4} {local:>5}  {sent:<12} {after:>12}  "
+            f"{r.node[:node_w]:<{node_w}} {rank:>4} {local:>5}  {sent:<12} {after:>9}  "
             f"{outcome:<14}  {exit_text(r.exit_code)}"
         )
         lines.append(row[:width])
