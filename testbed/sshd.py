@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -234,6 +234,15 @@ class SshServers:
         )
         self.stop_sshd(host)
         self.start_sshd(host)
+
+    def set_env(self, host: str, extra: Mapping[str, str]) -> None:
+        """Restart `host`'s sshd so that its sessions also see `extra` (none: as it started),
+        as a login environment of that host alone would give them: a `Match all` block
+        repeats the SetEnv line with them (in a Match block SetEnv replaces the first one's
+        list, it does not add to it)."""
+        first = next(ln for ln in self._sshd_config(host).splitlines() if ln.startswith("SetEnv "))
+        words = " ".join(f"{k}={v}" for k, v in extra.items())
+        self.reconfigure(host, ["Match all", f"  {first} {words}"] if extra else [])
 
     def host_certificate(self, host: str, ca: Path) -> Path:
         """Sign `host`'s key with the CA key `ca` (principals: its name and address)."""
