@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,9 +39,9 @@ def _run(tb: Testbed, tmp_path: Path) -> HeadlessRun:
     )
 
 
-def _first(run: HeadlessRun, wanted: object) -> int:
+def _first(run: HeadlessRun, wanted: Callable[[dict], bool]) -> int:
     """The index of the first event `wanted(event)` holds for (one past the end if none)."""
-    return next((i for i, e in enumerate(run.events) if wanted(e)), len(run.events))  # type: ignore[operator]
+    return next((i for i, e in enumerate(run.events) if wanted(e)), len(run.events))
 
 
 def _stepped(event: dict) -> bool:
