@@ -150,6 +150,26 @@ async def test_a_nan_on_a_rank_whose_lines_carry_no_step_is_the_story_of_a_finis
         assert "loss is nan in rank 3's 5th report" in first and "step 0" not in first
 
 
+async def test_a_setting_one_rank_alone_sees_is_the_story_of_a_finished_run() -> None:
+    spec = make_spec(
+        script=str(SCRIPTS / "scenario.py"),
+        script_args=("--env-on", "1", "NCCL_ALGO=Tree"),
+        nproc_per_node=1,
+    )
+    app = DdpApp(spec)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = app.job_screen
+        await launch(pilot, screen)
+        await to_the_end(pilot, screen)
+        assert screen.summary is not None and screen.summary.ok
+        first = check_story(screen, IncidentKind.SETTINGS_DIFFER, 1)
+        assert first.startswith("finished; settings differ: rank 1 on local"), first
+        assert "NCCL_ALGO=Tree there, unset elsewhere" in first
+        settings = [e for e in events_of(screen) if e["event"] == "settings"]
+        assert settings[0]["differences"] == [], settings  # the same at start
+        assert [d["name"] for d in settings[-1]["differences"]] == ["NCCL_ALGO"]
+
+
 async def test_a_skipped_collective_is_a_hang_of_its_rank_after_the_teardown() -> None:
     spec = make_spec(
         script=str(TRAINER / "hang.py"), script_args=("--skip-rank", "1", "--steps", "6"),

@@ -34,6 +34,8 @@ BLAME_WORD = {  # the lead's kind, in a cell's few columns
     IncidentKind.NODE_LOST: "lost",
     IncidentKind.AGENT_LOST: "lost",
     IncidentKind.RESTARTED: "restarted",
+    IncidentKind.SETTINGS_DIFFER: "settings",
+    IncidentKind.KNOWN_BAD_NCCL: "nccl",
 }
 BARS = " ▁▂▃▄▅▆▇█"
 MEM_FLAG = "mem_high"

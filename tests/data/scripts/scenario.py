@@ -4,6 +4,8 @@ torchrun (gloo on CPU).
     --oom R        rank R raises what PyTorch raises when a GPU's memory runs out
     --nan R        rank R prints `loss: X` with no step, its 5th report NaN; the job finishes
     --steps N      all-reduces before the end (each after 0.2 s)
+    --env-on R NAME=VALUE   rank R sets NAME in its environment before init_process_group,
+                   as a script may (the others do not); the job finishes
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ def main() -> None:
     p.add_argument("--oom", type=int)
     p.add_argument("--nan", type=int)
     p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--env-on", nargs=2, metavar=("RANK", "NAME=VALUE"))
     args = p.parse_args()
+    if args.env_on and os.environ.get("RANK") == args.env_on[0]:
+        name, _, value = args.env_on[1].partition("=")
+        os.environ[name] = value
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     tensor = torch.ones(16)
