@@ -11,7 +11,13 @@ from textual.message import Message
 
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.speed import SpeedRound, StragglerReport
-from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
+from ddptui.core.diagnose.stall_events import (
+    FlightRecorderReport,
+    QuietPhase,
+    StacksReport,
+    StallReport,
+    StepBudgets,
+)
 from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     AllocationChanged,
@@ -27,6 +33,7 @@ from ddptui.core.events import (
 from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAlarm
 from ddptui.core.monitor.lighthouse import QuorumReport
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.drill import DrillReport
 from ddptui.core.story.incident import IncidentReport
 
 
@@ -103,6 +110,12 @@ class TeardownUpdate(SessionMessage):
     event: TeardownReport
 
 
+class DrillUpdate(SessionMessage):
+    """A preemption drill's table, once its ranks have ended."""
+
+    event: DrillReport
+
+
 class NoticeUpdate(SessionMessage):
     event: Notice
 
@@ -133,6 +146,21 @@ class GpuUpdate(SessionMessage):
     """A node's GPU sample, with the flags it raised (each one kept: the panel draws the run)."""
 
     event: GpuReport
+
+
+class QuietPhaseUpdate(SessionMessage):
+    """The job's quiet phase (a checkpoint, an evaluation) began or ended."""
+
+    event: QuietPhase
+
+
+class StepBudgetsUpdate(SessionMessage):
+    """The ranks' learned silence budgets in the step loop."""
+
+    event: StepBudgets
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, StepBudgetsUpdate)  # only the newest budgets matter
 
 
 class StacksUpdate(SessionMessage):

@@ -297,3 +297,37 @@ def _moved(value: float, told: float) -> bool:
 
 def _newest(r: RankRhythm) -> float:
     return -r.last
+
+
+@dataclass(frozen=True)
+class RankPhase:
+    """Where a rank stands in the job's rhythm, as the console shows it: the step loop (its
+    budget, from its interval) or the job's quiet phase (since `began`)."""
+
+    label: str  # "step loop", or the quiet phase's: "checkpoint", "evaluation", "quiet"
+    budget_s: float
+    began: float | None = None  # the quiet phase's start (None: the step loop)
+    interval_s: float | None = None  # the rank's step interval, in the step loop
+
+    def left(self, now: float) -> float | None:
+        """The quiet phase's budget left at `now` (None in the step loop: it restarts with
+        every step)."""
+        return None if self.began is None else self.budget_s - (now - self.began)
+
+
+def rank_phase(
+    rank: int | None, quiet: QuietPhase | None, budgets: StepBudgets | None
+) -> RankPhase | None:
+    """The phase a rank is in from the events that say it: the job's quiet phase (the last
+    `quiet_phase`, while not ended) if the rank is in it, else its step budget (the last
+    `step_budgets`); None until either says anything of it."""
+    if rank is None:
+        return None
+    if quiet is not None and quiet.ended is None and rank in quiet.ranks:
+        return RankPhase(quiet.label, quiet.budget_s, quiet.began)
+    if budgets is None:
+        return None
+    own = next((b for b in budgets.ranks if b.rank == rank), None)
+    if own is None:
+        return RankPhase("step loop", budgets.floor_s)
+    return RankPhase("step loop", own.budget_s, interval_s=own.interval_s)

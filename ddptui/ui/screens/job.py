@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -15,7 +16,9 @@ from textual.widgets import Header
 from textual.worker import Worker, WorkerState
 
 from ddptui.core.diagnose.failures import jump_targets
+from ddptui.core.diagnose.rhythm import rank_phase
 from ddptui.core.diagnose.speed import THRESHOLD_STEP
+from ddptui.core.diagnose.stall_events import QuietPhase, StepBudgets
 from ddptui.core.diagnose.straggler import THRESHOLD
 from ddptui.core.events import NodeState, Notice, RankChanged, RunPhase
 from ddptui.core.job.spec import JobSpec
@@ -29,6 +32,7 @@ from ddptui.core.session.process import prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
     CycleUpdate,
+    DrillUpdate,
     FailureUpdate,
     GpuUpdate,
     IncidentUpdate,
@@ -37,6 +41,7 @@ from ddptui.ui.messages import (
     NodeUpdate,
     NoticeUpdate,
     PhaseUpdate,
+    QuietPhaseUpdate,
     QuorumUpdate,
     RankUpdates,
     RecorderUpdate,
@@ -44,6 +49,7 @@ from ddptui.ui.messages import (
     SpeedUpdate,
     StacksUpdate,
     StallUpdate,
+    StepBudgetsUpdate,
     StragglerUpdate,
     SummaryUpdate,
     TeardownUpdate,
@@ -53,6 +59,7 @@ from ddptui.ui.preview import CommandLine, node_names, plan_lines, preview_lines
 from ddptui.ui.rank_notices import detached_notes, rank_notices
 from ddptui.ui.relay import SessionRelay
 from ddptui.ui.screens.confirm import ConfirmScreen
+from ddptui.ui.screens.drill import DrillScreen
 from ddptui.ui.screens.log_screen import LogScreen
 from ddptui.ui.screens.metrics import MetricsScreen
 from ddptui.ui.screens.panel_screen import PanelScreen
@@ -134,6 +141,7 @@ class JobScreen(LogScreen):
         Binding("r", "toggle_cycles", "Restarts", id="elastic.cycles"),
         Binding("o", "open_panel", "Panel full screen", id="panel.full_screen"),
         Binding("ctrl+k", "node_action('kill')", "Kill node", id="elastic.kill_node"),
+        Binding("ctrl+t", "drill", "Preemption drill", show=False, id="job.drill"),
         Binding("ctrl+n", "node_action('drain')", "Drain node", show=False, id="elastic.drain"),
         Binding(
             "ctrl+x", "node_action('kill_rank')", "Kill rank", show=False, id="elastic.kill_rank"
@@ -155,7 +163,7 @@ class JobScreen(LogScreen):
     ]
     # What changes the job: hidden in read-only mode (`ddptui --read-only`), as k9s does.
     CHANGING_ACTIONS: ClassVar[frozenset[str]] = frozenset(
-        {"launch", "teardown", "detach", "take_stacks", "node_action"}
+        {"launch", "teardown", "detach", "take_stacks", "node_action", "drill"}
     )
 
     class RunEnded(Message):
@@ -208,6 +216,8 @@ class JobScreen(LogScreen):
         self.ranks: dict[tuple[str, int], RankChanged] = {}
         self.selected: tuple[str, int] | None = None
         self._jumps = 0
+        self.quiet: QuietPhase | None = None  # the job's quiet phase, while it lasts
+        self.step_budgets: StepBudgets | None = None
 
     def _initial_commands(self) -> tuple[list[CommandLine], str, list[str]]:
         if self.attach is not None:
@@ -296,7 +306,7 @@ class JobScreen(LogScreen):
             return True if self.job_active else None
         if action == "launch":
             return None if self.job_active else True
-        if action in ("teardown", "detach"):
+        if action in ("teardown", "detach", "drill"):
             return True if self.job_active else None
         if action == "metrics":  # in the footer once the run has printed a metric
             return self._metrics_seen  # False: hidden until then
@@ -330,6 +340,7 @@ class JobScreen(LogScreen):
             self.cycles.reset()
             self.ranks.clear()
             self.selected, self._jumps = None, 0
+            self.quiet = self.step_budgets = None
             self.details.show_rank(None)
         self._start(session)
 
@@ -355,6 +366,22 @@ class JobScreen(LogScreen):
     def _detach_confirmed(self, yes: bool | None) -> None:
         if yes:
             self.detach()
+
+    def action_drill(self) -> None:
+        """A preemption drill, once confirmed: it ends the run (core/session/drill.py)."""
+        if self._refused("drill") or not self.job_active or self.session is None:
+            return
+        signals = "+".join(f"SIG{s}" for s in self.spec.stop_signals)
+        question = (
+            f"Preemption drill of run {self.session.run_id}? {signals} goes to every rank on "
+            f"every node; each rank's exit is timed against the {self.spec.grace:g} s grace "
+            "(SIGKILL after it), then the run is torn down."
+        )
+        self.app.push_screen(ConfirmScreen(question, "Drill"), self._drill_confirmed)
+
+    def _drill_confirmed(self, yes: bool | None) -> None:
+        if yes and not self.read_only:
+            self.run.drill()
 
     def action_metrics(self) -> None:
         """The metrics view: the run's metrics plotted, a past run of this profile beside."""
@@ -590,6 +617,13 @@ class JobScreen(LogScreen):
     def on_teardown_update(self, message: TeardownUpdate) -> None:
         self.outcome.add_report(message.event)
 
+    def on_drill_update(self, message: DrillUpdate) -> None:
+        """The drill's table over the console; its headline stays among the notices."""
+        report = message.event
+        self.outcome.add_notice(Notice("warning" if report.killed else "info", report.headline))
+        run_id = self.session.run_id if self.session is not None else ""
+        self.app.push_screen(DrillScreen(report, run_id))
+
     def on_notice_update(self, message: NoticeUpdate) -> None:
         notice = message.event
         self.outcome.add_notice(notice)
@@ -628,6 +662,15 @@ class JobScreen(LogScreen):
     def on_restart_alarm_update(self, message: RestartAlarmUpdate) -> None:
         self.cycles.show_alarm(message.event)
         self.notify(message.event.detail, severity="warning", timeout=8)
+
+    def on_quiet_phase_update(self, message: QuietPhaseUpdate) -> None:
+        event = message.event
+        self.quiet = event if event.ended is None else None
+        self.refresh_details()
+
+    def on_step_budgets_update(self, message: StepBudgetsUpdate) -> None:
+        self.step_budgets = message.event
+        self.refresh_details()
 
     def on_stall_update(self, message: StallUpdate) -> None:
         event = message.event
@@ -726,14 +769,20 @@ class JobScreen(LogScreen):
         self._show_details()
 
     def refresh_details(self) -> None:
-        """The chosen rank's details again (its step rate moves while its state stays)."""
+        """The chosen rank's details again (its step rate moves while its state stays), and
+        the job's quiet phase with its budget left above the ranks."""
         if self.selected is not None:
             self._show_details()
+        quiet, said = self.quiet, ""
+        if quiet is not None:
+            said = f"{quiet.label} · {quiet.budget_s - (time.time() - quiet.began):.0f} s left"
+        self.query_one("#side").border_subtitle = said
 
     def _show_details(self) -> None:
         cell = self.grid.cell(*self.selected) if self.selected is not None else None
-        last, rate = None, None
+        last, rate, phase = None, None, None
         if cell is not None:
             last = self.logs.store.last_text(cell.node, cell.rank)
             rate = self.run.step_rate(cell.node, cell.local_rank)
-        self.details.show_rank(cell, last, rate)
+            phase = rank_phase(cell.rank, self.quiet, self.step_budgets)
+        self.details.show_rank(cell, last, rate, phase, time.time())
