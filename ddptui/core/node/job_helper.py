@@ -23,7 +23,7 @@ from ddptui.core.node.drill import drill  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
 from ddptui.core.node.gpu_sampler import GpuSampler, sample_alone  # sent ahead of this program
 from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of this program
-from ddptui.core.node.reaper import TAG_VAR, is_alive, reap  # sent ahead of this program
+from ddptui.core.node.reaper import TAG_VAR, is_alive, orphans, reap  # sent ahead of this program
 from ddptui.core.node.step import program_in_env, split_step  # sent ahead of this program
 
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
@@ -203,9 +203,34 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     code = os.waitstatus_to_exitcode(status)
     if splitter is not None:
         splitter.finish(code)
+    else:  # a step's tasks are srun's to stop, on every node
+        _orphans_stopped(job["tag"], code, log_fd)
     tmp = paths["exit"] + ".tmp"
     _write_private(tmp, f"{code}\n")
     os.replace(tmp, paths["exit"])
+
+
+def _orphans_stopped(tag: str, code: int, log_fd: int) -> None:
+    """Stop what the job's command left running when it ended (reaper.orphans: the
+    workers of an agent killed alone) and say so in the log, before the exit is recorded:
+    each worker's end as the monitor reads a launcher's report of it (framing.WORKER_ENDED,
+    a stopped worker is a victim, never the culprit), then the node's own line."""
+    stopped = orphans(tag)
+    if not stopped:
+        return
+    how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+    said = f"its torchrun agent ended ({how}); ddptui's node helper stopped the orphaned worker"
+    lines = [
+        f"[ddptui:{rank}:{local_rank}]:ddptui: worker ended: exit {exit_code}, stopped by the "
+        f"launcher | {said}\n"
+        for rank, local_rank, exit_code in stopped
+    ]
+    ranks = ", ".join(rank or local_rank for rank, local_rank, _ in stopped)
+    lines.append(
+        f"ddptui: torchrun agent lost ({how}) with its workers running: stopped "
+        f"{len(stopped)} orphaned worker(s) (rank {ranks})\n"
+    )
+    os.write(log_fd, "".join(lines).encode())
 
 
 def _feed(fd: int, data: bytes) -> None:

@@ -278,6 +278,42 @@ def _stop(
     return pids
 
 
+ORPHAN_GRACE_S = 3.0  # an orphaned worker's time to end on SIGTERM before SIGKILL
+
+
+def _rank_of(pid: int) -> tuple[str, str] | None:
+    """(RANK, LOCAL_RANK) from a torchrun worker's environment; None for anything else."""
+    try:
+        items = _environ(str(pid)).split(b"\0")
+    except OSError:
+        return None
+    env = dict(item.decode(errors="replace").partition("=")[::2] for item in items if item)
+    if "TORCHELASTIC_RUN_ID" not in env or not env.get("LOCAL_RANK", "").isdigit():
+        return None
+    return env.get("RANK", ""), env["LOCAL_RANK"]
+
+
+def orphans(tag: str, grace: float = ORPHAN_GRACE_S) -> list[tuple[str, str, int]]:
+    """Stop the job's processes left once its command (the torchrun agent) has ended:
+    SIGTERM, SIGKILL after `grace`. An agent ends after stopping its own workers, so anything of the
+    job still there lost its agent (killed by SIGKILL, or by the kernel): its workers keep
+    training, re-parented to PID 1, and hold the other nodes in the job's collectives, so
+    an elastic job never shrinks and a fixed one waits in torchrun's exit barrier.
+    Returns (RANK, LOCAL_RANK, exit code as signalled) for each orphaned worker stopped."""
+    import signal
+
+    pids = [p for p in _tagged(tag) if is_alive(p)]
+    if not pids:
+        return []
+    tops = [p for p in pids if _parent(p) not in pids]  # a worker, not its dataloaders
+    workers = {p: r for p in tops if (r := _rank_of(p)) is not None}
+    _signal_all(pids, signal.SIGTERM)
+    left = _until_gone(pids, tag, grace)
+    _signal_all(left, signal.SIGKILL)
+    _until_gone(left, tag, 5.0)
+    return [(r[0], r[1], -9 if p in left else -15) for p, r in sorted(workers.items())]
+
+
 def reap(
     tag: str,
     grace_arg: str,
