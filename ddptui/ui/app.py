@@ -29,6 +29,7 @@ from ddptui.ui.keymap import (
     user_keymap_file,
 )
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitChoice, QuitScreen
+from ddptui.ui.screens.drill import DrillScreen
 from ddptui.ui.screens.help import HelpRow, HelpScreen
 from ddptui.ui.screens.history import HistoryScreen
 from ddptui.ui.screens.job import JobScreen
@@ -118,6 +119,7 @@ class DdpApp(App[int]):
             "quit dialog": (QuitScreen,),
             "help": (HelpScreen,),
             "rank stack": (RankStackScreen,),
+            "preemption drill": (DrillScreen,),
             "launch form": (LaunchFormScreen,),
             "history": (HistoryScreen,),
             "past run": (PastRunScreen,),

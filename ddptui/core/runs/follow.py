@@ -106,6 +106,9 @@ class RunFollower:
     def request_node_action(self, action: object) -> None:
         """Refused: it acts on no node (any action: the session's kind of it too)."""
 
+    def request_drill(self) -> None:
+        """Refused: it signals no rank."""
+
     def step_rate(self, node: str, local_rank: int) -> float | None:
         with self._lock:
             return self.monitor.step_rate(node, local_rank)

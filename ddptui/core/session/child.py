@@ -40,6 +40,7 @@ from ddptui.core.session.wire import (
     Cancel,
     Detach,
     Done,
+    Drill,
     Failed,
     FrameReader,
     Item,
@@ -244,6 +245,8 @@ async def _serve(
                 session.request_stacks()
             case ActOnNode(action):
                 session.request_node_action(action)
+            case Drill():
+                session.request_drill()
             case AskRate(node, local_rank):
                 monitor = session.monitor
                 rate = monitor.step_rate(node, local_rank) if monitor else None

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 class SessionHandle(Protocol):
     """One run's session, asked from above: stop it, leave it, take stacks, tune the
-    straggler watch, act on a node; its run directory, id and plan (None until the backend
-    made it)."""
+    straggler watch, act on a node, drill a preemption; its run directory, id and plan (None
+    until the backend made it)."""
 
     run: RunDir
     plan: LaunchPlan | None
@@ -39,6 +39,8 @@ class SessionHandle(Protocol):
     def set_speed(self, paused: bool | None = None, threshold: float | None = None) -> None: ...
 
     def request_node_action(self, action: NodeAction) -> None: ...
+
+    def request_drill(self) -> None: ...
 
 
 class ConsoleSession(SessionHandle, Protocol):

@@ -35,6 +35,7 @@ from ddptui.core.session.wire import (
     Cancel,
     Detach,
     Done,
+    Drill,
     Failed,
     FrameReader,
     LineBlock,
@@ -210,6 +211,10 @@ class SessionProcess:
     def request_node_action(self, action: NodeAction) -> None:
         """Kill or drain a node, or kill one rank (the operator confirmed it)."""
         self._send(ActOnNode(action))
+
+    def request_drill(self) -> None:
+        """A preemption drill of the whole job (the operator confirmed it)."""
+        self._send(Drill())
 
     def step_rate(self, node: str, local_rank: int) -> float | None:
         """The rank's step rate as the session last told it (asks again for the next call)."""

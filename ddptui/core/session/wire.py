@@ -2,9 +2,9 @@
 
 Each frame is one of the frozen dataclasses below, dispatched by type at either end: the
 console sends a `Start` and then requests (`Teardown`, `Detach`, `TakeStacks`, `AskRate`,
-`PauseSpeed`, `SetThreshold`, `ActOnNode`, `Cancel`); the session process sends `Out` frames,
-each with a block of the nodes' lines and, in order, the events and its own items
-(`PlanKnown`, `RateTold`, `Done`, `Failed`).
+`PauseSpeed`, `SetThreshold`, `ActOnNode`, `Drill`, `Cancel`); the session process sends
+`Out` frames, each with a block of the nodes' lines and, in order, the events and its own
+items (`PlanKnown`, `RateTold`, `Done`, `Failed`).
 
 A frame is a 4-byte big-endian length, then that many bytes of a pickle. Both ends are this
 package at the same version (the console starts the session process from its own tree), and
@@ -108,11 +108,26 @@ class ActOnNode:
 
 
 @dataclass(frozen=True)
+class Drill:
+    """A preemption drill of the whole job (confirmed already): see drill.py."""
+
+
+@dataclass(frozen=True)
 class Cancel:
     """The console gave up on the run: cancel the session (its teardown still runs)."""
 
 
-Request = Teardown | Detach | TakeStacks | AskRate | PauseSpeed | SetThreshold | ActOnNode | Cancel
+Request = (
+    Teardown
+    | Detach
+    | TakeStacks
+    | AskRate
+    | PauseSpeed
+    | SetThreshold
+    | ActOnNode
+    | Drill
+    | Cancel
+)
 
 
 # -- the session to its console -------------------------------------------------------------

@@ -120,6 +120,14 @@ class RunController:
         self.process.request_node_action(action)
         return True
 
+    def drill(self) -> bool:
+        """A preemption drill of the run (confirmed already; False: no running job)."""
+        if self.process is None or not self.active:
+            return False
+        self.process.request_drill()
+        self.stop_request = self.stop_request or "teardown"  # the drill ends the run
+        return True
+
     def step_rate(self, node: str, local_rank: int) -> float | None:
         return self.session.step_rate(node, local_rank) if self.session is not None else None
 
