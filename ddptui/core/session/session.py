@@ -148,9 +148,13 @@ class Session:
         if change is not None:
             self.emit(change)
 
-    def request_teardown(self, why: str = "") -> None:
-        """Stop the job on every node (any time: before, during or after launch); `why`: the
-        story's words for it, when not the operator's plain teardown (a drill's outcome)."""
+    def request_teardown(self) -> None:
+        """Stop the job on every node (any time: before, during or after launch)."""
+        self._tear_down()
+
+    def _tear_down(self, why: str = "") -> None:
+        """The operator's stop; `why`: the story's words for it, when not a plain teardown
+        (a drill's outcome)."""
         self._stop_reason = self._stop_reason or StopReason.OPERATOR
         if (
             self._stop_reason == StopReason.OPERATOR
@@ -197,7 +201,7 @@ class Session:
         self.run.write_private(DRILL_FILE, report.to_json())
         self.run.write_private("drill.txt", "\n".join(drill_table(report)) + "\n")
         self.emit(report)
-        self.request_teardown(report.headline)
+        self._tear_down(report.headline)
 
     def request_node_action(self, action: NodeAction) -> None:
         """The operator's kill or drain of a node, or kill of one rank (fault injection);
