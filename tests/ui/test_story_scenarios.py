@@ -35,6 +35,7 @@ SMALL = (80, 24)
 RUN_TIMEOUT = 180.0
 SCRIPTS = Path(__file__).resolve().parents[1] / "data" / "scripts"
 TRAINER = Path(__file__).resolve().parents[2] / "trainer"
+STRAGGLER = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
 
 
 def events_of(screen: JobScreen) -> list[dict[str, Any]]:
@@ -252,3 +253,22 @@ def _is_rank(pid: int, rank: int) -> bool:
     except OSError:
         return False
     return f"RANK={rank}".encode() in env and b"torchrun" not in cmdline
+
+
+async def test_a_rank_slow_the_whole_run_is_the_straggler_of_a_finished_run() -> None:
+    """A plain DDP loop (tests/data/straggler/slow_rank_ddp.py) in which rank 2 sleeps twice
+    as long a step, start to end: the run finishes, and its story is that straggler."""
+    spec = make_spec(
+        script=str(STRAGGLER), script_args=("--steps", "400", "--slow-rank", "2", "--slow", "2"),
+    )  # fmt: skip
+    app = DdpApp(spec)
+    async with app.run_test(size=SMALL) as pilot:
+        screen = app.job_screen
+        await launch(pilot, screen)
+        await to_the_end(pilot, screen)
+        assert screen.summary is not None and screen.summary.ok, screen.summary
+        first = check_story(screen, IncidentKind.STRAGGLER, 2)
+        assert first.startswith("finished; straggler: rank 2 on local"), first
+        assert "its peers wait" in first
+        said = [e for e in events_of(screen) if e["event"] == "straggler" and e["ranks"]]
+        assert said and all(e["ranks"] == [2] for e in said), said  # no one else named
