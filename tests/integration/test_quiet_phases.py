@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.knobs import CHECKPOINT_S
 from tests.procs import outputs
 
@@ -36,6 +38,7 @@ def _kinds(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["event"] == kind]
 
 
+@pytest.mark.timeout(3 * CHECKPOINT_S + 360)
 def test_checkpoints_longer_than_the_hang_timeout_are_phases_not_stalls(tmp_path: Path) -> None:
     proc = _start(tmp_path, "--steps", "25")
     out, _ = outputs(proc, 3 * CHECKPOINT_S + 300)
@@ -62,6 +65,7 @@ def test_checkpoints_longer_than_the_hang_timeout_are_phases_not_stalls(tmp_path
     assert summary["event"] == "summary" and summary["ok"] and summary["stall"] is None
 
 
+@pytest.mark.timeout(2 * CHECKPOINT_S + 360)
 def test_a_hang_in_the_step_loop_after_a_checkpoint_is_named_within_its_step_budget(
     tmp_path: Path,
 ) -> None:
