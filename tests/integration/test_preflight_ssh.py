@@ -20,7 +20,8 @@ from tests.integration.sshrun import TRAINER, ddptui_argv, state_env
 pytestmark = pytest.mark.integration
 HOSTS = ["node1", "node2", "node3"]
 CHECKS = [
-    *("reachable", "python", "torch", "gpu", "rdzv-port", "hostname", "clock", "disk", "script"),
+    *("reachable", "python", "torch", "gpu", "settings", "rdzv-port", "hostname", "clock"),
+    *("disk", "script"),
     "gang",
 ]
 

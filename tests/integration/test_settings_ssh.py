@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from testbed.netns import Testbed
-from tests.integration.sshrun import TRAINER, HeadlessRun, run_headless
+from tests.integration.sshrun import TRAINER, HeadlessRun, ddptui_argv, run_headless, state_env
 
 ODD_HOST = "node2"
 
@@ -86,3 +88,23 @@ def test_hosts_that_agree_raise_no_settings_incident(testbed: Testbed, tmp_path:
     last = settings[-1]["common"]  # every group up: its backend and timeout, the same on all
     assert last["backend"] == "gloo" and last["process group timeout"].endswith(" s"), last
     assert "GLOO_SOCKET_IFNAME" in last, last
+
+
+def test_preflight_warns_on_the_host_whose_login_sets_an_nccl_variable(
+    odd_login: Testbed, tmp_path: Path
+) -> None:
+    argv = ddptui_argv(
+        odd_login, "preflight", "--headless", "--no-gang", "--hosts", "node[1-2]",
+        str(TRAINER / "envcheck.py"),
+    )  # fmt: skip
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=state_env(tmp_path / "state"),
+    )  # fmt: skip
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    checks = {(e["node"], e["check"]): e for e in events if e["event"] == "check"}
+    odd, fine = checks[(ODD_HOST, "settings")], checks[("node1", "settings")]
+    assert odd["status"] == "warn", odd
+    assert odd["detail"] == "NCCL_IB_DISABLE=1 here; unset on node1", odd
+    assert fine["status"] == "ok", fine
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])  # a warning only

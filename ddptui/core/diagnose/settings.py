@@ -220,7 +220,8 @@ class SettingDifference:
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(n for g in self.odd for n in g.nodes))
 
-    def _value(self, value: str | None) -> str:
+    def describe_value(self, value: str | None) -> str:
+        """`NCCL_IB_DISABLE=1`, `NCCL_IB_DISABLE unset`, `NCCL 2.21.5`."""
         if value is None:
             return f"{self.name} unset" if self.env else f"{self.name} unknown"
         return f"{self.name}={value}" if self.env else f"{self.name} {value}"
@@ -229,9 +230,9 @@ class SettingDifference:
         """`NCCL_IB_DISABLE=1 on node2 (ranks 2, 3), unset elsewhere`; `there`: the odd ranks
         are named already (`NCCL_IB_DISABLE=1 there, unset elsewhere`)."""
         if there and len(self.odd) == 1:
-            said = [f"{self._value(self.odd[0].value)} there"]
+            said = [f"{self.describe_value(self.odd[0].value)} there"]
         else:
-            said = [f"{self._value(g.value)} on {g.where()}" for g in self.odd]
+            said = [f"{self.describe_value(g.value)} on {g.where()}" for g in self.odd]
         ref = self.reference.value
         said.append(f"{'unset' if ref is None else ref} elsewhere")
         return ", ".join(said)

@@ -24,16 +24,27 @@ JOB = ""  # the console puts the job here (base64 JSON), never on the command li
 
 FACTS_MARK = "DDPTUI-FACTS "
 # Run by the job's own python, never imported here: the console and this helper never
-# import torch themselves.
+# import torch themselves. The distributed environment it sees (its secret values left out,
+# as the workers' settings report does: ddptui/core/node/rank_settings.py) and the NCCL its
+# torch loads are what the settings check compares.
 PYTHON_FACTS = """
-import json, platform, shutil, sys
+import json, os, platform, shutil, sys
 r = {"python": platform.python_version(), "executable": sys.executable,
      "launcher": shutil.which(sys.argv[1]) if sys.argv[1] else None}
+secret = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+r["env"] = {k: "***" if any(w in k.upper() for w in secret) else v
+            for k, v in sorted(os.environ.items())
+            if k.startswith(("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_"))}
 try:
     import torch
     r["torch"] = str(getattr(torch, "__version__", "unknown"))
     r["torch_path"] = str(getattr(torch, "__file__", ""))
     r["cuda_build"] = getattr(getattr(torch, "version", None), "cuda", None)
+    try:
+        import torch.cuda.nccl
+        r["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version()[:3])
+    except Exception:
+        pass
     try:
         r["cuda_available"] = bool(torch.cuda.is_available())
         r["cuda_devices"] = int(torch.cuda.device_count()) if r["cuda_available"] else 0

@@ -17,6 +17,7 @@ CHECKS = (
     "python",
     "torch",
     "gpu",
+    "settings",  # NCCL and the NCCL_*/GLOO_* environment, the same on every node
     "rdzv-port",
     "hostname",
     "clock",

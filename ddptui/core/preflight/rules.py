@@ -24,6 +24,7 @@ from ddptui.core.preflight.model import (
     worst,
 )
 from ddptui.core.preflight.network import check_clock, check_hostname, check_rdzv_port
+from ddptui.core.preflight.settings_rule import check_settings
 
 Rule = Callable[[Observations], list[Finding]]
 
@@ -154,6 +155,7 @@ RULES: dict[str, Rule] = {
     "python": check_python,
     "torch": check_torch,
     "gpu": check_gpu,
+    "settings": check_settings,
     "rdzv-port": check_rdzv_port,
     "hostname": check_hostname,
     "clock": check_clock,
