@@ -34,6 +34,7 @@ QUIET_FACTOR = 3.0  # the job is quiet once silent this many step intervals
 QUIET_MIN_S = 5.0  # and at least this long
 MIN_GAPS = 3  # gaps a rank must have shown before its interval counts
 GAPS_KEPT = 32  # the recent gaps an interval is the median of
+RETAKE = 8  # gaps added before the interval is taken again
 RETELL = 0.1  # step budgets are told again when one moves by more than this fraction
 CUE_CHARS = 160  # the part of a cue line that identifies a phase
 
@@ -41,6 +42,7 @@ LABELS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("checkpoint", re.compile(r"checkpoint|ckpt|snapshot|\bsav(?:e|es|ed|ing)\b", re.I)),
     ("evaluation", re.compile(r"\beval|validat", re.I)),
 )
+_CLUES = ("check", "ckpt", "snapshot", "sav", "eval", "validat")  # each label's words hold one
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _RANK_TAG = re.compile(r"^\s*\[(?:rank\s*)?\d+\]:?\s*", re.I)
 
@@ -49,6 +51,9 @@ Key = Hashable  # a rank's place in the job: (node, local rank)
 
 def label_of(line: str) -> str:
     """The phase a line names ("checkpoint", "evaluation"), or "" if it names none."""
+    lowered = line.lower()
+    if not any(clue in lowered for clue in _CLUES):  # most lines: no regex at all
+        return ""
     for label, words in LABELS:
         if words.search(line):
             return label
@@ -104,15 +109,24 @@ class RankRhythm:
     line_gaps: deque[float] = field(default_factory=lambda: deque(maxlen=GAPS_KEPT))
     told: float = 0.0  # the step budget last told
     told_interval: float = 0.0  # and the interval (0: none known then)
+    _interval: float | None = None
+    _added: int = 0  # gaps added since the interval was taken
+
+    def add(self, gaps: deque[float], gap: float) -> None:
+        gaps.append(gap)
+        self._added += 1
 
     @property
     def interval(self) -> float | None:
         """The rank's step interval: the median gap between its progress lines, else between
-        its lines (a script that prints no step pattern); None until it has shown enough."""
-        for gaps in (self.step_gaps, self.line_gaps):
-            if len(gaps) >= MIN_GAPS:
-                return median(gaps)
-        return None
+        its lines (a script that prints no step pattern); None until it has shown enough.
+        Taken again every few gaps, not on each (a rank's step costs the console little)."""
+        if self._added >= RETAKE or (self._interval is None and self._added):
+            self._added = 0
+            self._interval = next(
+                (median(g) for g in (self.step_gaps, self.line_gaps) if len(g) >= MIN_GAPS), None
+            )
+        return self._interval
 
     def quiet_after(self) -> float:
         """How long a silence must last to be more than a gap of the step loop."""
@@ -149,14 +163,16 @@ class JobRhythm:
         if rank is not None:
             r.rank = rank
         # until an interval is known every gap counts (a loop of 10 s steps must be learned)
-        limit = r.quiet_after() if r.interval is not None else float("inf")
-        if r.last and 0 <= now - r.last < limit:
-            r.line_gaps.append(now - r.last)
-        if r.last and now - r.last < r.quiet_after() and r.line and label_of(r.line):
+        quiet = r.quiet_after()
+        limit = quiet if r.interval is not None else float("inf")
+        gap = now - r.last
+        if r.last and 0 <= gap < limit:
+            r.add(r.line_gaps, gap)
+        if r.last and gap < quiet and r.line and label_of(r.line):
             self._ordinary.add(cue_key(r.line))  # a named line the loop went on after at once
         if stepped:
             if r.last_step and 0 <= now - r.last_step < limit:
-                r.step_gaps.append(now - r.last_step)
+                r.add(r.step_gaps, now - r.last_step)
             r.last_step = now
         r.last = max(r.last, now)
         r.line = line or r.line
