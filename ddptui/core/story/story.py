@@ -11,6 +11,7 @@ stop, else what only slowed the run.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -55,8 +56,15 @@ LAUNCH_KINDS = {
     "small_world": IncidentKind.LAUNCH_FAILED,
     "rdzv_port_taken": IncidentKind.REFUSED,
 }
+# The signals torchrun's agent handles (it stops its workers, then ends): a node's command
+# ended by any other signal (SIGKILL, the kernel's OOM killer) lost its agent with no chance
+# to stop them; the node helper stops what it left (core/node/reaper.py `orphans`).
+AGENT_HANDLED = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+LOST_KINDS = (IncidentKind.AGENT_LOST, IncidentKind.NODE_LOST)
 # Verdicts that name no failure of their own: the rank's own words (its exception) say more.
 PLAIN_SIGNATURES = frozenset({"exception"})
+# Verdicts of a rank that ended without saying why: after a node was lost, that loss is why.
+VAGUE_SIGNATURES = frozenset({"exit"})
 # Kinds one rank's incidents may share: a verdict on a rank the audit or the stall already
 # named is that incident judged, not a second one.
 SAME_FINDING = {
@@ -85,6 +93,14 @@ def verdict_words(verdict: Verdict) -> str:
     return own if verdict.signature in PLAIN_SIGNATURES and own else verdict.summary
 
 
+def signal_name(number: int) -> str:
+    """`SIGKILL` for 9; `signal 64` for a number with no name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def torchrun_time(text: str) -> float | None:
     """torchrun's failure time (`2026-11-26_04:21:49`, the node's local clock) in seconds."""
     try:
@@ -108,6 +124,7 @@ class Story:
         self._end_said = False  # the session said how it ended (a failed launch, the scheduler)
         self._keys: dict[tuple[object, ...], int] = {}
         self._wrong_seen: set[tuple[int, int | None, str]] = set()
+        self._stopping: set[str] = set()  # nodes the session is stopping (their end is its)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -196,15 +213,21 @@ class Story:
             case CycleReport(cycle=cycle) if cycle.index > 0:
                 return self._restart(event)
             case MembershipChanged(change=MembershipChange.LOST):
+                known = self._keys.get(("left", event.node, self.round))
+                said = self.incidents[known].summary if known is not None else "its agent ended"
                 return self._found(
                     IncidentKind.AGENT_LOST,
                     ("left", event.node),
                     event.ts,
                     nodes=(event.node,),
-                    summary=f"its agent ended; {event.detail}",
+                    summary=f"{said}; {event.detail}",
                     domain=Domain.INFRASTRUCTURE,
+                    precise=True,
                 )
             case MembershipChanged(change=MembershipChange.KILLED | MembershipChange.DRAINED):
+                known = self._keys.get(("left", event.node, self.round))
+                if known is not None:  # its agent ended by the operator's hand, not lost
+                    self._put(known, replace(self.incidents[known], kind=IncidentKind.OPERATOR))
                 return self._found(
                     IncidentKind.OPERATOR,
                     ("left", event.node),
@@ -213,6 +236,19 @@ class Story:
                     summary=f"{event.change} by the operator",
                     domain=Domain.OPERATOR,
                     role=Role.TEARDOWN,
+                )
+            case NodeChanged(state=NodeState.STOPPING):
+                self._stopping.add(event.node)
+            case NodeChanged(state=NodeState.FAILED, exit_code=int(code)) if (
+                code < 0 and -code not in AGENT_HANDLED and event.node not in self._stopping
+            ):
+                return self._found(
+                    IncidentKind.AGENT_LOST,
+                    ("left", event.node),
+                    event.ts,
+                    nodes=(event.node,),
+                    summary=f"its torchrun agent was killed ({signal_name(-code)})",
+                    domain=Domain.INFRASTRUCTURE,
                 )
             case NodeChanged(state=NodeState.FAILED, detail="connection lost"):
                 return self._found(
@@ -446,6 +482,10 @@ class Story:
     def _verdict(self, verdict: Verdict, ts: float) -> list[IncidentReport]:
         if self._end_said:  # that leads, whatever the ranks it stopped say
             return []
+        lost = self._lost_for(verdict)
+        if lost is not None:  # the ranks it took down or stopped say less than its loss
+            self._judged = lost
+            return []
         kind = SIGNATURE_KINDS.get(verdict.signature, IncidentKind.CRASH)
         if verdict.role == Role.TEARDOWN:
             kind = IncidentKind.OPERATOR
@@ -499,6 +539,18 @@ class Story:
         self._judged = index
         changed = self._put(index, new)
         return changed if not reports else [IncidentReport(new, ts=reports[0].ts)]
+
+    def _lost_for(self, verdict: Verdict) -> int | None:
+        """The lost agent or node of this round that a verdict tells of: a rank on that node
+        (its worker stopped with it), or one that failed because a peer went (a cascade), or
+        one that ended without saying why. A rank's own failure elsewhere is its own story."""
+        vague = verdict.role == Role.CASCADE or verdict.signature in VAGUE_SIGNATURES
+        for index, incident in enumerate(self.incidents):
+            if incident.kind not in LOST_KINDS or incident.round != self.round or incident.over:
+                continue
+            if vague or verdict.node in incident.nodes:
+                return index
+        return None
 
     # -- the one way an incident begins or changes -----------------------------------------
 
