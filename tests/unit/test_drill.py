@@ -66,14 +66,16 @@ def test_the_node_times_each_rank_and_kills_what_outlasts_the_grace() -> None:
     try:
         _ready([quick, slow])
         said = io.StringIO()
+        at = time.time() + 0.5  # every node is told the same time to send at
         with redirect_stdout(said):
-            assert drill(tag, "1.0", "USR1") == 0
+            assert drill(tag, "1.0", "USR1", "", f"{at:.3f}") == 0
         report = json.loads(said.getvalue())
     finally:
         for proc in (quick, slow):
             proc.kill()
             proc.wait()
     assert report["signals"] == ["USR1"] and report["grace"] == 1.0
+    assert at <= report["sent"] < at + 0.5
     by_rank = {r["rank"]: r for r in report["ranks"]}
     assert sorted(by_rank) == [0, 1]
     # never reaped by their parent (this test) while the drill looked: zombies, codes read
@@ -153,12 +155,25 @@ def test_rows_take_the_nodes_word_then_the_agents_then_sigkills() -> None:
             ],
         },
     }
-    said = {("a", 0): 0, ("a", 1): 1}  # the agent's word on a's ranks
-    rows = rank_exits(reports, said)
-    assert [r.rank for r in rows] == [0, 2, 3]
-    assert [r.exit_code for r in rows] == [-9, 0, -10]  # killed; the agent's; the node's
-    assert rows[0].outcome == "needed SIGKILL" and rows[1].outcome == "within grace"
-    assert rows[1].sent_at == 5.0 and rows[0].sent_at == 6.0
+    ends = (  # the agents' word on a's ranks, and a rank of b that ended before the signal
+        RankSummary(2, "a", 0, RankState.DONE, 0),
+        RankSummary(3, "a", 1, RankState.FAILED, 1),
+        RankSummary(1, "b", 1, RankState.FAILED, -15),
+        RankSummary(9, "c", 0, RankState.DONE, 0),  # a node not drilled: not a row
+    )
+    rows = rank_exits(reports, ends)
+    assert [r.rank for r in rows] == [0, 1, 2, 3]
+    assert [r.exit_code for r in rows] == [-9, -15, 0, -10]  # killed; agent's twice; node's
+    assert [r.outcome for r in rows] == [
+        "needed SIGKILL",
+        "gone before it",
+        "within grace",
+        "within grace",
+    ]
+    assert rows[2].sent_at == 5.0 and rows[0].sent_at == 6.0 and rows[1].sent_at == 6.0
+    report = _report(ranks=rows)
+    assert "2 of 4 rank(s) exited within" in report.headline
+    assert "1 had ended before the signal (rank 1 on b)" in report.headline
 
 
 def test_the_table_fits_the_console_and_names_who_needed_sigkill() -> None:
@@ -215,8 +230,7 @@ def test_the_control_file_asks_for_a_drill() -> None:
 def test_rank_summaries_give_the_agents_word() -> None:
     """What the session hands the drill: its monitor's ranks (RankSummary)."""
     ends = (RankSummary(0, "a", 0, RankState.STOPPED, -10),)
-    said = {(r.node, r.local_rank): r.exit_code for r in ends}
     rows = rank_exits(
-        {"a": {"sent": 1.0, "ranks": [{"pid": 5, "rank": 0, "local_rank": 0, "after": 0.1}]}}, said
+        {"a": {"sent": 1.0, "ranks": [{"pid": 5, "rank": 0, "local_rank": 0, "after": 0.1}]}}, ends
     )
-    assert rows[0].exit_code == -10
+    assert rows[0].exit_code == -10 and rows[0].found

@@ -124,10 +124,11 @@ class Backend(ABC):
         """Stop every process of the job on the node and list what is left (should be none);
         `lost`: one node of a running job, its agent stopped too (reap_args)."""
 
-    async def drill(self, command: NodeCommand) -> dict[str, Any]:
-        """A preemption drill on the node: the stop signals to every worker, each rank's end
-        timed against the grace, SIGKILL after it (node/drill.py); the node's JSON report.
-        BackendError when the node cannot be drilled."""
+    async def drill(self, command: NodeCommand, at: float) -> dict[str, Any]:
+        """A preemption drill on the node: at `at` (seconds since the epoch) the stop signals
+        to every worker, each rank's end timed against the grace, SIGKILL after it
+        (node/drill.py); the node's JSON report. BackendError when the node cannot be
+        drilled."""
         raise BackendError(f"{self.name} cannot drill a preemption")
 
     async def stacks(self, command: NodeCommand, method: str | None = None) -> dict[str, Any]:
@@ -432,9 +433,9 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: no worker ({which}) runs")
         return f"killed {which} on {command.node} (pid {', '.join(map(str, killed))})"
 
-    async def drill(self, command: NodeCommand) -> dict[str, Any]:
+    async def drill(self, command: NodeCommand, at: float) -> dict[str, Any]:
         """The node helper's `drill` over the node's connection (see Backend.drill)."""
-        argv = self._argv("drill", *drill_args(self.spec, command.tag))
+        argv = self._argv("drill", *drill_args(self.spec, command.tag, at))
         try:
             result = await self.transport(command.node).run(
                 argv, stdin=self._helper_source, timeout=reap_timeout(self.spec)

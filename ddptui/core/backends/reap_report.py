@@ -36,11 +36,13 @@ def reap_args(spec: JobSpec, tag: str, gpu_before: str = "", lost: bool = False)
     return [tag, str(spec.grace), *container, gpu_before, ",".join(spec.stop_signals)]
 
 
-def drill_args(spec: JobSpec, tag: str) -> list[str]:
+def drill_args(spec: JobSpec, tag: str, at: float) -> list[str]:
     """The node helper's `drill` arguments (node/drill.py): the tag, the grace, the stop
-    signals, and "agents" where the teardown would signal the agents too (reap_args)."""
+    signals, "agents" where the teardown would signal the agents too (reap_args), and when
+    to send them (`at`: seconds since the epoch, the same for every node)."""
     agents = spec.max_restarts > 0 and tuple(spec.stop_signals) == ("TERM",)
-    return [tag, str(spec.grace), ",".join(spec.stop_signals), "agents" if agents else ""]
+    order = "agents" if agents else ""
+    return [tag, str(spec.grace), ",".join(spec.stop_signals), order, f"{at:.3f}"]
 
 
 def reap_timeout(spec: JobSpec) -> float:

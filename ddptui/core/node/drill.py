@@ -19,6 +19,7 @@ from ddptui.core.node.reaper import _tagged, is_alive, split_workers  # sent ahe
 
 DRILL_POLL_S = 0.01  # how often each rank is looked at: its end is timed to about this
 KILLED_GONE_S = 5.0  # how long a SIGKILLed rank gets to be gone
+MAX_WAIT_S = 10.0  # the most a node waits for the drill's time (a clock far ahead of ours)
 # The variables that name a process's rank: torchrun's worker, else an srun task's.
 RANK_VARS = ((b"RANK", b"LOCAL_RANK"), (b"SLURM_PROCID", b"SLURM_LOCALID"))
 
@@ -77,15 +78,20 @@ def _watch(pending: dict[int, float], until: float, ends: dict[int, dict]) -> No
             time.sleep(DRILL_POLL_S)
 
 
-def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "") -> int:
-    """Send the stop signals (`signals`: TERM, USR1, ... in order) to every worker of the job
-    on this node (with `order` "agents", to the agents too, as the reaper does for a job whose
-    agents would restart their workers), time each rank's end against the grace, SIGKILL the
-    workers still there after it. Prints one JSON report: {"sent" (this node's clock), "grace",
-    "signals", "ranks": [{"pid", "rank", "local_rank", "after", "code", "killed"}], "agents",
-    "others" (the job's processes of no rank)}; "after" is None for a rank that did not end."""
+def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "", at: str = "") -> int:
+    """At `at` (seconds since the epoch, this node's clock; every node of the job is told the
+    same: a rank that stops its peers, as a checkpointing DDP job does, would otherwise end
+    them before their own node's drill began; "": now), send the stop signals (`signals`:
+    TERM, USR1, ... in order) to every worker of the job on this node (with `order` "agents",
+    to the agents too, as the reaper does for a job whose agents would restart their workers),
+    time each rank's end against the grace, SIGKILL the workers still there after it. Prints
+    one JSON report: {"sent" (this node's clock), "grace", "signals", "ranks": [{"pid", "rank",
+    "local_rank", "after", "code", "killed"}], "agents", "others" (the job's processes of no
+    rank)}; "after" is None for a rank that did not end."""
     grace = float(grace_arg)
     names = [n for n in signals.split(",") if n] or ["TERM"]
+    if at:
+        time.sleep(min(max(0.0, float(at) - time.time()), MAX_WAIT_S))
     pids = [p for p in _tagged(tag) if is_alive(p)]
     workers, agents = split_workers(pids)
     ranks = ranks_of(workers)

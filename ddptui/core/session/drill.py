@@ -28,6 +28,7 @@ from ddptui.core.job.spec import JobSpec
 DRILL_WORD = "drill"  # the control file's line that asks for one (headless mode)
 DRILL_FILE = "drill.json"  # in the run directory: the drill's report, as its event has it
 SETTLE_S = 20.0  # how long the agents get to end and say their ranks' exit codes
+SYNC_S = 2.0  # the signal goes this long after the drill is asked, at once on every node
 SLURM_LEAD_DEFAULT_S = 60.0  # Slurm's --signal without @TIME warns this long ahead
 
 
@@ -41,7 +42,8 @@ class DrillAsked:
 class RankExit:
     """One rank's end in a drill: when its node sent the stop signal (that node's clock), how
     long it took to exit (None: it had not by the grace, and got SIGKILL), its exit code (-N:
-    ended by signal N; None: not known)."""
+    ended by signal N; None: not known). `found` False: the rank had ended before the signal
+    (its agent's word says how), so its node timed nothing."""
 
     node: str
     rank: int | None
@@ -51,9 +53,12 @@ class RankExit:
     after_s: float | None
     killed: bool
     exit_code: int | None
+    found: bool = True
 
     @property
     def outcome(self) -> str:
+        if not self.found:
+            return "gone before it"
         return "needed SIGKILL" if self.killed else "within grace"
 
 
@@ -80,6 +85,11 @@ class DrillReport(Event):
         return tuple(r for r in self.ranks if r.killed)
 
     @property
+    def gone(self) -> tuple[RankExit, ...]:
+        """Ranks that had ended before the signal reached their node."""
+        return tuple(r for r in self.ranks if not r.found)
+
+    @property
     def past_lead(self) -> tuple[RankExit, ...]:
         """Ranks that exited within the grace but after Slurm's warning's lead time: a real
         preemption would have killed them."""
@@ -93,7 +103,7 @@ class DrillReport(Event):
         """The drill in one line: how many ranks made it, who did not."""
         signals = "+".join(f"SIG{s}" for s in self.signals)
         total = len(self.ranks)
-        within = total - len(self.killed)
+        within = total - len(self.killed) - len(self.gone)
         line = f"preemption drill ({signals}): {within} of {total} rank(s) exited within the "
         line += f"{self.grace_s:g} s grace"
         if self.killed:
@@ -106,6 +116,8 @@ class DrillReport(Event):
             )
             if slowest is not None:
                 line += f"; the slowest, {_who((slowest,))}, after {slowest.after_s:.2f} s"
+        if self.gone:
+            line += f"; {len(self.gone)} had ended before the signal ({_who(self.gone)})"
         if self.past_lead:
             line += f"; past Slurm's {self.lead_s:g} s warning: {_who(self.past_lead)}"
         if self.problems:
@@ -208,10 +220,12 @@ async def drill_nodes(
     have ended (their `followers` done, at most SETTLE_S: their ranks' exit codes come with
     their end), and make the report of what the nodes timed and the agents said
     (`rank_ends`)."""
-    answers = await asyncio.gather(*(backend.drill(c) for c in commands), return_exceptions=True)
+    at = time.time() + SYNC_S
+    answers = await asyncio.gather(
+        *(backend.drill(c, at) for c in commands), return_exceptions=True
+    )
     if followers:
         await asyncio.wait(followers, timeout=SETTLE_S)
-    said = {(r.node, r.local_rank): r.exit_code for r in rank_ends()}
     reports: dict[str, Mapping[str, Any]] = {}
     problems = []
     for command, answer in zip(commands, answers, strict=True):
@@ -225,17 +239,19 @@ async def drill_nodes(
         tuple(spec.stop_signals),
         spec.grace,
         slurm_lead_s(spec),
-        rank_exits(reports, said),
+        rank_exits(reports, rank_ends()),
         tuple(problems),
     )
 
 
 def rank_exits(
-    reports: Mapping[str, Mapping[str, Any]], said: Mapping[tuple[str, int], int | None]
+    reports: Mapping[str, Mapping[str, Any]], ends: Sequence[RankSummary]
 ) -> tuple[RankExit, ...]:
     """Each node's report (node/drill.py) as rows, by global rank: the exit code the node saw
-    (a zombie's wait status) first, else the one its agent said (`said`, by node and local
-    rank), else SIGKILL's for a rank the drill killed."""
+    (a zombie's wait status) first, else the one its agent said (`ends`: the monitor's ranks),
+    else SIGKILL's for a rank the drill killed. A rank of a drilled node that its node did
+    not find had ended before the signal: a row of its own, its agent's word its only one."""
+    said = {(r.node, r.local_rank): r.exit_code for r in ends}
     rows = []
     for node, report in reports.items():
         for r in report.get("ranks", []):
@@ -256,5 +272,12 @@ def rank_exits(
                     bool(r.get("killed")),
                     code,
                 )
+            )
+    seen = {(r.node, r.local_rank) for r in rows}
+    for r in ends:
+        if r.node in reports and (r.node, r.local_rank) not in seen:
+            sent = float(reports[r.node].get("sent", 0.0))
+            rows.append(
+                RankExit(r.node, r.rank, r.local_rank, 0, sent, None, False, r.exit_code, False)
             )
     return tuple(sorted(rows, key=lambda r: (r.rank is None, r.rank or 0, r.node)))

@@ -153,13 +153,14 @@ class SlurmBackend(HelperBackend):
         except SlurmError as exc:
             raise BackendError(f"{command.node}: could not take stacks: {exc}") from None
 
-    async def drill(self, command: NodeCommand) -> dict[str, Any]:
+    async def drill(self, command: NodeCommand, at: float) -> dict[str, Any]:
         """The node helper's `drill` on the node, inside the allocation (`srun --overlap`,
         a batch job's too)."""
         if self.job.job_id is None:
             raise BackendError(f"{command.node}: no Slurm job to drill")
         try:
-            return await self._helper(command.node, "drill", *drill_args(self.spec, command.tag))
+            args = drill_args(self.spec, command.tag, at)
+            return await self._helper(command.node, "drill", *args)
         except SlurmError as exc:
             raise BackendError(f"{command.node}: could not drill: {exc}") from None
 
