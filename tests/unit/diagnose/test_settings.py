@@ -257,3 +257,25 @@ def test_the_watch_says_it_once_more_when_every_group_is_up() -> None:
     (up,) = watch.seen("node2", line(1, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.1)
     assert isinstance(up, SettingsReport) and up.differences == ()
     assert up.common["process group timeout"] == "1800 s" and up.common["backend"] == "gloo"
+
+
+H200 = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h200_settings"
+
+
+def test_reports_from_a_real_nccl_job_read_and_agree() -> None:
+    """The hook's reports on an H200 (NCCL 2.28.9 from its pip package, then the loaded one):
+    rank 0's group came up, rank 1's never did; what rank 1 could not know is no difference."""
+    watch = SettingsWatch(expected=2)
+    events = []
+    for rank in (0, 1):
+        for text in (H200 / f"settings_rank_{rank}.jsonl").read_text().splitlines():
+            events += watch.seen("gpu0", json.loads(text), 10.0)
+    (report,) = events
+    assert isinstance(report, SettingsReport) and report.complete
+    assert report.differences == () and report.bad_nccl == ()
+    zero = watch.reports[("gpu0", 0)]
+    assert (zero.torch, zero.cuda, zero.nccl, zero.driver) == (
+        "2.11.0+cu130", "13.0", "2.28.9", "580.159.04"
+    )  # fmt: skip
+    assert zero.stage == "init" and zero.backend == "nccl" and zero.pg_timeout_s == 900.0
+    assert report.common["NCCL"] == "2.28.9" and report.common["driver"] == "580.159.04"
