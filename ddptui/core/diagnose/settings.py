@@ -13,8 +13,8 @@ on what each node's python sees (ddptui/core/preflight/settings_rule.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ddptui.core.events import Event, plain
@@ -386,11 +386,14 @@ class SettingsWatch:
         expected: int | None,
         secret: Iterable[str] = (),
         settle_s: float = SETTLE_S,
-        clock: Callable[[], float] | None = None,
+        offsets: Mapping[str, int] | None = None,
     ) -> None:
+        """`offsets`: a node's first rank in the job where its ranks number from 0 on their
+        own (torchft's replica groups), so that ranks are named as the console names them."""
         self.expected = expected
         self.secret = tuple(secret)
         self.settle_s = settle_s
+        self.offsets = dict(offsets or {})
         self.reports: dict[tuple[str, int], RankSettings] = {}
         self.first: float | None = None
         self.said: tuple[tuple[str, ...], tuple[str, ...], bool, bool] | None = None
@@ -401,6 +404,8 @@ class SettingsWatch:
         report = RankSettings.from_report(node, line, self.secret)
         if report is None:
             return []
+        if self.offsets.get(node):
+            report = replace(report, rank=report.rank + self.offsets[node])
         key = (node, report.local_rank)
         old = self.reports.get(key)
         self.reports[key] = old.merged(report) if old is not None else report

@@ -327,7 +327,12 @@ class Session:
         self.collector = NodeCollector(self.backend, plan, self.monitor, self.emit, recorder)
         self.backend.gpu_sink = self._gpu_sample
         ranks = sum(not self.membership.is_spare(c.node) for c in plan.commands)
-        self.settings = SettingsWatch(ranks * plan.nproc_per_node or None, self.spec.secret_env)
+        firsts = {n: i * plan.nproc_per_node for i, n in enumerate(plan.node_names)}
+        self.settings = SettingsWatch(
+            ranks * plan.nproc_per_node or None,
+            self.spec.secret_env,
+            offsets=firsts if self.spec.ft_replicas else None,  # torchft: a world per group
+        )
         for command in plan.commands:
             if self.membership.is_spare(command.node):
                 self.emit(NodeChanged(command.node, NodeState.WAITING, None, "spare"))

@@ -279,3 +279,14 @@ def test_reports_from_a_real_nccl_job_read_and_agree() -> None:
     )  # fmt: skip
     assert zero.stage == "init" and zero.backend == "nccl" and zero.pg_timeout_s == 900.0
     assert report.common["NCCL"] == "2.28.9" and report.common["driver"] == "580.159.04"
+
+
+def test_replica_groups_ranks_are_named_as_the_console_names_them() -> None:
+    """torchft: each node's group numbers its ranks from 0; the watch names them in the job."""
+    watch = SettingsWatch(expected=4, offsets={"node1": 0, "node2": 2})
+    for node in ("node1", "node2"):
+        env = {"NCCL_IB_DISABLE": "1"} if node == "node2" else {}
+        events = [e for local in (0, 1) for e in watch.seen(node, line(local, local, env), 1.0)]
+    (report,) = events
+    assert isinstance(report, SettingsReport)
+    assert [d.ranks for d in report.differences] == [(2, 3)]
