@@ -71,6 +71,9 @@ SAME_FINDING = {
     IncidentKind.HANG: {IncidentKind.HANG, IncidentKind.COLLECTIVE_MISMATCH},
     IncidentKind.COLLECTIVE_MISMATCH: {IncidentKind.COLLECTIVE_MISMATCH, IncidentKind.HANG},
 }
+# Incidents of the nodes' settings: a new rendezvous round runs with the same settings, so a
+# restart does not end them (a later settings report does).
+SETTINGS_KINDS = frozenset({IncidentKind.SETTINGS_DIFFER, IncidentKind.KNOWN_BAD_NCCL})
 # What the lead is chosen among, in order, when no verdict was judged.
 LEAD_ORDER = (
     lambda i: i.kind.failure and i.kind not in (IncidentKind.OPERATOR, IncidentKind.REFUSED),
@@ -124,6 +127,7 @@ class Story:
         self._end_said = False  # the session said how it ended (a failed launch, the scheduler)
         self._keys: dict[tuple[object, ...], int] = {}
         self._wrong_seen: set[tuple[int, int | None, str]] = set()
+        self._lasting: dict[tuple[object, ...], int] = {}  # settings' incidents, across rounds
         self._stopping: set[str] = set()  # nodes the session is stopping (their end is its)
 
     # -- reading ---------------------------------------------------------------------------
@@ -412,6 +416,9 @@ class Story:
         """Ranks that disagree on a setting (one incident, its words updated as more report),
         and a known-bad NCCL release (one incident)."""
         reports: list[IncidentReport] = []
+        for key in list(self._lasting):  # told in an earlier round: the same incident still
+            if not self.incidents[self._lasting[key]].over:
+                self._keys[(*key, self.round)] = self._lasting[key]
         index = self._keys.get(("settings", self.round))
         differences = event.differences
         if differences:
@@ -448,6 +455,9 @@ class Story:
                 precise=True,
                 counts=False,
             )
+        for key in [("settings",), *(("nccl", b.version) for b in event.bad_nccl)]:
+            if (*key, self.round) in self._keys:
+                self._lasting[key] = self._keys[(*key, self.round)]
         return reports
 
     def _restart(self, event: CycleReport) -> list[IncidentReport]:
@@ -455,7 +465,8 @@ class Story:
         reports: list[IncidentReport] = []
         if cycle.index > self.round:
             for index, incident in enumerate(self.incidents):
-                if incident.round < cycle.index and not incident.over:
+                lasting = incident.kind in SETTINGS_KINDS  # the new round runs with them too
+                if incident.round < cycle.index and not incident.over and not lasting:
                     reports += self._put(index, replace(incident, over=True))
             self.round = cycle.index
             if self._judged is not None:

@@ -290,3 +290,19 @@ def test_replica_groups_ranks_are_named_as_the_console_names_them() -> None:
     (report,) = events
     assert isinstance(report, SettingsReport)
     assert [d.ranks for d in report.differences] == [(2, 3)]
+
+
+def test_a_restart_does_not_end_a_difference_the_next_round_runs_with() -> None:
+    from ddptui.core.monitor.cycles import CycleMember, CycleReport, RestartCycle
+
+    story = Story(clock=lambda: 100.0)
+    differ = SettingsReport(4, 4, compare(two_nodes({"NCCL_IB_DISABLE": "1"})), ts=100.0)
+    (first,) = story.seen(differ)
+    member = CycleMember("node1", 0, (0, 1))
+    cycle = RestartCycle(1, 101.0, 4, (member,), "worker failure", "node1", 1, restarts=1)
+    story.seen(CycleReport(cycle))
+    settings = story.incidents[first.incident.number - 1]
+    assert not settings.over  # the new round runs with the same settings
+    (over,) = story.seen(SettingsReport(4, 4, ts=102.0))  # fixed for the round after
+    assert over.incident.number == first.incident.number and over.incident.over
+    assert [i.kind for i in story.incidents].count(IncidentKind.SETTINGS_DIFFER) == 1
