@@ -110,6 +110,7 @@ class _Pending:
     cause: str = ""
     node: str | None = None
     rank: int | None = None
+    exit_code: int | None = None  # the failed worker's, when a worker's failure is the cause
 
 
 @dataclass
@@ -234,13 +235,21 @@ class CycleWatch:
             self.cycles[-1] = replace(current, step_reached=value)
 
     def worker_failed(self, node: str, fact: WorkerFailed) -> None:
-        """A worker ended badly: the next round's cause, unless an earlier one is known."""
-        if self._pending.cause or fact.exit_code == 0:
+        """A worker ended badly: the next round's cause, unless an earlier one is known. A
+        worker killed by a signal outranks one that exited with an error seen first: its peers
+        exit when it goes (gloo's "Connection closed by peer"), and may be told first."""
+        if fact.exit_code == 0:
+            return
+        earlier = self._pending
+        killed_after_exit = (
+            fact.exit_code < 0 and earlier.exit_code is not None and earlier.exit_code > 0
+        )
+        if earlier.cause and not killed_after_exit:
             return
         rank = fact.rank if fact.rank is not None else self._global_rank(node, fact.local_rank)
         who = f"rank {rank}" if rank is not None else f"local rank {fact.local_rank}"
         self._pending = _Pending(
-            f"{who} on {node} failed ({describe_exit(fact.exit_code)})", node, rank
+            f"{who} on {node} failed ({describe_exit(fact.exit_code)})", node, rank, fact.exit_code
         )
 
     def _global_rank(self, node: str, local_rank: int) -> int | None:
