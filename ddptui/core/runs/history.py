@@ -258,7 +258,7 @@ class RunHistory:
         cause = AttemptCause.RELAUNCH if of else AttemptCause.LAUNCH
         why = f"relaunch of run {of}" if of else ""
         first = AttemptBook.launched(run.run_id, when, cause, why=why).current
-        row = {
+        row: dict[str, Any] = {
             "id": run.run_id,
             "profile": spec.profile,
             "backend": spec.backend,
@@ -283,6 +283,9 @@ class RunHistory:
                     (RUNNING, pid, row["console_start"], row["console_host"], run.run_id),
                 )
                 return
+            if of:  # counted on from the run's attempts so far
+                first = replace(first, index=_attempts_so_far(db, of) + 1)
+                row["attempts"] = json.dumps([first.to_dict()])
             columns = ", ".join(row)
             marks = ", ".join("?" for _ in row)
             db.execute(f"INSERT INTO runs ({columns}) VALUES ({marks})", tuple(row.values()))
@@ -413,6 +416,15 @@ def _record(row: sqlite3.Row) -> RunRecord:
         ),
         attempt_of=row["attempt_of"],
     )
+
+
+def _attempts_so_far(db: sqlite3.Connection, run_id: str) -> int:
+    """How many attempts run `run_id` and its relaunches have had (a row without its list
+    counts one)."""
+    rows = db.execute(
+        "SELECT attempts FROM runs WHERE id = ? OR attempt_of = ?", (run_id, run_id)
+    ).fetchall()
+    return sum(len(_attempts(row["attempts"])) or 1 for row in rows)
 
 
 def _attempts(text: str | None) -> list[Attempt]:

@@ -204,6 +204,8 @@ def test_a_relaunch_is_another_attempt_of_the_same_run_and_two_runs_stay_two() -
     assert [a.run_id for a in one.attempts] == [first.run_id, again.run_id]
     assert [a.outcome for a in one.attempts] == ["failed", "ok"]
     assert one.attempts[1].why == f"relaunch of run {first.run_id}"
+    # the relaunch's own row counts on from its run's attempts (what its session tells)
+    assert [a.index for a in RunHistory().attempts(again.run_id)] == [2]
     assert one.status == "ok" and one.run_dir == str(again.path.resolve())
     assert len(two.attempts) == 1 and two.attempts[0].outcome == "ok"
     assert len(RunHistory().runs()) == 3  # each attempt keeps its row
