@@ -128,3 +128,31 @@ def test_a_hang_is_told_once_though_the_stall_is_said_again(tmp_path: Path) -> N
     summary = events[-1]
     assert summary["event"] == "summary" and summary["stopped_by"] == "operator"
     assert not pids_with_tag(summary["run_id"])
+
+
+FAIL_FAST = 'import os, sys\nos.write(1, b"fail_fast: exits at once\\n")\nsys.exit(1)\n'
+
+
+def test_a_restart_storm_is_told_once_and_the_end_by_itself(tmp_path: Path) -> None:
+    """Every worker exits 1 at once (no process group, so no rendezvous of gloo's to go
+    wrong): torchrun restarts the group three times within seconds, then gives up."""
+    (tmp_path / "fail_fast.py").write_text(FAIL_FAST)
+    told_file = tmp_path / "told.jsonl"
+    proc = _start(
+        tmp_path, f"cat >> {told_file}", "--nodes", "1", "--max-restarts", "3", "fail_fast.py"
+    )
+    out, _ = outputs(proc, 180)
+    events = _events(out)
+    summary = events[-1]
+    assert summary["event"] == "summary" and proc.returncode == 1
+    restarts = [e for e in events if e["event"] == "incident" and e["kind"] == "restarted"]
+    assert sorted({e["number"] for e in restarts}) == [1, 2, 3], restarts
+    storm, ended = _told(told_file)
+    assert storm["notify"] == "restart_storm" and storm["restarts"] == 3
+    assert storm["incident"]["kind"] == "restarted" and storm["incident"]["number"] == 3
+    assert "restart 3 of 3" in storm["headline"]
+    assert ended["notify"] == "ended" and ended["incident"]["kind"] == "crash"
+    assert ended["headline"] == summary["headline"]
+    told = [m for m in _notices(events, "info") if m.startswith("notify:")]
+    assert told == ["notify: restart_storm (incident 3) told", "notify: ended (incident 4) told"]
+    assert not pids_with_tag(summary["run_id"])

@@ -363,3 +363,25 @@ def test_the_flags_make_the_job_and_a_bad_name_is_one_line() -> None:
 
 def test_the_gang_test_of_preflight_tells_nobody() -> None:
     assert gang_spec(make_spec(script="t.py", notify="cat")).notify is None
+
+
+def test_the_commands_run_one_at_a_time_in_the_order_they_were_due(tmp_path: Path) -> None:
+    out = tmp_path / "order"
+    said = Said()
+
+    async def main() -> None:
+        slow_first = (
+            f'case "$DDPTUI_NOTIFY" in hang) sleep 0.5;; esac; echo "$DDPTUI_NOTIFY" >> {out}'
+        )
+        notes = notifier(tmp_path, slow_first, said)
+        notes.seen(IncidentReport(incident(1, IncidentKind.HANG)))
+        notes.seen(IncidentReport(incident(2, IncidentKind.NON_FINITE)))
+        await notes.run_ended(summary(), None)
+
+    asyncio.run(main())
+    assert out.read_text().split() == ["hang", "non_finite", ENDED]
+    assert said.notices("info") == [
+        "notify: hang (incident 1) told",
+        "notify: non_finite (incident 2) told",
+        "notify: ended told",
+    ]

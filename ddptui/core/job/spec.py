@@ -32,7 +32,7 @@ _SLURM_SIGNAL = re.compile(r"(?:[BR]{1,2}:)?(?:SIG)?[A-Z0-9]+(?:@\d+)?")
 NOTIFY_TRIGGERS = (
     "ended", "restart_storm", "crash", "out_of_memory", "hang", "collective_mismatch",
     "straggler", "non_finite", "node_lost", "agent_lost", "preempted", "operator_stop",
-    "refused", "launch_failed", "restarted",
+    "refused", "launch_failed", "restarted", "settings_differ", "known_bad_nccl",
 )  # fmt: skip
 NOTIFY_ALIASES = {"stall": "hang"}  # the word operators use for what the story calls a hang
 DEFAULT_NOTIFY_ON = ("ended", "hang", "restart_storm", "non_finite")

@@ -11,9 +11,10 @@ teardown, not a detach), a restart storm (STORM_RESTARTS restart rounds within S
 or an incident of a kind the operator named. Each incident is told once, however often the
 story updates it; the keys told are kept in the run directory, so a session that attaches to
 the run again does not tell them again. A command that fails (exit status, not found, past
-its timeout) is a warning in the run, never the run's failure; it runs on a thread, so the
-session's event loop never waits for it, except at the run's end, where the last ones are
-given up to their timeout before the summary is said.
+its timeout) is a warning in the run, never the run's failure. The commands run one at a
+time, in the order they were due, on a thread: the session's event loop never waits for
+them, except at the run's end, where the last ones get their timeout each before the summary
+is said.
 """
 
 from __future__ import annotations
@@ -230,6 +231,7 @@ class Notifier:
         self._latest: dict[int, Incident] = {}
         self._waiting: dict[str, tuple[str, int, asyncio.TimerHandle | None]] = {}
         self._sending: set[asyncio.Future[None]] = set()
+        self._in_turn: asyncio.Lock | None = None  # one command at a time, in order
 
     @classmethod
     def for_job(cls, spec: JobSpec, run: RunDir, emit: Callable[[Event], None]) -> Notifier | None:
@@ -311,8 +313,12 @@ class Notifier:
         task.add_done_callback(self._sending.discard)
 
     async def _deliver(self, note: Notification) -> None:
-        stdin = (json.dumps(note.to_dict()) + "\n").encode()
-        failed = await asyncio.to_thread(run_command, self.command, stdin, note.env(), self.timeout)
+        self._in_turn = self._in_turn or asyncio.Lock()
+        async with self._in_turn:  # a lock's waiters are woken in the order they came
+            stdin = (json.dumps(note.to_dict()) + "\n").encode()
+            failed = await asyncio.to_thread(
+                run_command, self.command, stdin, note.env(), self.timeout
+            )
         if failed:
             self.emit(Notice("warning", f"notify: {note.what()} not told: the command {failed}"))
         else:
