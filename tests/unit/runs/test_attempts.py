@@ -130,13 +130,11 @@ def test_a_console_that_attaches_again_replays_no_attempt() -> None:
 def test_the_last_attempt_ends_as_the_run_does_and_a_detached_run_goes_on() -> None:
     book = AttemptBook.launched("r1", T0)
     book.finish("detached", "detached: the job runs on", None)
-    assert book.current.ended is None and book.current.outcome == ""
+    left = book.current
+    assert left.ended is None and left.outcome == ""
     book.finish("failed", "rank 3 failed", T0 + 60)
-    assert (book.current.ended, book.current.outcome, book.current.detail) == (
-        T0 + 60,
-        "failed",
-        "rank 3 failed",
-    )
+    ended = book.current
+    assert (ended.ended, ended.outcome, ended.detail) == (T0 + 60, "failed", "rank 3 failed")
 
 
 def test_a_row_without_attempts_has_its_launch_ending_as_the_row() -> None:
