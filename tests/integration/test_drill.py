@@ -91,6 +91,10 @@ def _assert_drilled(events: list[dict[str, Any]], handler: str, tmp_path: Path) 
     assert all(events[i]["clean"] for i in teardown), [events[i] for i in teardown]
     summary = events[-1]
     assert summary["stopped_by"] == "operator", summary
+    assert "ended by a drill (" in summary["detail"], summary["detail"]
+    assert any(  # the story tells the drill's outcome as the operator's stop
+        e["event"] == "incident" and e["summary"] == drill["headline"] for e in events
+    ), [e for e in events if e["event"] == "incident"]
     run_dir = Path(summary["run_dir"])
     kept = json.loads((run_dir / "drill.json").read_text())
     assert kept["ranks"] == rows

@@ -701,7 +701,8 @@ class Session:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
         elif stopped_by == StopReason.OPERATOR and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
-            detail = f"torn down by the operator ({done}/{len(ranks)} ranks done)"
+            how = "torn down by the operator" if self._drill is None else "ended by a drill"
+            detail = f"{how} ({done}/{len(ranks)} ranks done)"
             if told and told.stall and told.stall.deadlock:
                 halves = " and ".join(
                     f"ranks {', '.join(map(str, g.ranks))} in {g.collective or 'a collective'}"
