@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddptui import __version__
@@ -320,11 +321,12 @@ def _flags_before_command(argv: list[str]) -> tuple[str, list[str]] | None:
 
 
 def _open_run(run_id: str) -> RunDir:
-    """A run id, a run directory, or the id of the Slurm job a run used."""
+    """A run id, a run directory, or the id of the Slurm job a run used; a run relaunched
+    since (history's one row for its attempts): its latest attempt's directory."""
     from ddptui.core.runs.run_dir import RunDir
 
     try:
-        return RunDir.open(run_id)
+        return _latest_attempt(RunDir.open(run_id))
     except FileNotFoundError:
         if not run_id.isdigit():
             raise
@@ -336,6 +338,19 @@ def _open_run(run_id: str) -> RunDir:
                 f"no run {run_id!r}, and no run used Slurm job {run_id}"
             ) from None
         return found
+
+
+def _latest_attempt(run: RunDir) -> RunDir:
+    import sqlite3
+
+    from ddptui.core.runs.history import RunHistory
+    from ddptui.core.runs.run_dir import RunDir
+
+    try:
+        latest = RunHistory().latest_attempt_dir(run.run_id)
+    except (sqlite3.Error, OSError):
+        return run  # the history is a convenience: the run directory given still opens
+    return RunDir.open(latest) if latest and Path(latest, "plan.json").is_file() else run
 
 
 def _job_again(args: argparse.Namespace) -> tuple[JobSpec, str]:

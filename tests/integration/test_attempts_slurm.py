@@ -54,7 +54,9 @@ def _assert_one_run_two_attempts(
     assert first["started"] < first["ended"] <= second["started"] < second["ended"]
     assert second["why"] == f"Slurm requeued job {job_id} (restart 1)"
     assert f"{run_id}: 2 attempts" in text, text
-    assert f"  #2 requeue (Slurm requeued job {job_id} (restart 1))" in text, text
+    first_line = next(line for line in text.splitlines() if line.startswith("  #1 launch  "))
+    assert first_line.endswith(f"requeued: Slurm requeued job {job_id} (restart 1)"), text
+    assert "\n  #2 requeue  " in text and "torn down" in text.split("  #2 requeue  ")[1], text
 
 
 def test_a_requeued_batch_job_is_one_run_with_two_attempts(

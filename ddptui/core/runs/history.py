@@ -304,6 +304,15 @@ class RunHistory:
             row = db.execute("SELECT attempts FROM runs WHERE id = ?", (run_id,)).fetchone()
         return _attempts(row["attempts"]) if row else []
 
+    def latest_attempt_dir(self, run_id: str) -> str | None:
+        """The run directory of a run's latest relaunch (None: it has none)."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT run_dir FROM runs WHERE attempt_of = ? ORDER BY started DESC, id DESC",
+                (run_id,),
+            ).fetchone()
+        return str(row["run_dir"]) if row else None
+
     def finished(self, summary: RunSummary, ended: float | None = None) -> None:
         ranks = [
             RankOutcome(
@@ -335,7 +344,8 @@ class RunHistory:
         its relaunches' attempts after its own, its outcome and records its last's."""
         self.mark_interrupted()
         last = "COALESCE((SELECT MAX(c.started) FROM runs c WHERE c.attempt_of = runs.id), started)"
-        query = f"SELECT * FROM runs WHERE attempt_of IS NULL ORDER BY {last} DESC, id DESC"
+        first = "attempt_of IS NULL OR attempt_of NOT IN (SELECT id FROM runs)"  # its own
+        query = f"SELECT * FROM runs WHERE {first} ORDER BY {last} DESC, id DESC"
         with self._db() as db:
             rows = db.execute(query + (" LIMIT ?" if limit else ""), (limit,) if limit else ())
             firsts = [_record(row) for row in rows.fetchall()]

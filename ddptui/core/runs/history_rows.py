@@ -47,13 +47,13 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
     )
 
 
-def attempt_line(attempt: Attempt, short: bool = False) -> str:
-    """`#2 requeue  04:21:26 -> 04:23:01 (1:35)  torn down: <how>`: one attempt in a line,
-    why it began after the cause where it says more than the cause."""
+def attempt_line(attempt: Attempt, short: bool = False, told: str = "") -> str:
+    """`#2 requeue  04:21 -> 04:23 (1:35)  torn down: <how>`: one attempt in a line; why it
+    began in brackets after its cause, unless `told` (the line before ended saying it)."""
     end = when(attempt.ended, short) if attempt.ended is not None else "…"
     how = attempt.outcome or "running"
     said = f"{how}: {attempt.detail}" if attempt.detail and attempt.detail != how else how
-    why = f" ({attempt.why})" if attempt.why else ""
+    why = f" ({attempt.why})" if attempt.why and attempt.why != told else ""
     span = f"{when(attempt.started, short)} -> {end} ({duration(attempt.duration)})"
     return f"#{attempt.index} {attempt.cause.value}{why}  {span}  {said}"
 
@@ -62,4 +62,5 @@ def attempt_lines(record: RunRecord, short: bool = False) -> list[str]:
     """Each attempt of a run in a line, in order; none for a run that ran once."""
     if len(record.attempts) < 2:
         return []
-    return [attempt_line(a, short) for a in record.attempts]
+    told = ["", *(a.detail for a in record.attempts[:-1])]
+    return [attempt_line(a, short, t) for a, t in zip(record.attempts, told, strict=True)]

@@ -183,7 +183,7 @@ def test_a_requeued_run_is_one_row_with_two_attempts() -> None:
     lines = attempt_lines(record)
     assert lines[0].startswith("#1 launch  ")
     assert lines[0].endswith("requeued: Slurm requeued job 77 (restart 1)")
-    assert lines[1].startswith("#2 requeue (Slurm requeued job 77 (restart 1))")
+    assert lines[1].startswith("#2 requeue  ")  # why: the line before says it
     assert lines[1].endswith("torn down: torn down by the operator")
     data = record.to_dict()
     assert [a["cause"] for a in data["attempts"]] == ["launch", "requeue"]
@@ -207,6 +207,11 @@ def test_a_relaunch_is_another_attempt_of_the_same_run_and_two_runs_stay_two() -
     assert one.status == "ok" and one.run_dir == str(again.path.resolve())
     assert len(two.attempts) == 1 and two.attempts[0].outcome == "ok"
     assert len(RunHistory().runs()) == 3  # each attempt keeps its row
+    lines = attempt_lines(one)
+    assert lines[1].startswith(f"#2 relaunch (relaunch of run {first.run_id})  "), lines
+    # a relaunch of a run no longer in the history is listed on its own
+    lost = record_run("20260101-002000-dddddd", [], again_of="20250101-000000-gone00")
+    assert [r.id for r in RunHistory().listing()][0] == lost.run_id
 
 
 def test_an_old_database_gains_the_attempts_and_keeps_its_rows(state: Path) -> None:
@@ -261,7 +266,7 @@ def test_history_prints_each_attempt_and_its_json_has_them() -> None:
     assert "20260101-000000-aaaaaa: 2 attempts" in lines
     at = lines.index("20260101-000000-aaaaaa: 2 attempts")
     assert lines[at + 1].startswith("  #1 launch ") and "restarted" in lines[at + 1]
-    assert lines[at + 2].startswith("  #2 restart (rank 1 on local0 failed")
+    assert lines[at + 2].startswith("  #2 restart  ")
     out = io.StringIO()
     print_history(None, True, out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
@@ -277,3 +282,18 @@ def test_run_again_takes_the_runs_job_and_refuses_a_script(
     run = RunDir.create("20260101-000000-aaaaaa")
     assert main(["run", "--again", run.run_id, "x.py"]) == 2
     assert "--again runs the job of run" in capsys.readouterr().err
+
+
+def test_a_relaunched_runs_id_opens_its_latest_attempt() -> None:
+    """`ddptui attach RUN_ID` (and stacks, serve) with the id history shows for the run."""
+    from ddptui.cli.main import _open_run
+
+    first = record_run("20260101-000000-aaaaaa", [])
+    later = record_run("20260101-001000-bbbbbb", [], again_of=first.run_id)
+    for run in (first, later):
+        (run.path / "plan.json").write_text("{}")
+    assert _open_run(first.run_id).path == later.path.resolve()
+    assert _open_run(later.run_id).path == later.path
+    alone = record_run("20260101-002000-cccccc", [])
+    (alone.path / "plan.json").write_text("{}")
+    assert _open_run(alone.run_id).path == alone.path
