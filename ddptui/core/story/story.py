@@ -227,6 +227,7 @@ class Story:
                     summary=f"{said}; {event.detail}",
                     domain=Domain.INFRASTRUCTURE,
                     precise=True,
+                    counts=False,  # the same loss, told by the membership: no repeat
                 )
             case MembershipChanged(change=MembershipChange.KILLED | MembershipChange.DRAINED):
                 known = self._keys.get(("left", event.node, self.round))
