@@ -178,6 +178,17 @@ def init_report(group, environ, debug_dir=""):
     return report
 
 
+def _environ():
+    """A copy of the environment, read while the script's own thread may be changing it (a
+    change during the copy is a RuntimeError: copied again)."""
+    for _ in range(5):
+        try:
+            return dict(os.environ)
+        except RuntimeError:
+            continue
+    return {}
+
+
 class SettingsReporter:
     """One rank's two reports, to its file."""
 
@@ -201,13 +212,13 @@ class SettingsReporter:
             os.close(fd)
 
     def run(self):
-        self.write(start_report(os.environ, self.debug_dir))
+        self.write(start_report(_environ(), self.debug_dir))
         deadline = time.monotonic() + INIT_WAIT_S
         while time.monotonic() < deadline:
             time.sleep(INIT_POLL_S)
             group = _default_group()
             if group is not None:
-                self.write(init_report(group, os.environ, self.debug_dir))
+                self.write(init_report(group, _environ(), self.debug_dir))
                 return
 
 
