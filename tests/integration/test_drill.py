@@ -140,21 +140,26 @@ def test_ssh_drill_times_every_rank_on_every_host(
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("mode", ["salloc", "sbatch"])
+@pytest.mark.parametrize(
+    ("mode", "handler"), [("salloc", "none"), ("sbatch", "none"), ("srun", "slow")]
+)
 def test_slurm_drill_times_every_rank_against_the_grace_and_the_warning(
-    slurm_cluster: SlurmCluster, tmp_path: Path, mode: str
+    slurm_cluster: SlurmCluster, tmp_path: Path, mode: str, handler: str
 ) -> None:
     """Without a handler of its own, a worker ends by USR1 in either mode (its disposition is
-    a plain torchrun's); Slurm's warning (`--slurm-signal USR1@5`) is the lead time each
-    rank's exit is also held against."""
+    a plain torchrun's); an srun task (`--launch srun`: no torchrun) whose handler outlasts
+    the grace gets SIGKILL, each node drilling its own tasks alone (srun direct's one tag is
+    every node's). Slurm's warning (`--slurm-signal USR1@5`) is the lead time each rank's
+    exit is also held against."""
+    how = ("--launch", "srun") if mode == "srun" else ("--slurm-mode", mode)
     proc = slurmrun.start(
         slurm_cluster,
         tmp_path,
-        *("--slurm-mode", mode, "--nproc-per-node", "1", "--lines"),
+        *(*how, "--nproc-per-node", "1", "--lines"),
         *("--slurm-signal", "USR1@5", "--time", "10"),
-        *("--stop-signal", "USR1", "--grace", str(GRACE_S), *_job("none", tmp_path)),
+        *("--stop-signal", "USR1", "--grace", str(GRACE_S), *_job(handler, tmp_path)),
     )
-    drill = _assert_drilled(_drill(proc, tmp_path / "state"), "none", tmp_path)
+    drill = _assert_drilled(_drill(proc, tmp_path / "state"), handler, tmp_path)
     assert drill["lead_s"] == 5
     assert {r["node"] for r in drill["ranks"]} == set(slurmrun.NODES)
     assert slurmrun.left_on_nodes(slurm_cluster.tb) == {}

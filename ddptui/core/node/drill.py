@@ -9,6 +9,7 @@ proof that nothing is left) is the reaper's, which the console runs next.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -24,13 +25,25 @@ MAX_WAIT_S = 10.0  # the most a node waits for the drill's time (a clock far ahe
 RANK_VARS = ((b"RANK", b"LOCAL_RANK"), (b"SLURM_PROCID", b"SLURM_LOCALID"))
 
 
-def _rank_in_env(pid: int) -> tuple[int, int | None] | None:
-    """(rank, local rank) from the process's environment; None for a process of no rank."""
+def _env_of(pid: int) -> dict[bytes, bytes]:
+    """The process's environment ({} once it is gone)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            items = dict(item.partition(b"=")[::2] for item in f.read().split(b"\0") if item)
+            return dict(item.partition(b"=")[::2] for item in f.read().split(b"\0") if item)
     except OSError:
-        return None
+        return {}
+
+
+def _on_this_node(pid: int, node: bytes) -> bool:
+    """Whether a process of the job runs on this Slurm node: an srun task says where
+    (SLURMD_NODENAME), and where nodes share one process table (test hosts that are network
+    namespaces of one machine) the job's tag alone does not, for srun direct's one tag."""
+    return _env_of(pid).get(b"SLURMD_NODENAME", node) == node
+
+
+def _rank_in_env(pid: int) -> tuple[int, int | None] | None:
+    """(rank, local rank) from the process's environment; None for a process of no rank."""
+    items = _env_of(pid)
     for rank_var, local_var in RANK_VARS:
         rank = items.get(rank_var, b"")
         if rank.isdigit():
@@ -93,6 +106,9 @@ def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "", at: 
     if at:
         time.sleep(min(max(0.0, float(at) - time.time()), MAX_WAIT_S))
     pids = [p for p in _tagged(tag) if is_alive(p)]
+    node = os.environ.get("SLURMD_NODENAME", "").encode()
+    if node:
+        pids = [p for p in pids if _on_this_node(p, node)]
     workers, agents = split_workers(pids)
     ranks = ranks_of(workers)
     sent = time.time()
