@@ -12,8 +12,8 @@ carries every `.jsonl` of that folder to the console, collective_follow.py):
   driver from `/proc/driver/nvidia/version`, and the `NCCL_*`, `TORCH_NCCL_*`,
   `TORCH_DISTRIBUTED_*` and `GLOO_*` environment: torch is never imported for it, so the
   report is on its way seconds before the rank's first step;
-- once the script's default process group exists (`"stage": "init"`; looked for twice a
-  second, at most INIT_WAIT_S): what only the running torch knows, read from the modules the
+- once the script's default process group exists (`"stage": "init"`; looked for every
+  INIT_POLL_S, at most INIT_WAIT_S: a group destroyed sooner goes without it): what only the running torch knows, read from the modules the
   script imported (the NCCL it loaded, the group's backend and timeout), and the environment
   again, as the script may have changed it before init_process_group.
 
@@ -32,7 +32,7 @@ SETTINGS_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_")
 SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 SETTINGS_FILE = "settings_rank_{rank}.jsonl"
 DEBUG_DIR_WORD = "${DDPTUI_DEBUG_DIR}"
-INIT_POLL_S = 0.5
+INIT_POLL_S = 0.2  # a look costs a dict lookup; a group that lives less may go unseen
 INIT_WAIT_S = 1800.0  # a rendezvous may wait this long for its nodes; then the thread ends
 
 
