@@ -18,6 +18,7 @@ from ddptui.core.events import (
 )
 from ddptui.core.monitor.cycles import RestartCycle
 from ddptui.core.monitor.lighthouse import QuorumChange
+from ddptui.core.story.goodput import Goodput
 from ddptui.core.story.incident import Incident
 
 
@@ -47,6 +48,8 @@ class RunSummary(Event):
     # (the first line of `detail`).
     incidents: tuple[Incident, ...] = ()
     headline: str = ""
+    # Where the wall time went (core/story/goodput.py): stepping, launch, restarts, stalls...
+    goodput: Goodput | None = None
 
     kind = "summary"
     followed = True
@@ -61,6 +64,7 @@ class RunSummary(Event):
         data["straggler"] = self.straggler.to_dict() if self.straggler else None
         data["metrics"] = {name: plain_number(v) for name, v in self.metrics.items()}
         data["incidents"] = [incident.to_dict() for incident in self.incidents]
+        data["goodput"] = self.goodput.to_dict() if self.goodput else None
         data["ranks"] = [
             {
                 "rank": r.rank,

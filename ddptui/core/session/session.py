@@ -50,6 +50,7 @@ from ddptui.core.session.membership import Membership, NodeAction, NodeActionKin
 from ddptui.core.session.notify import Notifier
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
+from ddptui.core.story.goodput import GoodputAccount
 from ddptui.core.story.incident import IncidentReport
 from ddptui.core.story.story import Story, said_aloud
 
@@ -106,6 +107,7 @@ class Session:
         self._followers: list[asyncio.Future[None]] = []
         self._followed = asyncio.Event()  # a follower was added (a spare joined)
         self.story = Story()
+        self.goodput = GoodputAccount()  # where the wall time goes, for the summary
         self.notifier = Notifier.for_job(spec, self.run, self.emit)  # None: no --notify
 
     @property
@@ -125,6 +127,7 @@ class Session:
             self.collector.watch(event)
         self._emit_to(event)
         self._phase_changed(self.phase.seen(event))
+        self._emit_all(self.goodput.seen(event))
         match event:
             case MetricSampled():
                 self.run.record_metric(event)
@@ -447,6 +450,7 @@ class Session:
                     self.emit(event)
                     if isinstance(event, StallReport) and not event.groups:
                         self.request_stacks()
+            self._emit_all(self.goodput.tick(time.time()))
 
     def _probe_world(self) -> None:
         """No complete world yet: ask the nodes who listens on the rendezvous port, in the
@@ -751,6 +755,7 @@ class Session:
             quorums=told.quorums if told else (),
             incidents=tuple(self.story.incidents),
             headline=detail.split("\n", 1)[0],
+            goodput=self.goodput.final(time.time()),
         )
         if self.notifier is not None:  # told before the summary is said: its notices too
             await self.notifier.run_ended(summary, self.story.lead())
