@@ -34,6 +34,13 @@ JOB = ""  # the console puts the job here (base64 JSON), never on the command li
 
 POLL_S = 0.05
 POLL_MAX_S = 0.25  # a log gone quiet is looked at 4 times a second, not 20 (see _pause)
+# The log's last line when the job ended unrecorded (_unrecorded, _exit_from_log).
+SUPERVISOR_GONE = (
+    "ddptui: the node's job supervisor was killed and the job's command has ended: its exit, "
+    "never recorded, is taken from its log as {code}\n"
+)
+AGENT_DONE = b"Done waiting for other agents"  # torchrun's last line after a success
+AGENT_FAILED = b"ChildFailedError"  # torchrun's report of a failed worker, as it exits 1
 
 
 def _paths(log_path: str) -> dict[str, str]:
@@ -285,7 +292,7 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
         sampler.start()
     follower = CollectiveFollower.beside(paths["log"], write) if tag else None
     try:
-        return _copy_log(paths, int(offset_arg), write, follower)
+        return _copy_log(paths, int(offset_arg), write, follower, tag)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -293,8 +300,39 @@ def tail(log_path: str, offset_arg: str, tag: str = "", gpu_ms: str = "0") -> in
             follower.close()
 
 
+def _unrecorded(paths: dict[str, str]) -> bool:
+    """Whether the job has ended with nobody left to record how: the process that started
+    it and waits for it (its supervisor) is gone (killed, or its host's processes were),
+    and so is the job's command, with no exit written. Without this look the tail would wait
+    for an exit file forever."""
+    try:
+        with open(paths["pid"]) as f:
+            agent, supervisor = (int(word) for word in f.read().split()[:2])
+    except (OSError, ValueError):
+        return False
+    if is_alive(supervisor) or is_alive(agent):
+        return False
+    return not os.path.exists(paths["exit"])
+
+
+def _exit_from_log(log_path: str) -> int:
+    """The exit code of a torchrun agent whose end nobody recorded, from its log's end:
+    0 after its success's last line, 1 after a worker's failure report, else -9 (it ended
+    without a word: killed, with the supervisor that was waiting for it)."""
+    with open(log_path, "rb") as f:
+        f.seek(max(0, os.path.getsize(log_path) - (1 << 16)))
+        end = f.read()
+    if AGENT_FAILED in end:
+        return 1
+    return 0 if AGENT_DONE in end else -9
+
+
 def _copy_log(
-    paths: dict[str, str], offset: int, write: Any, follower: CollectiveFollower | None = None
+    paths: dict[str, str],
+    offset: int,
+    write: Any,
+    follower: CollectiveFollower | None = None,
+    tag: str = "",
 ) -> int:
     while not os.path.exists(paths["log"]):
         if os.path.exists(paths["exit"]):
@@ -326,6 +364,15 @@ def _copy_log(
                 idle = 0.0
                 if _stdout_closed():
                     return 0
+                if _unrecorded(paths):
+                    if tag:
+                        orphans(tag)
+                    code = _exit_from_log(paths["log"])
+                    with open(paths["log"], "a") as log:
+                        log.write(SUPERVISOR_GONE.format(code=code))
+                    _write_private(paths["exit"] + ".tmp", f"{code}\n")
+                    os.replace(paths["exit"] + ".tmp", paths["exit"])
+                    continue  # the rest of the log, then the exit as recorded
                 # A heartbeat on stderr lets the console tell a quiet job from a dead link.
                 sys.stderr.write("\n")
                 sys.stderr.flush()
