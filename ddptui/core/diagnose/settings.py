@@ -23,6 +23,7 @@ from ddptui.core.node.rank_settings import SECRET_WORDS, SETTINGS_KEY
 __all__ = ["SETTINGS_KEY", "SettingsReport", "SettingsWatch", "compare", "bad_nccl"]
 
 SETTLE_S = 10.0  # the reports of a job whose ranks never all report are compared this late
+COMPARE_EVERY_S = 1.0  # once said, compared again at most this often (the session's tick)
 SECRET_SHOWN = "***"  # a secret variable's value: its presence is compared, never its value
 # The settings that are versions, in the order they are said, and their words.
 VERSIONS = (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver"))
@@ -168,6 +169,11 @@ class RankSettings:
         if self.pg_timeout_s is not None:
             out[TIMEOUT_WORDS] = f"{self.pg_timeout_s:g} s"
         return out
+
+
+def _compared(report: RankSettings) -> tuple[Any, ...]:
+    """What of a report the comparison reads (not its stage, host or node)."""
+    return (report.rank, report.nccl, tuple(report.known().items()), tuple(report.env.items()))
 
 
 def _text(value: Any) -> str | None:
@@ -379,7 +385,8 @@ class SettingsReport(Event):
 
 class SettingsWatch:
     """The ranks' reports as they come, compared once all are in (or SETTLE_S after the
-    first), then again with each report that changes what differs."""
+    first), then again, at most once a COMPARE_EVERY_S, when a report changed what is
+    compared: a thousand ranks' reports of their group cost a few comparisons, not one each."""
 
     def __init__(
         self,
@@ -397,6 +404,9 @@ class SettingsWatch:
         self.reports: dict[tuple[str, int], RankSettings] = {}
         self.first: float | None = None
         self.said: tuple[tuple[str, ...], tuple[str, ...], bool, bool] | None = None
+        self._initialised: set[tuple[str, int]] = set()  # ranks whose group exists
+        self._dirty = False  # a report changed what is compared since the last comparison
+        self._compared_at = 0.0
         self.last: SettingsReport | None = None
 
     def seen(self, node: str, line: Mapping[str, Any], now: float) -> list[Event]:
@@ -408,26 +418,35 @@ class SettingsWatch:
             report = replace(report, rank=report.rank + self.offsets[node])
         key = (node, report.local_rank)
         old = self.reports.get(key)
-        self.reports[key] = old.merged(report) if old is not None else report
+        new = old.merged(report) if old is not None else report
+        self.reports[key] = new
         self.first = now if self.first is None else self.first
-        return self._judged(now)
-
-    def world(self, size: int) -> list[Event]:
-        """The rendezvous said how many ranks the job has."""
-        self.expected = size
-        return []
+        if new.stage == "init":
+            self._initialised.add(key)
+        if self.said is None:
+            return self._judged(now)
+        flips = not self.said[3] and len(self._initialised) >= len(self.reports)
+        if old is None or _compared(old) != _compared(new) or flips:
+            self._dirty = True  # compared at most once a COMPARE_EVERY_S (tick or here)
+        return self._judged(now) if now - self._compared_at >= COMPARE_EVERY_S else []
 
     def tick(self, now: float) -> list[Event]:
-        """The first comparison of a job whose ranks did not all report within SETTLE_S."""
-        return self._judged(now) if self.said is None and self.first is not None else []
+        """The first comparison of a job whose ranks did not all report within SETTLE_S, and
+        the one a report held back (COMPARE_EVERY_S)."""
+        if self.first is None:
+            return []
+        return self._judged(now) if self.said is None or self._dirty else []
 
     def _judged(self, now: float) -> list[Event]:
         reports = list(self.reports.values())
         complete = self.expected is not None and len(reports) >= self.expected
         if self.said is None and not complete and now - (self.first or now) < self.settle_s:
             return []
+        if self.said is not None and not self._dirty:
+            return []
+        self._dirty, self._compared_at = False, now
         differences, bad = compare(reports), bad_nccl(reports)
-        initialised = complete and all(r.stage == "init" for r in reports)
+        initialised = complete and len(self._initialised) >= len(reports)
         key = (
             tuple(d.describe() for d in differences),
             tuple(b.describe() for b in bad),

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ddptui.core.diagnose.settings import (
     KNOWN_BAD_NCCL,
     SETTINGS_KEY,
     RankSettings,
+    SettingDifference,
     SettingsReport,
     SettingsWatch,
     advisory_for,
@@ -18,6 +21,7 @@ from ddptui.core.diagnose.settings import (
     rank_ranges,
     release,
 )
+from ddptui.core.events import Event
 from ddptui.core.job.secret_env import SECRET_WORDS
 from ddptui.core.node import rank_settings
 from ddptui.core.runs.event_log import decode_event
@@ -180,9 +184,13 @@ def test_the_watch_compares_once_every_rank_reported_and_again_on_change() -> No
     # the same again (a later stage, nothing else changed): nothing said
     assert watch.seen("node2", line(3, 1, {"NCCL_IB_DISABLE": "1"}, stage="init"), 101.0) == []
     # the script set the variable on node1 too before init: the difference is gone
-    watch.seen("node1", line(0, 0, {"NCCL_IB_DISABLE": "1"}, stage="init"), 102.0)
-    (report,) = watch.seen("node1", line(1, 1, {"NCCL_IB_DISABLE": "1"}, stage="init"), 102.1)
+    (report,) = watch.seen("node1", line(0, 0, {"NCCL_IB_DISABLE": "1"}, stage="init"), 102.0)
+    assert isinstance(report, SettingsReport) and report.differences[0].ranks == (1,)
+    # compared again at most once a second: the next report waits for the session's tick
+    assert watch.seen("node1", line(1, 1, {"NCCL_IB_DISABLE": "1"}, stage="init"), 102.1) == []
+    (report,) = watch.tick(103.0)
     assert isinstance(report, SettingsReport) and report.differences == ()
+    assert watch.tick(104.0) == []
 
 
 def test_a_rank_that_never_reports_holds_the_comparison_back_only_so_long() -> None:
@@ -254,7 +262,11 @@ def test_the_watch_says_it_once_more_when_every_group_is_up() -> None:
         watch.seen("node1", line(0, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.0)
         == []
     )
-    (up,) = watch.seen("node2", line(1, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.1)
+    assert (
+        watch.seen("node2", line(1, 0, stage="init", backend="gloo", pg_timeout_s=1800.0), 3.1)
+        == []
+    )
+    (up,) = watch.tick(4.0)
     assert isinstance(up, SettingsReport) and up.differences == ()
     assert up.common["process group timeout"] == "1800 s" and up.common["backend"] == "gloo"
 
@@ -306,3 +318,33 @@ def test_a_restart_does_not_end_a_difference_the_next_round_runs_with() -> None:
     (over,) = story.seen(SettingsReport(4, 4, ts=102.0))  # fixed for the round after
     assert over.incident.number == first.incident.number and over.incident.over
     assert [i.kind for i in story.incidents].count(IncidentKind.SETTINGS_DIFFER) == 1
+
+
+def test_a_big_job_s_reports_cost_a_few_comparisons_not_one_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thousand ranks' reports of their group (and a restarted round's, the same again)
+    are compared at most once a second, not once a report."""
+    from ddptui.core.diagnose import settings as module
+
+    calls: list[int] = []
+    real = module.compare
+
+    def counted(reports: list[RankSettings]) -> tuple[SettingDifference, ...]:
+        calls.append(len(reports))
+        return real(reports)
+
+    monkeypatch.setattr(module, "compare", counted)
+    watch = SettingsWatch(expected=1024)
+    for rank in range(1024):
+        watch.seen(f"node{rank // 8}", line(rank, rank % 8), 1.0)
+    assert len(calls) == 1
+    said: list[Event] = []
+    for t in (2.0, 4.0):  # the groups come up; then a restart's workers say the same again
+        for rank in range(1024):
+            report = line(rank, rank % 8, stage="init", backend="gloo", pg_timeout_s=1800.0)
+            said += watch.seen(f"node{rank // 8}", report, t + rank / 2048)
+        said += watch.tick(t + 1.0)
+    assert len(calls) <= 4, len(calls)
+    (up,) = said
+    assert isinstance(up, SettingsReport) and up.common["backend"] == "gloo"
