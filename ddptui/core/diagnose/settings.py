@@ -364,7 +364,8 @@ class SettingsReport(Event):
     common: Mapping[str, str] = field(default_factory=dict)
 
     kind = "settings"
-    followed = True
+    recorded = True  # events.jsonl keeps it: the nodes' logs do not carry the reports
+    followed = True  # a console following the run reads it back
 
     @property
     def complete(self) -> bool:
