@@ -39,7 +39,7 @@ class NcclAdvisory:
 
     versions: tuple[str, ...]  # the releases it names, as X.Y.Z
     what: str
-    fixed_in: str
+    fixed_in: str  # the release its source names as free of it; "": the source names none
     sources: tuple[str, ...]
 
 
@@ -47,7 +47,7 @@ class NcclAdvisory:
 KNOWN_BAD_NCCL = (
     NcclAdvisory(
         ("2.17.1",),
-        "ncclCommAbort hangs, so destroying a process group (or torch's watchdog abort) hangs",
+        "ncclCommAbort hangs, so destroying a process group hangs (found in that release only)",
         "2.18.1",
         ("https://github.com/pytorch/pytorch/issues/119215",),
     ),
@@ -55,8 +55,8 @@ KNOWN_BAD_NCCL = (
         ("2.18.1",),
         "Tree with LL128 can corrupt data where a NIC shares a PCI switch with one GPU (HGX "
         "H100; NCCL_PROTO=^LL128 avoids it), and bfloat16 reductions over IB SHARP hang with "
-        "fewer NICs than GPUs",
-        "2.18.3",
+        "fewer NICs than GPUs (known issues of the release)",
+        "",
         ("https://docs.nvidia.com/deeplearning/nccl/release-notes/rel_2-18-1.html",),
     ),
     NcclAdvisory(
@@ -261,8 +261,9 @@ class BadNccl:
     def describe(self, sources: bool = True) -> str:
         """`NCCL 2.25.1 on every rank: ncclCommAbort hangs ...; fixed in 2.26.2 (URL)`."""
         where = "every rank" if self.everywhere else self.group.where()
-        said = f"NCCL {self.version} on {where}: {self.advisory.what}; "
-        said += f"fixed in {self.advisory.fixed_in}"
+        said = f"NCCL {self.version} on {where}: {self.advisory.what}"
+        if self.advisory.fixed_in:
+            said += f"; fixed in {self.advisory.fixed_in}"
         return said + (f" ({' '.join(self.advisory.sources)})" if sources else "")
 
     def to_dict(self) -> dict[str, Any]:

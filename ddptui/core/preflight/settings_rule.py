@@ -73,9 +73,11 @@ def check_settings(obs: Observations) -> list[Finding]:
             out.append(Finding(name, CHECK, status, detail, fix))
         if report.nccl in bad:
             found = bad[report.nccl]
-            fix = (
-                f"use NCCL {found.advisory.fixed_in} or later ({' '.join(found.advisory.sources)})"
-            )
+            sources = " ".join(found.advisory.sources)
+            if found.advisory.fixed_in:
+                fix = f"use NCCL {found.advisory.fixed_in} or later ({sources})"
+            else:
+                fix = f"use another NCCL release, or the workaround its source gives ({sources})"
             detail = f"NCCL {report.nccl}: {found.advisory.what}"
             out.append(Finding(name, CHECK, WARN, detail, fix))
         if not mine and report.nccl not in bad:

@@ -66,3 +66,13 @@ def test_a_node_whose_python_does_not_run_is_skipped() -> None:
     obs = healthy()
     obs.facts["node2"]["python"] = {"error": "bash: conda: command not found"}
     assert cell(evaluate(obs), "node2", "settings").status == "skip"
+
+
+def test_a_known_bad_nccl_without_a_named_fix_points_at_its_source() -> None:
+    obs = healthy()
+    for node in ("node1", "node2", "node3"):
+        obs.facts[node]["python"]["nccl"] = "2.18.1"
+    (warned,) = [f for f in check_settings(obs) if f.node == "node2"]
+    assert warned.status == "warn" and "NCCL_PROTO=^LL128" in warned.detail
+    assert warned.fix.startswith("use another NCCL release, or the workaround its source gives")
+    assert "rel_2-18-1.html" in warned.fix
