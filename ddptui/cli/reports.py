@@ -30,8 +30,8 @@ from ddptui.core.runs.settle import settle_detached
 
 MARK = {"ok": "✓", "warn": "!", "fail": "✗", "skip": "-"}
 # What gives way at 80 columns: the backend first (WHERE says it), then the profile, the
-# duration, the hosts; the run id (typed again to attach), the outcome, its attempts, the
-# ranks and what happened (the story's lead) are never cut.
+# duration, the hosts, the goodput; the run id (typed again to attach), the outcome, its
+# attempts, the ranks and what happened (the story's lead) are never cut.
 HISTORY_TABLE = (
     Column("RUN"),
     Column("STARTED"),
@@ -41,6 +41,7 @@ HISTORY_TABLE = (
     Column("WHERE", min_width=13, drop=4),
     Column("OUTCOME"),
     Column("ATTEMPTS", "ATT"),
+    Column("GOODPUT", "GOOD", drop=5),
     Column("RANKS", min_width=16),
     Column("WHAT HAPPENED", min_width=18),
 )

@@ -23,6 +23,7 @@ from ddptui.core.job.profiles import bundled_trainer
 from ddptui.core.job.spec import JobSpec, make_spec
 from ddptui.core.runs.attempts import Attempt, AttemptCause
 from ddptui.core.runs.history import RunHistory
+from ddptui.core.runs.history_rows import HISTORY_COLUMNS
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 from ddptui.ui.app import DdpApp
@@ -35,6 +36,7 @@ from .conftest import SIZE, job_screen, local_spec, tagged_pids, wait_for, wait_
 from .screen_host import ScreenHost
 
 T0 = 1767225600.0  # 2026-01-01 00:00:00 UTC
+RANKS = HISTORY_COLUMNS.index("RANKS")
 
 
 def fake_run(
@@ -101,7 +103,7 @@ async def test_history_lists_opens_and_relaunches(three_runs: list[str]) -> None
         rows = table_rows(screen)
         assert [r[0] for r in rows] == three_runs
         assert [r[6] for r in rows] == ["interrupted", "failed", "ok"]
-        assert rows[1][8] == "3/4 done, r2 failed (exit 1)" and rows[2][8] == "1/1 done"
+        assert rows[1][RANKS] == "3/4 done, r2 failed (exit 1)" and rows[2][RANKS] == "1/1 done"
         assert [r[7] for r in rows] == ["1", "1", "1"]  # each ran once
         assert rows[1][3] == "elastic-ddp"
 
@@ -232,7 +234,7 @@ async def test_a_console_killed_mid_run_leaves_an_interrupted_run_with_readable_
             assert isinstance(screen, HistoryScreen)
             (row,) = table_rows(screen)
             assert (row[0], row[6]) == (run_id, "interrupted")
-            assert "0/4 done" in row[7]
+            assert "0/4 done" in row[RANKS]
             await pilot.press("o")
             await wait_for(pilot, lambda: isinstance(app.screen, PastRunScreen), "the run")
             past = app.screen

@@ -47,6 +47,7 @@ from ddptui.core.runs.attempts import (
 from ddptui.core.runs.history_schema import SCHEMA_VERSION, migrate
 from ddptui.core.runs.run_dir import PRIVATE_FILE, RunDir, private_dir, state_dir
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.story.goodput import Goodput
 
 DB_NAME = "history.sqlite3"
 RUNNING, INTERRUPTED = "running", "interrupted"
@@ -94,6 +95,7 @@ class RunRecord:
     # Its attempts, in order (one at least); `attempt_of`: the run this row relaunched.
     attempts: tuple[Attempt, ...] = ()
     attempt_of: str | None = None
+    goodput: Goodput | None = None  # where its wall time went (None: it recorded no end)
 
     def where_text(self, short: bool = False) -> str:
         """The Slurm job, or the hosts, the run used; `short`: the hosts as one range
@@ -136,7 +138,14 @@ class RunRecord:
         data["hosts"] = list(self.hosts)
         data["ranks"] = [r.__dict__ for r in self.ranks]
         data["attempts"] = [a.to_dict() for a in self.attempts]
+        data["goodput"] = self.goodput.to_dict() if self.goodput else None
         return data
+
+    def goodput_text(self) -> str:
+        """`62%`: the share of its wall time the ranks stepped; `-` where it is not known."""
+        if self.goodput is None or self.goodput.wall_s <= 0:
+            return "-"
+        return f"{self.goodput.fraction:.0%}"
 
     def run(self) -> RunDir:
         return RunDir(Path(self.run_dir))
@@ -329,6 +338,7 @@ class RunHistory:
             verdict=json.dumps(summary.to_dict()["verdict"]) if summary.verdict else "",
             console_pid=None,
             metrics=json.dumps({k: plain_number(v) for k, v in summary.metrics.items()}),
+            goodput=json.dumps(summary.goodput.to_dict()) if summary.goodput else "",
         )
 
     def runs(self, limit: int | None = None) -> list[RunRecord]:
@@ -425,6 +435,7 @@ def _record(row: sqlite3.Row) -> RunRecord:
             )
         ),
         attempt_of=row["attempt_of"],
+        goodput=_goodput(row["goodput"]),
     )
 
 
@@ -435,6 +446,13 @@ def _attempts_so_far(db: sqlite3.Connection, run_id: str) -> int:
         "SELECT attempts FROM runs WHERE id = ? OR attempt_of = ?", (run_id, run_id)
     ).fetchall()
     return sum(len(_attempts(row["attempts"])) or 1 for row in rows)
+
+
+def _goodput(text: str | None) -> Goodput | None:
+    try:
+        return Goodput.from_dict(json.loads(text)) if text else None
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _attempts(text: str | None) -> list[Attempt]:

@@ -8,8 +8,8 @@ from ddptui.core.runs.attempts import Attempt
 from ddptui.core.runs.history import RunRecord
 
 HISTORY_COLUMNS = (
-    "RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "ATTEMPTS", "RANKS",
-    "WHAT HAPPENED",
+    "RUN", "STARTED", "TIME", "PROFILE", "BACKEND", "WHERE", "OUTCOME", "ATTEMPTS", "GOODPUT",
+    "RANKS", "WHAT HAPPENED",
 )  # fmt: skip
 
 
@@ -42,6 +42,7 @@ def history_row(record: RunRecord, short: bool = False) -> tuple[str, ...]:
         record.where_text(short),
         record.status,
         str(len(record.attempts) or 1),
+        record.goodput_text(),
         record.ranks_text(),
         record.detail.split("\n", 1)[0],  # the story's lead, as the summary opens with it
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 4  # 2: the `verdict` or the `metrics` column; 3: both; 4: the attempts
-# (`attempts`, `attempt_of`). An older database gains what it lacks, its rows kept.
+SCHEMA_VERSION = 5  # 2: the `verdict` or the `metrics` column; 3: both; 4: the attempts
+# (`attempts`, `attempt_of`); 5: `goodput`. An older database gains what it lacks, its rows
+# kept.
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -29,7 +30,8 @@ CREATE TABLE IF NOT EXISTS runs (
     verdict TEXT NOT NULL DEFAULT '',
     metrics TEXT NOT NULL DEFAULT '{}',
     attempts TEXT NOT NULL DEFAULT '[]',
-    attempt_of TEXT
+    attempt_of TEXT,
+    goodput TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
 """
@@ -52,5 +54,7 @@ def migrate(db: sqlite3.Connection) -> None:
             db.execute("ALTER TABLE runs ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]'")
         if "attempt_of" not in columns:
             db.execute("ALTER TABLE runs ADD COLUMN attempt_of TEXT")
+        if "goodput" not in columns:
+            db.execute("ALTER TABLE runs ADD COLUMN goodput TEXT NOT NULL DEFAULT ''")
         db.execute("CREATE INDEX IF NOT EXISTS runs_attempt_of ON runs (attempt_of)")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

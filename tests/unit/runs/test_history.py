@@ -17,6 +17,7 @@ from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.history import RunHistory, RunRecorder, history_path
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.story.goodput import AttemptGoodput, Goodput, GoodputSplit
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +148,7 @@ def test_history_cli_lists_newest_first(capsys: pytest.CaptureFixture[str]) -> N
         "WHERE",
         "OUTCOME",
         "ATTEMPTS",
+        "GOODPUT",
         "RANKS",
         "WHAT",
         "HAPPENED",
@@ -204,3 +206,25 @@ def test_the_verdict_is_kept_and_a_schema_1_database_gains_its_column(state: Pat
     (record,) = RunHistory().runs()
     assert record.verdict["rank"] == 1 and record.verdict["signature"] == "collective_mismatch"
     assert record.to_dict()["verdict"]["outlook"] == "fix_first"
+
+
+def test_a_runs_goodput_is_kept_and_shown_as_its_stepping_share(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = RunDir.create("20250101-000020-ffffff")
+    RunHistory().started(run, make_spec(script="t.py"), started=1000.0)
+    split = GoodputSplit(stepping=62.0, launch=20.0, restart=8.0, teardown=10.0)
+    attempts = (
+        AttemptGoodput(0, 1000.0, 1050.0, GoodputSplit(stepping=30.0, launch=20.0)),
+        AttemptGoodput(1, 1050.0, 1100.0, GoodputSplit(stepping=32.0, restart=8.0, teardown=10.0)),
+    )
+    goodput = Goodput(1000.0, 1100.0, split, attempts)
+    RunHistory().finished(summary(run.run_id, run.path, goodput=goodput), ended=1100.0)
+    (record,) = RunHistory().runs()
+    assert record.goodput == goodput and record.goodput_text() == "62%"
+    assert main(["history", "--wide"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert row[header.index("GOODPUT") :].startswith("62%")
+    assert main(["history", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert data["goodput"]["parts"]["restart"] == 8.0 and data["goodput"]["goodput"] == 0.62
