@@ -223,19 +223,23 @@ class SettingsReporter:
 
 
 def start_settings(base, rank, local_rank):
-    """Start the rank's settings thread (reports into the collectives folder of `base`)."""
-    import threading
+    """Start the rank's settings thread (reports into the collectives folder of `base`); never
+    an error of its own: the hook's other parts start after it."""
+    try:
+        import threading
 
-    folder = os.path.join(base, "collectives")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    path = os.path.join(folder, SETTINGS_FILE.format(rank=rank))
-    reporter = SettingsReporter(path, rank, local_rank, base)
+        folder = os.path.join(base, "collectives")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, SETTINGS_FILE.format(rank=rank))
+        reporter = SettingsReporter(path, rank, local_rank, base)
 
-    def run():
-        with contextlib.suppress(Exception):  # a report is never worth the rank
-            reporter.run()
+        def run():
+            with contextlib.suppress(Exception):  # a report is never worth the rank
+                reporter.run()
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.name = "ddptui-settings"
-    thread.start()
-    return reporter
+        thread = threading.Thread(target=run, daemon=True)
+        thread.name = "ddptui-settings"
+        thread.start()
+        return reporter
+    except Exception:  # noqa: BLE001 - no folder, no thread: no report, the rank as it was
+        return None
