@@ -22,7 +22,7 @@ from ddptui.core.preflight.preflight import (
     PreflightSummary,
     cell_status,
 )
-from ddptui.core.runs.compare import compare, run_metrics
+from ddptui.core.runs.compare import compare, goodput_figures, run_metrics
 from ddptui.core.runs.history import RunHistory
 from ddptui.core.runs.history_rows import attempt_lines, history_row
 from ddptui.core.runs.run_dir import RunDir
@@ -231,8 +231,8 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
 
 
 def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = None) -> int:
-    """Two runs' metrics side by side (`ddptui history --compare A B`): each figure, the
-    change from A to B, and which is better by the metric's goal (marked `*`)."""
+    """Two runs' metrics and goodput side by side (`ddptui history --compare A B`): each
+    figure, the change from A to B, and which is better by the metric's goal (marked `*`)."""
     out = out or sys.stdout
     history = RunHistory()
     records = []
@@ -241,7 +241,8 @@ def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = No
         if record is None:
             raise SpecError(f"no run {run_id!r} in the history (`ddptui history` lists them)")
         records.append(record)
-    rows = compare(run_metrics(records[0]), run_metrics(records[1]))
+    a, b = ({**run_metrics(r), **goodput_figures(r)} for r in records)
+    rows = compare(a, b)
     if as_json:
         for row in rows:
             data = {
@@ -254,7 +255,7 @@ def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = No
             out.write(json.dumps(data) + "\n")
         return 0
     if not rows:
-        out.write(f"neither {run_a} nor {run_b} printed metrics the console reads\n")
+        out.write(f"neither {run_a} nor {run_b} has metrics or a goodput to compare\n")
         return 0
     table = [
         [
@@ -267,7 +268,10 @@ def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = No
     ]
     columns = (Column("METRIC"), Column(run_a), Column(run_b), Column("CHANGE"))
     out.write("\n".join(fit_table(columns, table, None)) + "\n")
-    out.write("* the better of the two (lower loss, higher accuracy and throughput)\n")
+    out.write(
+        "* the better of the two (lower loss, higher accuracy, throughput and goodput, "
+        "less time lost)\n"
+    )
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Provides the comparison of two runs' metrics: each figure of both, and which is better."""
+"""Provides two runs' metrics and goodput compared: each figure of both, and which is better."""
 
 from __future__ import annotations
 
@@ -10,6 +10,10 @@ from ddptui.core.metrics.metrics_file import FILE_NAME, read_samples
 from ddptui.core.metrics.names import Goal, goal
 from ddptui.core.metrics.store import MetricStore
 from ddptui.core.runs.history import RunHistory, RunRecord
+from ddptui.core.story.goodput import Part
+
+GOODPUT = "goodput %"  # the share of the wall time the ranks stepped: higher is better
+WALL = "wall s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +48,25 @@ def run_metrics(record: RunRecord) -> dict[str, float]:
     return store.summary()
 
 
+def goodput_figures(record: RunRecord) -> dict[str, float]:
+    """A run's goodput as figures: `goodput %`, the wall time and each part's seconds
+    (`launch s`, `restart s`, ...); none for a run that recorded no goodput."""
+    goodput = record.goodput
+    if goodput is None or goodput.wall_s <= 0:
+        return {}
+    figures = {GOODPUT: round(goodput.fraction * 100, 1), WALL: goodput.wall_s}
+    figures.update({f"{part} s": goodput.parts.seconds(part) for part in Part})
+    return figures
+
+
 def _better(figure: str, a: float | None, b: float | None) -> str:
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == b:
         return ""
+    if figure == GOODPUT:
+        return "b" if b > a else "a"
+    lost = {f"{part} s" for part in Part if part != Part.STEPPING}
+    if figure in lost:  # time that did not step: less is better
+        return "b" if b < a else "a"
     name, _, part = figure.rpartition(".")
     wants = goal(name)
     if wants is Goal.NONE or part not in ("last", "best", "mean"):

@@ -228,3 +228,28 @@ def test_a_runs_goodput_is_kept_and_shown_as_its_stepping_share(
     assert main(["history", "--json"]) == 0
     data = json.loads(capsys.readouterr().out.splitlines()[0])
     assert data["goodput"]["parts"]["restart"] == 8.0 and data["goodput"]["goodput"] == 0.62
+
+
+def test_history_compare_sets_two_runs_goodput_side_by_side(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    splits = (
+        GoodputSplit(stepping=50.0, launch=30.0, teardown=20.0),
+        GoodputSplit(stepping=80.0, launch=10.0, restart=5.0, teardown=5.0),
+    )
+    ids = []
+    for i, split in enumerate(splits):
+        run = RunDir.create(f"20250101-00003{i}-aaaaaa")
+        RunHistory().started(run, make_spec(script="t.py"), started=1000.0)
+        goodput = Goodput(1000.0, 1100.0, split)
+        RunHistory().finished(summary(run.run_id, run.path, goodput=goodput), ended=1100.0)
+        ids.append(run.run_id)
+    assert main(["history", "--compare", *ids]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()}
+    assert lines["goodput"][2:] == ["50", "80", "*", "+60.0%"]  # `goodput %`: higher is better
+    assert lines["launch"][2:] == ["30", "10", "*", "-66.7%"]  # time lost: less is better
+    assert lines["restart"][2:5] == ["0", "*", "5"]
+    assert lines["stepping"][2:] == ["50", "80", "+60.0%"]  # neither better: more time stepped
+    assert main(["history", "--compare", *ids, "--json"]) == 0
+    rows = {row["figure"]: row for row in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["goodput %"]["better"] == "b" and rows["wall s"]["a"] == 100.0
