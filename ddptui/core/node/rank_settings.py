@@ -13,9 +13,10 @@ carries every `.jsonl` of that folder to the console, collective_follow.py):
   `TORCH_DISTRIBUTED_*` and `GLOO_*` environment: torch is never imported for it, so the
   report is on its way seconds before the rank's first step;
 - once the script's default process group exists (`"stage": "init"`; looked for every
-  INIT_POLL_S, at most INIT_WAIT_S: a group destroyed sooner goes without it): what only the running torch knows, read from the modules the
-  script imported (the NCCL it loaded, the group's backend and timeout), and the environment
-  again, as the script may have changed it before init_process_group.
+  INIT_POLL_S, at most INIT_WAIT_S: a group destroyed sooner goes without it): what only the
+  running torch knows, read from the modules the script imported (the NCCL it loaded, the
+  group's backend and timeout), and the environment again, as the script may have changed
+  it before init_process_group.
 
 A variable whose name looks secret (SECRET_WORDS, as the console's secret_env decides) is
 named with its value left out. Paths under the node's debug directory are written relative

@@ -87,3 +87,11 @@ def test_a_worker_that_never_forms_a_group_reports_its_start_alone(tmp_path: Pat
     import torch
 
     assert reports[0]["torch"] == torch.__version__  # read from torch/version.py as text
+
+
+def test_a_debug_directory_it_cannot_write_costs_the_report_only(tmp_path: Path) -> None:
+    from ddptui.core.node.rank_settings import start_settings
+
+    blocked = tmp_path / "debug"
+    blocked.write_text("a file where the directory should be")
+    assert start_settings(str(blocked), 0, 0) is None
