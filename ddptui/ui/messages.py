@@ -34,6 +34,7 @@ from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAl
 from ddptui.core.monitor.lighthouse import QuorumReport
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.drill import DrillReport
+from ddptui.core.story.goodput import GoodputReport
 from ddptui.core.story.incident import IncidentReport
 
 
@@ -224,6 +225,15 @@ class RestartAlarmUpdate(SessionMessage):
     """A restart storm, or restarts without progress."""
 
     event: RestartAlarm
+
+
+class GoodputUpdate(SessionMessage):
+    """Where the run's wall time went so far; the newest split supersedes older ones."""
+
+    event: GoodputReport
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, GoodputUpdate)
 
 
 class IncidentUpdate(SessionMessage):

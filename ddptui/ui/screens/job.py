@@ -34,6 +34,7 @@ from ddptui.ui.messages import (
     CycleUpdate,
     DrillUpdate,
     FailureUpdate,
+    GoodputUpdate,
     GpuUpdate,
     IncidentUpdate,
     MembershipUpdate,
@@ -475,6 +476,7 @@ class JobScreen(LogScreen):
 
     def _start(self, session: ConsoleSession) -> None:
         self.outcome.reset(session.run_id, str(session.run.path))
+        self.job_panel.show_goodput(None)
         self.outcome.set_phase(RunPhase.ATTACHING if session.attaching else RunPhase.LAUNCHING)
         self.job_panel.fold(True)
         self.sub_title = (
@@ -638,6 +640,11 @@ class JobScreen(LogScreen):
         if message.event.detached:  # the log stops here: say why, where it stops
             self.logs.append(detached_notes(self.logs.nodes, message.event.run_id))
         self.outcome.set_summary(message.event, stopped_by=self.run.stop_request)
+        self.job_panel.show_goodput(message.event.goodput)
+
+    def on_goodput_update(self, message: GoodputUpdate) -> None:
+        if self.run.summary is None:  # the summary's split is the last word
+            self.job_panel.show_goodput(message.event.goodput, message.event.current)
 
     def on_phase_update(self, message: PhaseUpdate) -> None:
         """The phase the session decided; a stall's end also clears the Stacks panel's clock."""

@@ -1,4 +1,4 @@
-"""Provides JobPanel: the job being run and the exact command each node runs."""
+"""Provides JobPanel: the job being run, the exact command each node runs, and its goodput."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.story.goodput import Goodput, Part
 from ddptui.ui.preview import CommandLine
+from ddptui.ui.widgets.goodput_line import GoodputLine
 
 
 def describe_job(spec: JobSpec) -> Text:
@@ -76,7 +78,8 @@ class JobPanel(VerticalScroll):
     """What will run (before launch) or what ran (after): the screen sets the commands.
 
     Folded, it is one line (the screen folds it once the job is launched, so the grid and
-    the logs get the room); unfolded, the facts and every node's exact command.
+    the logs get the room); unfolded, the facts and every node's exact command. Under it, once
+    the run has one, the goodput line (folded or not).
     """
 
     DEFAULT_CSS = """
@@ -102,9 +105,11 @@ class JobPanel(VerticalScroll):
         self._commands = Static(describe_commands(self.commands, note), classes="job-commands")
         self.commands_key = "c"
         self._line = Static(describe_job_line(spec), classes="job-line")
+        self.goodput = GoodputLine(classes="job-goodput")
 
     def compose(self) -> ComposeResult:
         yield self._line
+        yield self.goodput
         yield self._facts
         yield self._commands
 
@@ -117,6 +122,10 @@ class JobPanel(VerticalScroll):
         self.set_class(folded, "-folded")
         what = "commands" if folded else "fold"
         self.border_subtitle = f"{self.commands_key}: {what}" if self.commands_key else ""
+
+    def show_goodput(self, goodput: Goodput | None, current: Part | None = None) -> None:
+        """Where the run's wall time went so far (None: no run yet, the line hidden)."""
+        self.goodput.show(goodput, current)
 
     def show_commands(self, commands: Sequence[CommandLine], note: str) -> None:
         self.commands = list(commands)

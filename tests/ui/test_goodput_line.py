@@ -1,0 +1,55 @@
+"""The goodput line: a real local run (real torchrun, trainer/envcheck.py) launched by key at
+80x24 shows where its time goes under the job while it runs, and the summary's split at its end;
+the line's words and bar from a split."""
+
+from __future__ import annotations
+
+from ddptui.core.story.goodput import Goodput, GoodputSplit, Part
+from ddptui.ui.app import DdpApp
+from ddptui.ui.widgets.goodput_line import BAR_CELLS, describe_goodput
+
+from .conftest import local_spec, wait_for
+from .screens import SMALL
+from .test_small_terminal import screen_text
+
+RUN_TIMEOUT = 180.0
+
+
+async def test_the_goodput_line_shows_under_the_job_at_80x24_live_and_at_the_end() -> None:
+    app = DdpApp(local_spec("--sleep", "3"))
+    async with app.run_test(size=SMALL) as pilot:
+        screen = app.job_screen
+        line = screen.job_panel.goodput
+        assert not line.display  # no run, no line
+        await pilot.press("l")
+        await wait_for(pilot, lambda: line.goodput is not None, "the first split", RUN_TIMEOUT)
+        assert screen.summary is None and line.current == Part.LAUNCH  # live: still launching
+        await wait_for(pilot, lambda: screen.summary is not None, "the summary", RUN_TIMEOUT)
+        await pilot.pause(0.3)
+        summary = screen.summary
+        assert summary is not None and summary.goodput is not None
+        assert line.goodput == summary.goodput  # the summary's split is the last word
+        parts = summary.goodput.parts
+        assert parts.stepping > 0 and parts.launch > 0 and parts.teardown > 0
+        assert parts.total == summary.goodput.wall_s
+        # on screen, in the job panel's rows, one line within 80 columns
+        assert line.display and line.region.height == 1
+        assert screen.job_panel.region.contains_region(line.region)
+        assert line.region.right <= SMALL[0]
+        shown = [row for row in screen_text(app) if "goodput " in row and "▕" in row]
+        assert len(shown) == 1, shown
+        assert f"goodput {summary.goodput.fraction:.0%}".replace("  ", " ") in " ".join(
+            shown[0].split()
+        )
+        assert "launch" in shown[0]
+
+
+def test_the_line_says_the_share_the_bar_and_the_time_lost_biggest_first() -> None:
+    split = GoodputSplit(stepping=62.0, launch=20.0, restart=8.0, teardown=10.0)
+    text = describe_goodput(Goodput(0.0, 100.0, split), Part.STALLED).plain
+    assert text.startswith("goodput  62% ▕")
+    bar = text.split("▕", 1)[1].split("▏", 1)[0]
+    assert len(bar) == BAR_CELLS and bar.count("█") == 10  # 62% of 16 cells
+    assert text.endswith("▏ launch 20% · teardown 10% · restart 8% · now stalled")
+    steady = describe_goodput(Goodput(0.0, 10.0, GoodputSplit(stepping=10.0)), Part.STEPPING)
+    assert steady.plain == "goodput 100% ▕" + "█" * BAR_CELLS + "▏"
