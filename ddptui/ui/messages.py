@@ -32,6 +32,7 @@ from ddptui.core.events import (
 )
 from ddptui.core.monitor.cycles import CycleReport, MembershipChanged, RestartAlarm
 from ddptui.core.monitor.lighthouse import QuorumReport
+from ddptui.core.runs.attempts import AttemptStarted
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.drill import DrillReport
 from ddptui.core.story.goodput import GoodputReport
@@ -201,6 +202,12 @@ class StragglerUpdate(SessionMessage):
     """The straggler watch's named ranks changed."""
 
     event: StragglerReport
+
+
+class AttemptUpdate(SessionMessage):
+    """The run's job runs again: a restart round or a requeue began its next attempt."""
+
+    event: AttemptStarted
 
 
 class CycleUpdate(SessionMessage):

@@ -41,3 +41,21 @@ async def test_launch_again_on_the_same_job_screen_is_the_runs_next_attempt() ->
         assert (row[0], row[6], row[7]) == (first, "ok", "2")
         detail = str(app.screen.query_one("#run-detail").render())
         assert "2 attempts:" in detail and f"#2 relaunch (relaunch of run {first})" in detail
+
+
+async def test_a_restart_round_is_told_as_the_runs_next_attempt() -> None:
+    spec = local_spec("--fail-rank", "1", nodes=1, nproc_per_node=2, max_restarts=1)
+    app = DdpApp(spec)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: screen.job_active, "the launch")
+        await wait_for(pilot, lambda: not screen.job_active, "the run to end", 180)
+        assert screen.session is not None
+        assert wait_no_tagged_pids(screen.session.run_id) == []
+        told = [n.message for n in screen.outcome.notices if n.message.startswith("attempt ")]
+        assert len(told) == 1, told
+        assert told[0].startswith("attempt 2 (restart) began; attempt 1 restarted: rank ")
+        (record,) = RunHistory().listing()
+        assert [a.cause for a in record.attempts] == ["launch", "restart"]
+        assert record.attempts[-1].outcome == "failed"

@@ -31,6 +31,7 @@ from ddptui.core.session.membership import NodeAction, NodeActionKind
 from ddptui.core.session.process import prepare_spare
 from ddptui.ui.messages import (
     AllocationUpdate,
+    AttemptUpdate,
     CycleUpdate,
     DrillUpdate,
     FailureUpdate,
@@ -615,6 +616,14 @@ class JobScreen(LogScreen):
         if event.detail:
             text += f" ({event.detail})"
         self.outcome.add_notice(Notice("info", text))
+
+    def on_attempt_update(self, message: AttemptUpdate) -> None:
+        """Said where the operator reads the run's course; history keeps every attempt."""
+        began, ended = message.event.attempt, message.event.previous
+        text = f"attempt {began.index} ({began.cause.value}) began"
+        if ended is not None:
+            text += f"; attempt {ended.index} {ended.outcome}"
+        self.outcome.add_notice(Notice("info", text + (f": {began.why}" if began.why else "")))
 
     def on_teardown_update(self, message: TeardownUpdate) -> None:
         self.outcome.add_report(message.event)
