@@ -16,12 +16,13 @@ in exactly one part:
 - **teardown**: from the run's end (the operator's stop, the failure that ended it, the last
   agent's exit, a detach) to the summary.
 
-The first step of a round is its first progress or metric line; a job that never prints one
-steps from its first rank's first line. The parts are worked out again from the marks the
-events left (when each attempt began, ran, stepped and broke; the stalls, quiet phases and
-straggler spans), so a fact that arrives late (a stall said after `--hang-timeout`) moves the
-time it covers, and the parts always add up to the wall time. An attempt is a torchrun restart
-round: attempt N+1 begins where attempt N broke.
+The first step of a round is its first progress or metric line; a round with none steps from
+its first rank's first line, unless an earlier round printed steps (then it never stepped).
+
+The parts are worked out again from the marks the events left (when each attempt began, ran,
+stepped and broke; the stalls, quiet phases and straggler spans), so a fact that arrives late
+(a stall said after `--hang-timeout`) moves the time it covers, and the parts always add up to
+the wall time. An attempt is a torchrun restart round: attempt N+1 begins where attempt N broke.
 """
 
 from __future__ import annotations
@@ -239,7 +240,6 @@ class GoodputAccount:
         self.ended: float | None = None
         self.attempts: list[_Attempt] = []
         self.round = 0
-        self.stepped = False  # the job prints steps (else a round steps from its first line)
         self.stalls: list[_Span] = []
         self.quiet: list[_Span] = []
         self.drags: list[_Span] = []
@@ -412,12 +412,10 @@ class GoodputAccount:
             # steps again after a failure with no restart round said (a torchft group heals)
             self._new_attempt(attempt.broke, False)
             attempt = self.attempts[-1]
-        first = not self.stepped
-        self.stepped = True
         if attempt.step is None:
             attempt.step = ts
             return True
-        return first
+        return False
 
     def _stall_over(self, ts: float) -> bool:
         if self.stalls and self.stalls[-1].end is None:
@@ -478,7 +476,9 @@ class GoodputAccount:
                 start = max(start, segments[-1][1])
             stop = max(start, self._attempt_end(i, began, end))
             waiting = Part.LAUNCH if i == 0 else Part.RESTART
-            go = attempt.step if self.stepped else attempt.running
+            go = attempt.step
+            if go is None and not any(a.step is not None for a in self.attempts[:i]):
+                go = attempt.running  # a job that prints no steps steps from its first line
             # the last attempt broke with no restart (yet): its end runs from the failure on
             broke = attempt.broke if i == last else None
             broke = None if broke is None else min(stop, max(start, broke))

@@ -143,6 +143,22 @@ def test_the_old_rounds_last_step_report_is_not_the_new_rounds_first_step() -> N
     assert final.attempts[1].parts.restart == pytest.approx(7.0)  # 20 -> 27, not 20 -> 23
 
 
+def test_a_round_that_never_stepped_after_one_that_did_is_all_restart() -> None:
+    events = [*launched(), running(3), step(5), failed(20), restarting(21), cycle(23, 1)]
+    events += [running(24), failed(30)]
+    final = account(events).final(T0 + 31)
+    assert final.attempts[1].parts == GoodputSplit(restart=10.0, teardown=1.0)
+
+
+def test_a_stray_metric_in_a_later_round_leaves_the_earlier_ones_as_they_were() -> None:
+    """A job that prints no steps, whose second round's error lines read as a metric."""
+    events = [*launched(), running(3), failed(10), restarting(10), cycle(12, 1), running(14)]
+    events += [step(14.5), failed(16)]
+    final = account(events).final(T0 + 17)
+    assert final.attempts[0].parts == GoodputSplit(launch=3.0, stepping=7.0)
+    assert final.attempts[1].parts == GoodputSplit(restart=4.5, stepping=1.5, teardown=1.0)
+
+
 def test_a_failure_that_ends_the_run_is_its_teardown_from_the_failure_on() -> None:
     events = [*launched(), running(3), step(5), failed(20)]
     events += exited(22, state=NodeState.FAILED)
