@@ -5,6 +5,7 @@ console, Slurm's lead time, and the control file's `drill` line."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -13,11 +14,16 @@ import subprocess
 import sys
 import time
 from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ddptui.core.events import RankState, RankSummary
-from ddptui.core.job.spec import JobSpec
+from ddptui.core.backends.base import BackendError
+from ddptui.core.backends.local import LocalBackend
+from ddptui.core.events import Event, Notice, RankChanged, RankState, RankSummary
+from ddptui.core.job.plan import NodeCommand
+from ddptui.core.job.spec import make_spec
 from ddptui.core.node.drill import drill, ended, ranks_of
 from ddptui.core.session.drill import (
     DrillAsked,
@@ -29,7 +35,9 @@ from ddptui.core.session.drill import (
     slurm_lead_s,
 )
 from ddptui.core.session.membership import NodeAction, NodeActionKind, parse_action
-from tests.cases import slurm_spec
+from ddptui.core.session.session import Session
+from tests.cases import ROOT, slurm_spec
+from tests.procs import pids_with_tag
 
 # A rank that exits 3 on USR1, and one whose USR1 handler sleeps past any grace.
 QUICK = (
@@ -213,7 +221,7 @@ def test_slurms_lead_time_from_its_signal_option(
 
 
 def test_off_slurm_there_is_no_lead_time() -> None:
-    assert slurm_lead_s(JobSpec(script="train.py")) is None
+    assert slurm_lead_s(make_spec(script="train.py")) is None
 
 
 def test_exit_codes_as_an_operator_reads_them() -> None:
@@ -234,3 +242,57 @@ def test_rank_summaries_give_the_agents_word() -> None:
         {"a": {"sent": 1.0, "ranks": [{"pid": 5, "rank": 0, "local_rank": 0, "after": 0.1}]}}, ends
     )
     assert rows[0].exit_code == -10 and rows[0].found
+
+
+class OneNodeUnreachable(LocalBackend):
+    """The local backend, its second node's drill refused (a node that cannot be reached)."""
+
+    async def drill(self, command: NodeCommand, at: float) -> dict[str, Any]:
+        if command.node == "local1":
+            raise BackendError("local1: could not drill: connection refused")
+        return await super().drill(command, at)
+
+
+async def test_a_node_that_cannot_be_drilled_is_named_and_the_run_still_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's drill with real torchrun on two pseudo-nodes, one of which refuses: the
+    other's ranks are timed, the refusal is the report's problem, and the run is torn down
+    and proven clean all the same. Asked before the job runs, a drill is refused."""
+    monkeypatch.setenv("DDPTUI_STATE_DIR", str(tmp_path / "state"))
+    seen: list[Event] = []
+    spec = make_spec(
+        script=str(ROOT / "tests" / "data" / "graceful" / "worker.py"),
+        script_args=("--ckpt-dir", str(tmp_path / "ckpt"), "--handler-s", "0.5"),
+        nodes=2,
+        nproc_per_node=1,
+        grace=5,
+        hang_timeout=0,
+    )
+    session = Session(spec, seen.append)
+    session.backend = OneNodeUnreachable(spec, session.run, session.emit)
+    session.request_drill()  # no plan yet: refused, nothing asked of the nodes
+    assert isinstance(seen[-1], Notice) and "no running job to drill" in seen[-1].message
+    runner = asyncio.ensure_future(session.run_job())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = {e.rank for e in seen if isinstance(e, RankChanged) and e.state == "running"}
+        if len(running) == 2:
+            break
+        await asyncio.sleep(0.2)
+    session.request_drill()
+    summary = await asyncio.wait_for(runner, 120)
+
+    drills = [e for e in seen if isinstance(e, DrillReport)]
+    assert len(drills) == 1
+    report = drills[0]
+    assert report.problems == ("local1: could not drill: connection refused",)
+    assert [(r.node, r.outcome, r.exit_code) for r in report.ranks] == [
+        (r.node, "within grace", 0) for r in report.ranks
+    ]
+    assert {r.node for r in report.ranks} == {"local0"}
+    assert "not drilled: local1: could not drill" in report.headline
+    assert (session.run.path / "drill.json").exists()
+    assert "ended by a drill (" in summary.detail, summary.detail
+    assert all(r.clean for r in session.teardown_reports.values()), summary.detail
+    assert pids_with_tag(f"{session.run_id}.") == []

@@ -200,11 +200,15 @@ class Session:
         def ranks() -> tuple[Any, ...]:  # each rank's end as its agent said it
             return self.monitor.summary().ranks if self.monitor is not None else ()
 
-        report = await drill_nodes(self.spec, self.backend, running, self._followers, ranks)
-        self.run.write_private(DRILL_FILE, report.to_json())
-        self.run.write_private("drill.txt", "\n".join(drill_table(report)) + "\n")
-        self.emit(report)
-        self._tear_down(report.headline)
+        why = "a preemption drill"
+        try:
+            report = await drill_nodes(self.spec, self.backend, running, self._followers, ranks)
+            why = report.headline
+            self.emit(report)
+            self.run.write_private(DRILL_FILE, report.to_json())
+            self.run.write_private("drill.txt", "\n".join(drill_table(report)) + "\n")
+        finally:
+            self._tear_down(why)  # the drill ends the run, whatever became of it
 
     def request_node_action(self, action: NodeAction) -> None:
         """The operator's kill or drain of a node, or kill of one rank (fault injection);
