@@ -1,5 +1,6 @@
 """Goodput on real torchrun (local backend, headless): where the wall time went adds up to it,
-and the parts a run had are the ones named: a job restarted by torchrun, a stall torn down."""
+and the parts a run had are the ones named: a job restarted by torchrun, a stall torn down, a
+straggler."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests.procs import outputs, pids_with_tag
 
 pytestmark = pytest.mark.integration
 
+SLOW_RANK_DDP = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
 PARTS = ("stepping", "launch", "restart", "stalled", "straggler", "phases", "teardown")
 ONE_NODE = ("--nodes", "1", "--nproc-per-node", "2")
 
@@ -138,4 +140,30 @@ def test_a_stall_torn_down_is_stalled_from_the_last_step_to_the_teardown(
     began = stall["ts"] - stall["since_s"]
     assert parts["stalled"] == pytest.approx(teardown_asked["ts"] - began, abs=0.5)
     assert len(goodput["attempts"]) == 1
+    assert not pids_with_tag(events[-1]["run_id"])
+
+
+@pytest.mark.timeout(600)
+def test_a_straggler_costs_the_share_of_each_step_its_peers_wait(tmp_path: Path) -> None:
+    """2 pseudo-nodes x 2 ranks; rank 3 sleeps 1.6 times as long a step as the others."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddptui.cli", "run", "--headless", str(SLOW_RANK_DDP),
+         "--steps", "450", "--slow-rank", "3", "--slow", "1.6"],
+        stdout=subprocess.PIPE, text=True, cwd=tmp_path, env=_env(tmp_path),
+    )  # fmt: skip
+    out, _ = outputs(proc, 540)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert proc.returncode == 0, events[-1]
+    goodput = _adds_up(events)
+    parts = goodput["parts"]
+    named = [e for e in events if e["event"] == "straggler" and e["ranks"]]
+    assert named and named[0]["ranks"] == [3]
+    assert parts["straggler"] > 0 and parts["stepping"] > parts["straggler"]
+    # its drag as its score says it: its peers wait what it computes beyond the best rank, a
+    # step of about its own compute: about 1 - its relative score of each second it is named
+    ends = [e["ts"] for e in events if e["event"] == "straggler" and not e["ranks"]]
+    teardown = next(e["ts"] for e in events if e["event"] == "node" and e["state"] == "exited")
+    until = min([t for t in ends if t > named[0]["ts"]] or [teardown])
+    drag = 1 - named[0]["scores"]["3"]["relative"]
+    assert parts["straggler"] == pytest.approx(drag * (until - named[0]["ts"]), rel=0.35)
     assert not pids_with_tag(events[-1]["run_id"])

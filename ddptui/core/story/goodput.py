@@ -329,6 +329,8 @@ class GoodputAccount:
         return self._report(self.now, moved=False)
 
     def _report(self, now: float, moved: bool) -> list[GoodputReport]:
+        if not moved and self._last is not None and now - self._last.ts < REPORT_EVERY_S:
+            return []  # a tick before a drift could be said: no split worked out
         goodput = self.split(now)
         current = self.current() if moved or self._last is None else self._last.current
         last = self._last
