@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,9 +104,9 @@ MODES = {
 }
 
 
-def _start(tmp_path: Path, nodes: str, *args: str) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, nodes: str, *job: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*RUN, "--nodes", nodes, "--max-restarts", "3", *args, *ELASTIC_JOB],
+        [*RUN, "--nodes", nodes, "--max-restarts", "3", *(job or ELASTIC_JOB)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -204,5 +205,38 @@ def test_the_console_killed_then_attached(tmp_path: Path) -> None:
     summary = followed[-1]
     assert summary["ok"] is True and attach.returncode == 0, summary["detail"]
     proofs = {e["node"]: e["clean"] for e in followed if e["event"] == "teardown"}
+    assert proofs == dict.fromkeys(["local0", "local1", VICTIM], True), proofs
+    assert not pids_with_tag(run_id)
+
+
+@pytest.mark.parametrize("nodes", ["3", "2:3"])
+def test_a_node_never_joins_the_rendezvous(tmp_path: Path, nodes: str) -> None:
+    """VICTIM's agent frozen (SIGSTOP) before it asks for the rendezvous: a fixed job's other
+    nodes wait for it until their join timeout, and the story names it; an elastic job starts
+    without it and, once finished, stops it instead of waiting for it forever."""
+    job = [*ELASTIC_JOB[:2], "--rdzv-conf", "last_call_timeout=2,join_timeout=15", *ELASTIC_JOB[4:]]
+    proc = _start(tmp_path, nodes, *job)
+    events = read_until(proc, lambda e: e["event"] == "plan")
+    run_id = events[-1]["run_id"]
+    deadline = time.monotonic() + 30
+    while not (agents := _node_pids(run_id)[0]) and time.monotonic() < deadline:
+        time.sleep(0.02)  # its agent starts in well under a second; torch's import takes two
+    for agent in agents:
+        os.kill(agent, signal.SIGSTOP)
+    summary = _to_the_end(proc, events)
+    asked = {e["node"] for e in events if e["event"] == "rendezvous_asked"}
+    assert VICTIM not in asked  # frozen before it asked
+    if nodes == "3":
+        assert summary["ok"] is False and proc.returncode == 1
+        assert summary["headline"].startswith(
+            f"launch failed — {VICTIM} never joined the rendezvous (its agent never asked"
+        ), summary["detail"]
+    else:
+        assert summary["ok"] is True and proc.returncode == 0, summary["detail"]
+        cycles = last_cycles(events)
+        assert all(VICTIM not in [m["node"] for m in c["members"]] for c in cycles.values())
+        said = [e["message"] for e in events if e["event"] == "notice"]
+        assert f"{VICTIM} never joined the rendezvous: stopped" in said
+    proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(["local0", "local1", VICTIM], True), proofs
     assert not pids_with_tag(run_id)

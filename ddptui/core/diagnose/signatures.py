@@ -172,6 +172,15 @@ CATALOGUE: tuple[Signature, ...] = (
         source=Source.NODE,
     ),
     Signature(
+        "never_joined",
+        Domain.INFRASTRUCTURE,
+        Outlook.RESTART_ELSEWHERE,
+        "a node never joined the rendezvous: the others waited for it until their join "
+        "timeout (it hangs before torchrun starts, or cannot reach the first node)",
+        _re(r"never joined the rendezvous"),
+        source=Source.NODE,
+    ),
+    Signature(
         "gpu_ecc",
         Domain.INFRASTRUCTURE,
         Outlook.RESTART_ELSEWHERE,

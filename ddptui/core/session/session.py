@@ -103,6 +103,7 @@ class Session:
         self.world: WorldCheck | None = None
         self._world_probe: asyncio.Future[None] | None = None
         self._launch_failure = ""
+        self._absent: set[str] = set()  # nodes stopped because they never joined (elastic)
         self.membership = Membership(spec, self.emit)
         self._followers: list[asyncio.Future[None]] = []
         self._followed = asyncio.Event()  # a follower was added (a spare joined)
@@ -552,8 +553,30 @@ class Session:
         self.emit(NodeChanged(node, state, code))
         for event in self.monitor.node_exited(node, code, stopped):
             self.emit(event)
-        if code != 0 and self._stop_reason != StopReason.OPERATOR:
+        if code != 0 and self._stop_reason != StopReason.OPERATOR and node not in self._absent:
+            problem = self.world.never_joined(node) if self.world is not None else None
+            if problem is not None:  # it waited for a node that never came: that node's
+                self._world_failed(problem)
+                return
             self._node_failed(node)
+        elif code == 0:
+            self._finished_without_absent()
+
+    def _finished_without_absent(self) -> None:
+        """An elastic job's last round has finished (each of its nodes exited 0): a node
+        still running that joined no round (hung before its agent asked, or never let in)
+        would keep the run open forever. It is stopped; the job finished without it."""
+        if self.monitor is None or not self.membership.elastic or self._stop.is_set():
+            return
+        cycles = self.monitor.cycles.final()
+        if not cycles or any(self.node_exit.get(n) != 0 for n in cycles[-1].nodes):
+            return
+        waiting = [n for n, code in self.node_exit.items() if code is None]
+        if waiting and not {n for c in cycles for n in c.nodes} & set(waiting):
+            said = ", ".join(waiting)
+            self.emit(Notice("warning", f"{said} never joined the rendezvous: stopped"))
+            self._absent.update(waiting)  # their end is no failure of the job
+            self._stop.set()
 
     def _node_failed(self, node: str) -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,

@@ -35,6 +35,7 @@ class WorldCause(enum.StrEnum):
     SPLIT_WORLD = "split_world"  # a node in a rendezvous of its own
     SMALL_WORLD = "small_world"  # a world formed with fewer nodes or workers than asked
     PORT_TAKEN = "rdzv_port_taken"  # another process holds the rendezvous port
+    NEVER_JOINED = "never_joined"  # a node that never came: the others timed out waiting
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,35 @@ class WorldCheck:
                 f"around {first.master_addr}: the nodes formed separate worlds",
             )
         return None
+
+    def never_joined(self, failed: str) -> WorldProblem | None:
+        """`failed`'s agent ended before the world was complete, having asked for the
+        rendezvous and joined none: it waited for the nodes that never came until its join
+        timeout. Names the first of them (one whose agent never even asked, before one that
+        asked and got nowhere)."""
+        if self.complete() or failed not in self.asked or failed in self.joined:
+            return None
+        waited = [
+            c.node
+            for c in self.plan.commands
+            if c.node not in self.joined and c.node not in self.spares and c.node != failed
+        ]
+        missing = sorted(waited, key=lambda node: node in self.asked)
+        if not missing:
+            return None
+        node = missing[0]
+        how = (
+            "its agent asked for it but never got in"
+            if node in self.asked
+            else "its agent never asked for it"
+        )
+        return WorldProblem(
+            node,
+            WorldCause.NEVER_JOINED,
+            f"{node} never joined the rendezvous ({how}): {failed} waited for it at "
+            f"{self.plan.rdzv_endpoint} until its join timeout (a node that hangs before "
+            f"torchrun starts, or cannot reach {self.head})",
+        )
 
     def probe_due(self, now: float) -> list[str]:
         """The nodes to ask who holds the rendezvous port now: while the world is not
