@@ -26,6 +26,7 @@ from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
 from ddptui.core.events import (
+    AllocationChanged,
     Event,
     FailureReport,
     NodeChanged,
@@ -130,6 +131,8 @@ class Story:
         self._wrong_seen: set[tuple[int, int | None, str]] = set()
         self._lasting: dict[tuple[object, ...], int] = {}  # settings' incidents, across rounds
         self._stopping: set[str] = set()  # nodes the session is stopping (their end is its)
+        self._requeued = ""  # Slurm requeued the job: why its fresh torchrun's round began
+        self._requeue_rounds: dict[int, str] = {}  # the rounds that began so, and that why
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -217,6 +220,8 @@ class Story:
                 return self._verdict(verdict, event.ts)
             case CycleReport(cycle=cycle) if cycle.index > 0:
                 return self._restart(event)
+            case AllocationChanged(state="requeued", job_id=job, restarts=count) if count:
+                self._requeued = f"Slurm requeued job {job} (restart {count})"
             case MembershipChanged(change=MembershipChange.LOST):
                 known = self._keys.get(("left", event.node, self.round))
                 said = self.incidents[known].summary if known is not None else "its agent ended"
@@ -476,6 +481,10 @@ class Story:
         why = cycle.cause if cycle.cause != "start" else "a failure"
         blamed = (cycle.failed_rank,) if cycle.failed_rank is not None else ()
         nodes = (cycle.failed_node,) if cycle.failed_node else ()
+        if self._requeued and cycle.restarts == 0 and cycle.index not in self._requeue_rounds:
+            self._requeue_rounds[cycle.index], self._requeued = self._requeued, ""
+        if cycle.index in self._requeue_rounds:  # a fresh torchrun: the job runs again
+            why, blamed, nodes = self._requeue_rounds[cycle.index], (), ()
         who = ranks_words(blamed, nodes) + " "
         why = why.removeprefix(who) if blamed else why  # the headline names the rank already
         # torchrun counts a restart on the failed worker's agent alone: said where it did

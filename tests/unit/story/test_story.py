@@ -8,7 +8,7 @@ from ddptui.core.diagnose.signatures import Domain, Outlook
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
-from ddptui.core.events import Diagnosis, Event, RankChanged, RankState
+from ddptui.core.events import AllocationChanged, Diagnosis, Event, RankChanged, RankState
 from ddptui.core.monitor.cycles import CycleMember, CycleReport, RestartCycle
 from ddptui.core.story.incident import IncidentKind, IncidentReport
 from ddptui.core.story.story import Story
@@ -111,6 +111,25 @@ def test_a_restart_closes_the_round_before_it_and_is_counted() -> None:
     assert restart.summary == "worker failure; restart 1 of 3"
     assert [r.incident.number for r in reports] == [1, 2]
     assert story.headline().startswith("crash: rank 1 on node0")
+
+
+def test_a_requeued_jobs_fresh_round_is_told_as_the_requeue() -> None:
+    """Slurm ran the job again: its new torchrun's round (restart count 0) is not a failure
+    of the workers, whatever the round's own cause says; a real restart after it still is."""
+    story = Story(Clock())
+    told(story, running(0, "node0"), running(1, "node1"))
+    members = (CycleMember("node0", 0, (0,)), CycleMember("node1", 1, (1,)))
+    told(story, AllocationChanged("requeued", "77", ("node0", "node1"), "requeue 1", 1))
+    fresh = RestartCycle(1, 1001.0, 2, members, "rank 0 on node0 failed (SIGTERM)", "node0", 0)
+    told(story, CycleReport(fresh), CycleReport(fresh))
+    (requeued,) = story.incidents
+    assert requeued.kind == IncidentKind.RESTARTED and not requeued.blamed
+    assert requeued.summary == "Slurm requeued job 77 (restart 1)"
+    restart = RestartCycle(2, 1002.0, 2, members, "rank 1 on node1 failed", "node1", 1,
+                           restarts=1, max_restarts=1)  # fmt: skip
+    told(story, CycleReport(restart))
+    assert story.incidents[-1].summary.endswith("restart 1 of 1")
+    assert story.incidents[-1].blamed == (1,)
 
 
 def test_a_straggler_is_one_incident_until_it_recovers() -> None:
