@@ -193,3 +193,25 @@ def test_the_monitor_calls_a_checkpoint_a_phase_and_a_hang_in_the_step_loop_a_st
     hang = [e for t in range(1, 70) for e in m.tick(now + t, 60.0)]
     stall = next(e for e in hang if isinstance(e, StallReport))
     assert stall.budget_s == 60.0 and 60.0 < stall.since_s <= 62.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    interval=st.floats(0.05, 20.0),
+    floor=st.floats(1.0, 300.0),
+    checkpoints=st.lists(st.floats(1.0, 900.0), max_size=3),
+)
+def test_a_hang_in_the_step_loop_is_named_within_its_step_budget_whatever_came_before(
+    interval: float, floor: float, checkpoints: list[float]
+) -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 12, interval)
+    for length in checkpoints:  # phases of any length, learned
+        rhythm.spoke(KEYS[0], 0, now, "[rank0] saving checkpoint")
+        rhythm.tick(now + length / 2, floor, KEYS)
+        now = _steps(rhythm, now + length, 12, interval)
+    budget = max(floor, STEP_FACTOR * interval)
+    for t in (1.0, budget / 2, budget * 2, budget * 10):  # the hang, ticked as it lasts
+        rhythm.tick(now + t, floor, KEYS)
+        assert rhythm.phase is None
+        assert abs(rhythm.job_budget(floor, KEYS) - budget) <= 1e-6 * budget
