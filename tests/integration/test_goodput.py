@@ -1,6 +1,6 @@
 """Goodput on real torchrun (local backend, headless): where the wall time went adds up to it,
 and the parts a run had are the ones named: a job restarted by torchrun, a stall torn down, a
-straggler."""
+straggler, quiet checkpoints."""
 
 from __future__ import annotations
 
@@ -167,3 +167,22 @@ def test_a_straggler_costs_the_share_of_each_step_its_peers_wait(tmp_path: Path)
     drag = 1 - named[0]["scores"]["3"]["relative"]
     assert parts["straggler"] == pytest.approx(drag * (until - named[0]["ts"]), rel=0.35)
     assert not pids_with_tag(events[-1]["run_id"])
+
+
+def test_quiet_checkpoints_are_phases_as_long_as_the_phase_watch_says(tmp_path: Path) -> None:
+    """Two 10 s checkpoints (rank 0 writes, printing nothing; the others wait in a barrier)
+    under a hang timeout of 4 s: phases, not a stall."""
+    proc = _start(
+        tmp_path, "--nodes", "2", "--hang-timeout", "4", str(TRAINER / "checkpoint_ddp.py"),
+        "--steps", "25", "--every", "10", "--step-s", "1", "--checkpoint-s", "10",
+    )  # fmt: skip
+    out, _ = outputs(proc, 300)
+    events = [json.loads(line) for line in out.splitlines()]
+    assert proc.returncode == 0, events[-3:]
+    goodput = _adds_up(events)
+    parts = goodput["parts"]
+    ended = [e for e in events if e["event"] == "quiet_phase" and e["ended"] is not None]
+    assert len(ended) == 2 and not [e for e in events if e["event"] == "stall"]
+    took = sum(e["ended"] - e["began"] for e in ended)
+    assert parts["phases"] == pytest.approx(took, abs=0.5)
+    assert parts["stalled"] == 0 and parts["stepping"] > 0 and parts["launch"] > 0
