@@ -36,6 +36,7 @@ MIN_GAPS = 3  # gaps a rank must have shown before its interval counts
 GAPS_KEPT = 32  # the recent gaps an interval is the median of
 RETAKE = 8  # gaps added before the interval is taken again
 RETELL = 0.1  # step budgets are told again when one moves by more than this fraction
+RETELL_S = 10.0  # and at most this often (a big job's intervals jitter, one rank or another)
 CUE_CHARS = 160  # the part of a cue line that identifies a phase
 
 LABELS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -148,6 +149,7 @@ class JobRhythm:
         self.phases: list[QuietPhase] = []  # every phase begun, as last told
         self._stretch: _Stretch | None = None
         self._floor_told: float | None = None
+        self._told_at = float("-inf")
         self._ordinary: set[str] = set()  # named lines seen right before the loop went on
 
     # -- what the ranks print -------------------------------------------------------------
@@ -210,7 +212,7 @@ class JobRhythm:
         a gap of its step loop, after a line that names or came before a phase; and the
         step budgets, told when one moved."""
         ranks = [(k, self.ranks[k]) for k in active if k in self.ranks]
-        events = self._budgets(floor, ranks)
+        events = self._budgets(now, floor, ranks)
         if not ranks or self.phase is not None:
             return events
         last = max(r.last for _, r in ranks)
@@ -259,19 +261,23 @@ class JobRhythm:
         self._stretch = _Stretch(last, cue_key(line) if line else "", line)
         return None
 
-    def _budgets(self, floor: float, ranks: Sequence[tuple[Key, RankRhythm]]) -> list[Event]:
+    def _budgets(
+        self, now: float, floor: float, ranks: Sequence[tuple[Key, RankRhythm]]
+    ) -> list[Event]:
         """A StepBudgets event when a rank's step budget or interval moved by more than
-        RETELL (or the floor changed): rare, as intervals settle."""
+        RETELL (or the floor changed), at most every RETELL_S: rare, as intervals settle."""
         if floor <= 0 or not ranks:  # no budgets while the checks are off
             return []
         moved = self._floor_told != floor
+        if not moved and now - self._told_at < RETELL_S:
+            return []
         for _, r in ranks:
             budget = self._step_budget(r, floor)
             if _moved(budget, r.told) or _moved(r.interval or 0.0, r.told_interval):
                 moved = True
         if not moved:
             return []
-        self._floor_told = floor
+        self._floor_told, self._told_at = floor, now
         told: list[StepBudget] = []
         for _, r in sorted(ranks, key=lambda kr: (kr[1].rank is None, kr[1].rank or 0)):
             r.told = self._step_budget(r, floor)
