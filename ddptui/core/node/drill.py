@@ -103,14 +103,16 @@ def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "", at: 
     rank)}; "after" is None for a rank that did not end."""
     grace = float(grace_arg)
     names = [n for n in signals.split(",") if n] or ["TERM"]
-    if at:
-        time.sleep(min(max(0.0, float(at) - time.time()), MAX_WAIT_S))
+    # The job's processes are looked up first (a look at every process: tens of ms where
+    # many run), so that every node sends at `at` itself, not after its own look.
     pids = [p for p in _tagged(tag) if is_alive(p)]
     node = os.environ.get("SLURMD_NODENAME", "").encode()
     if node:
         pids = [p for p in pids if _on_this_node(p, node)]
     workers, agents = split_workers(pids)
     ranks = ranks_of(workers)
+    if at:
+        time.sleep(min(max(0.0, float(at) - time.time()), MAX_WAIT_S))
     sent = time.time()
     start = time.monotonic()
     for name in names:

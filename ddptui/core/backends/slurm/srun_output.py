@@ -29,6 +29,9 @@ _SIGNALS = {
     "Bus error": -7,
     "Interrupt": -2,
     "Hangup": -1,
+    "Quit": -3,
+    "User defined signal 1": -10,  # the stop signals an operator may choose (--stop-signal)
+    "User defined signal 2": -12,
 }
 
 

@@ -83,3 +83,11 @@ def test_monitor_learns_exit_codes_from_srun_direct_lines() -> None:
 
 
 # -- following a log the job writes ---------------------------------------------------------------
+
+
+def test_a_task_ended_by_an_operators_stop_signal_keeps_its_number() -> None:
+    """srun names a signal as strsignal does: USR1/USR2/QUIT (`--stop-signal`) are -10/-12/-3,
+    as torchrun reports a worker they ended, not a plain 1."""
+    assert task_exit("srun: error: node1: task 0: User defined signal 1") == (-10, True)
+    assert task_exit("srun: error: node2: task 1: User defined signal 2") == (-12, True)
+    assert task_exit("srun: error: node2: task 1: Quit (core dumped)") == (-3, True)
