@@ -53,3 +53,22 @@ def test_the_line_says_the_share_the_bar_and_the_time_lost_biggest_first() -> No
     assert text.endswith("▏ launch 20% · teardown 10% · restart 8% · now stalled")
     steady = describe_goodput(Goodput(0.0, 10.0, GoodputSplit(stepping=10.0)), Part.STEPPING)
     assert steady.plain == "goodput 100% ▕" + "█" * BAR_CELLS + "▏"
+
+
+def test_a_past_runs_facts_say_its_goodput() -> None:
+    from ddptui.core.events import RankState, RankSummary
+    from ddptui.core.runs.history import RunHistory
+    from ddptui.core.runs.run_dir import RunDir
+    from ddptui.core.runs.summary import RunSummary
+    from ddptui.ui.screens.past_run import describe_record
+
+    run = RunDir.create("20260101-000000-abcdef")
+    RunHistory().started(run, local_spec(), started=1000.0)
+    goodput = Goodput(1000.0, 1100.0, GoodputSplit(stepping=62.0, launch=20.0, stalled=18.0))
+    ranks = (RankSummary(0, "local0", 0, RankState.DONE, 0),)
+    summary = RunSummary(True, 1, ranks, str(run.path), run.run_id, goodput=goodput)
+    RunHistory().finished(summary, ended=1100.0)
+    record = RunHistory().get(run.run_id)
+    assert record is not None
+    lines = describe_record(record).plain.splitlines()
+    assert "goodput  62% ▕" in lines[2] and lines[2].endswith("launch 20% · stalled 18%")

@@ -18,6 +18,7 @@ from ddptui.core.runs.history import RunRecord, recorded_events
 from ddptui.core.runs.history_rows import attempt_lines
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 from ddptui.ui.job_form import JobRequest
+from ddptui.ui.widgets.goodput_line import describe_goodput
 from ddptui.ui.widgets.logs.run_log_tabs import RunLogTabs
 from ddptui.ui.widgets.rank_grid import RankGrid
 
@@ -51,6 +52,9 @@ def describe_record(record: RunRecord) -> Text:
     text.append(record.status, style=OUTCOME_STYLE.get(record.status, ""))
     text.append(f"   profile {record.profile} · backend {record.backend} · {record.where_text()}")
     text.append(f"\nranks {record.ranks_text()}   script {record.script}")
+    if record.goodput is not None and record.goodput.wall_s > 0:
+        text.append("\n")
+        text.append_text(describe_goodput(record.goodput))
     if record.detail:
         text.append(f"\n{record.detail}", style="italic")
     lines = attempt_lines(record)

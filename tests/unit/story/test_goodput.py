@@ -286,3 +286,16 @@ def test_the_parts_always_add_up_to_the_wall_time(
     final = goodput.final(end)
     adds_up(final)
     assert final.wall_s == pytest.approx(max(end, goodput.now) - T0)
+
+
+def test_a_console_following_the_run_reads_the_summarys_goodput_back() -> None:
+    """`ddptui serve` and a read-only console follow the run's events.jsonl: the summary's
+    split comes back whole, typed."""
+    from ddptui.core.runs.summary import RunSummary
+
+    events = [*launched(), running(3), step(5), failed(20), restarting(21), cycle(23, 1), step(26)]
+    final = account(events).final(T0 + 30)
+    summary = RunSummary(False, 2, (), "/tmp/run", "r1", goodput=final, ts=T0 + 30)
+    back = decode_event(summary.to_json())
+    assert isinstance(back, RunSummary) and back.goodput == final
+    assert json.loads(summary.to_json())["goodput"]["attempts"][1]["parts"]["restart"] == 6.0
