@@ -4,12 +4,14 @@ the line's words and bar from a split."""
 
 from __future__ import annotations
 
-from ddptui.core.story.goodput import Goodput, GoodputSplit, Part
+from typing import Any
+
+from ddptui.core.story.goodput import Goodput, GoodputReport, GoodputSplit, Part
 from ddptui.ui.app import DdpApp
 from ddptui.ui.widgets.goodput_line import BAR_CELLS, describe_goodput
 
 from .conftest import local_spec, wait_for
-from .screens import SMALL
+from .screens import SMALL, fixed_app
 from .test_small_terminal import screen_text
 
 RUN_TIMEOUT = 180.0
@@ -50,7 +52,7 @@ def test_the_line_says_the_share_the_bar_and_the_time_lost_biggest_first() -> No
     assert text.startswith("goodput  62% ▕")
     bar = text.split("▕", 1)[1].split("▏", 1)[0]
     assert len(bar) == BAR_CELLS and bar.count("█") == 10  # 62% of 16 cells
-    assert text.endswith("▏ launch 20% · teardown 10% · restart 8% · now stalled")
+    assert text.endswith("▏ now stalled · launch 20% · teardown 10% · restart 8%")
     steady = describe_goodput(Goodput(0.0, 10.0, GoodputSplit(stepping=10.0)), Part.STEPPING)
     assert steady.plain == "goodput 100% ▕" + "█" * BAR_CELLS + "▏"
 
@@ -72,3 +74,23 @@ def test_a_past_runs_facts_say_its_goodput() -> None:
     assert record is not None
     lines = describe_record(record).plain.splitlines()
     assert "goodput  62% ▕" in lines[2] and lines[2].endswith("launch 20% · stalled 18%")
+
+
+async def _stalled_after_a_restart(pilot: Any) -> None:
+    """Two nodes of envcheck.py replayed, running, and a split as a stalled run's would be."""
+    from tests.ui.replay import T0, feed, running_events
+
+    split = GoodputSplit(stepping=41.0, launch=12.0, restart=6.0, stalled=9.0)
+    report = GoodputReport(Goodput(T0, T0 + 68.0, split), Part.STALLED, ts=T0 + 68.0)
+    feed(pilot.app.job_screen, [*running_events(), report])
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_snapshot_goodput_line_80x24(snap_compare: Any) -> None:
+    assert snap_compare(fixed_app(), run_before=_stalled_after_a_restart, terminal_size=SMALL)
+
+
+def test_snapshot_goodput_line_160x48(snap_compare: Any) -> None:
+    assert snap_compare(fixed_app(), run_before=_stalled_after_a_restart, terminal_size=(160, 48))

@@ -21,9 +21,9 @@ PART_GLYPHS = {
 
 
 def describe_goodput(goodput: Goodput, current: Part | None = None) -> Text:
-    """`goodput 62% ▕████▒▒░▏ launch 20% · restart 8% · now stalled`: the stepping share, the
-    bar by part, the time lost biggest first, and the part the time goes to now if it is not
-    stepping (a live run's)."""
+    """`goodput 62% ▕████▒▒░▏ now stalled · launch 20% · restart 8%`: the stepping share, the
+    bar by part, the part the time goes to now if it is not stepping (a live run's), and the
+    time lost biggest first."""
     text = Text()
     text.append("goodput ", style="bold")
     text.append(f"{goodput.fraction:.0%}".rjust(4), style="bold")
@@ -33,11 +33,12 @@ def describe_goodput(goodput: Goodput, current: Part | None = None) -> Text:
         glyph, colour = PART_GLYPHS[part]
         text.append(glyph, style=colour)
     text.append(" " * (BAR_CELLS - len(cells)) + "▏")
+    if current is not None and current != Part.STEPPING:
+        text.append(f" now {current.words}", style="bold")
+        text.append(" ·")
     lost = lost_words(goodput.parts)
     if lost:
         text.append(f" {lost}")
-    if current is not None and current != Part.STEPPING:
-        text.append(f" · now {current.words}", style="bold")
     return text
 
 
