@@ -12,7 +12,10 @@ only minutes later. The rhythm gives every rank a silence budget from what the j
   `FIRST_PHASE_FACTOR` floors.
 
 The operator's `--hang-timeout` is the floor under every budget. A step line is never a
-phase's cue: a hang right after one keeps the step budget, however long the checkpoints are.
+phase's cue, nor a line the loop has gone on after at once: a hang right after one keeps the
+step budget, however long the checkpoints are. A quiet phase is the whole job's (the others
+wait in a barrier while one saves); one rank silent while the others step keeps its step
+budget.
 Pure logic: the monitor feeds it what the ranks printed and when, and asks it the budgets.
 """
 
@@ -44,8 +47,7 @@ LABELS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("evaluation", re.compile(r"\beval|validat", re.I)),
 )
 _CLUES = ("check", "ckpt", "snapshot", "sav", "eval", "validat")  # each label's words hold one
-_DIGITS = re.compile(r"\d+(?:\.\d+)?")
-_RANK_TAG = re.compile(r"^\s*\[(?:rank\s*)?\d+\]:?\s*", re.I)
+_NO_DIGITS = str.maketrans("", "", "0123456789")
 
 Key = Hashable  # a rank's place in the job: (node, local rank)
 
@@ -62,9 +64,10 @@ def label_of(line: str) -> str:
 
 
 def cue_key(line: str) -> str:
-    """What identifies a line as a phase's cue: the line without its rank tag and numbers
-    (`saving checkpoint at step 200` and `... step 400` are the same cue)."""
-    return _DIGITS.sub("#", _RANK_TAG.sub("", line.strip()))[:CUE_CHARS]
+    """What identifies a line as a phase's cue: the line without its digits (`[rank0] saving
+    checkpoint at step 200` and `[rank3] ... step 400` are the same cue). One translate, no
+    regex: it is taken of a rank's lines as the loop goes on, once a phase is learned."""
+    return line.strip().translate(_NO_DIGITS)[:CUE_CHARS]
 
 
 @dataclass
@@ -150,7 +153,7 @@ class JobRhythm:
         self._stretch: _Stretch | None = None
         self._floor_told: float | None = None
         self._told_at = float("-inf")
-        self._ordinary: set[str] = set()  # named lines seen right before the loop went on
+        self._ordinary: set[str] = set()  # cues seen right before the loop went on
 
     # -- what the ranks print -------------------------------------------------------------
 
@@ -170,8 +173,10 @@ class JobRhythm:
         gap = now - r.last
         if r.last and 0 <= gap < limit:
             r.add(r.line_gaps, gap)
-        if r.last and gap < quiet and r.line and label_of(r.line):
-            self._ordinary.add(cue_key(r.line))  # a named line the loop went on after at once
+        if r.last and gap < quiet and r.line and (self.seen or label_of(r.line)):
+            key = cue_key(r.line)  # a cue the loop went on after at once is the loop's own
+            if key in self.seen or label_of(r.line):
+                self._ordinary.add(key)
         if stepped:
             if r.last_step and 0 <= now - r.last_step < limit:
                 r.add(r.step_gaps, now - r.last_step)
@@ -242,9 +247,10 @@ class JobRhythm:
         keys = frozenset(k for k, _ in ranks)
         numbers = tuple(sorted(r.rank for _, r in ranks if r.rank is not None))
         lines = [r.line for r in recent if r.line]
-        for line in lines:  # a cue seen before
-            seen = self.seen.get(cue_key(line))
-            if seen is not None:
+        for line in lines:  # a cue seen before, and never before a gap of the loop
+            key = cue_key(line)
+            seen = self.seen.get(key)
+            if seen is not None and key not in self._ordinary:
                 budget = max(floor, seen.longest * PHASE_MARGIN)
                 return Phase(last, seen.label, line, budget, keys, numbers, True)
         for line in lines:  # a line that names a phase: seen under another cue, or new

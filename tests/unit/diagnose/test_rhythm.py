@@ -215,3 +215,22 @@ def test_a_hang_in_the_step_loop_is_named_within_its_step_budget_whatever_came_b
         rhythm.tick(now + t, floor, KEYS)
         assert rhythm.phase is None
         assert abs(rhythm.job_budget(floor, KEYS) - budget) <= 1e-6 * budget
+
+
+def test_a_learned_cue_the_loop_then_goes_on_after_at_once_is_the_loops_own() -> None:
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 1.0)
+    rhythm.spoke(KEYS[0], 0, now, "[rank0] fetching shard 3")  # a slow fetch, once: 30 s
+    for t in range(1, 30):
+        rhythm.tick(now + t, 10.0, KEYS)
+    rhythm.spoke(KEYS[0], 0, now + 30.0, "[rank0] step=10", stepped=True)
+    assert cue_key("[rank0] fetching shard 3") in rhythm.seen
+    now += 30.0
+    for n in range(5):  # then every step fetches a shard, at once
+        now += 1.0
+        rhythm.spoke(KEYS[0], 0, now, "[rank0] fetching shard 4")
+        rhythm.spoke(KEYS[0], 0, now + 0.1, f"[rank0] step={11 + n}", stepped=True)
+    rhythm.spoke(KEYS[0], 0, now + 1.0, "[rank0] fetching shard 5")  # and hangs after it
+    events = [e for t in range(2, 40) for e in rhythm.tick(now + t, 10.0, KEYS)]
+    assert not [e for e in events if isinstance(e, QuietPhase)]
+    assert rhythm.job_budget(10.0, KEYS) == 10.0
