@@ -4,6 +4,7 @@ the line's words and bar from a split."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ddptui.core.story.goodput import Goodput, GoodputReport, GoodputSplit, Part
@@ -94,3 +95,22 @@ def test_snapshot_goodput_line_80x24(snap_compare: Any) -> None:
 
 def test_snapshot_goodput_line_160x48(snap_compare: Any) -> None:
     assert snap_compare(fixed_app(), run_before=_stalled_after_a_restart, terminal_size=(160, 48))
+
+
+async def test_the_served_console_shows_the_goodput_the_run_recorded(tmp_path: Path) -> None:
+    """`ddptui serve`'s tab follows the run from its directory: the goodput events its session
+    recorded show in the same line."""
+    from .test_served_console import _running_run
+
+    run = _running_run(tmp_path)
+    split = GoodputSplit(stepping=30.0, launch=10.0)
+    run.record(GoodputReport(Goodput(1000.0, 1040.0, split), Part.STEPPING, ts=1040.0))
+    run.close()
+    app = DdpApp(run.read_spec(), attach=run, follow=True)
+    async with app.run_test(size=SMALL) as pilot:
+        line = app.job_screen.job_panel.goodput
+        await wait_for(pilot, lambda: line.goodput is not None, "the recorded split", 30)
+        await pilot.pause()
+        assert line.goodput is not None and line.goodput.parts == split
+        shown = [row for row in screen_text(app) if "goodput " in row and "▕" in row]
+        assert len(shown) == 1 and "goodput  75%" in shown[0] and "launch 25%" in shown[0]
