@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.core.node import STDIN_PROGRAM
 from testbed.netns import Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
 from tests.integration.sshrun import ddptui_argv, popen_headless, state_env
@@ -30,6 +31,7 @@ from tests.procs import outputs, pids_with_tag
 
 HOSTS = ["node1", "node2", "node3"]
 VICTIM = "node3"  # the third host (its tag: RUN_ID.2)
+HELPER = STDIN_PROGRAM  # how the node helper runs: its program read from stdin
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,20 @@ def test_a_node_dies(clean_testbed: Testbed, tmp_path: Path, mode: str) -> None:
         assert {c["index"]: c for c in summary["cycles"]}[last["index"]]["step_reached"] == 16
     assert all(wait < 30 for wait in _barrier_waits(summary)), _barrier_waits(summary)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
-    if spec.hurt is link_cut:  # unreachable: its proof waits for the link (a host back up)
-        assert proofs == {"node1": True, "node2": True}, proofs
+    if spec.hurt is link_cut:
+        # unreachable, so not proven clean; what runs there is this job's alone, and stays
+        # until the host is back (a real lost host takes it down with it)
+        assert proofs == {"node1": True, "node2": True, VICTIM: False}, proofs
         tb.restore_link(VICTIM)
+        job = set(pids_with_tag(f"{run_id}.2"))
+        assert job, "the cut host's job: nothing reached it"
+        others = [p for p in tb.pids_in(VICTIM) if p not in job]
+        helpers = [p for p in others if "sshd" in _cmdline(p)[0] or HELPER in _cmdline(p)]
+        assert others == helpers, [_cmdline(p) for p in others]
+        assert tb.wait_clean(HOSTS[:2]) == {}
     else:
         assert proofs == dict.fromkeys(HOSTS, True), proofs
-    assert tb.wait_clean(HOSTS if spec.hurt is not link_cut else HOSTS[:2]) == {}
+        assert tb.wait_clean(HOSTS) == {}
 
 
 def test_the_console_killed_then_attached(clean_testbed: Testbed, tmp_path: Path) -> None:
