@@ -77,12 +77,18 @@ def test_a_requeued_batch_job_is_one_run_with_two_attempts(
     told = read_until(proc, lambda e: e["event"] == "attempt" and e["attempt"]["index"] == 2)
     began = told[-1]
     assert began["attempt"]["cause"] == "requeue" and began["previous"]["outcome"] == "requeued"
-    _new_cycle_steps(proc)  # the console followed the job into its second attempt
+    again = _new_cycle_steps(proc)  # the console followed the job into its second attempt
 
     result = finish(proc)
     assert_clean_teardown(slurm_cluster, result, job_id)
     attempts = [e for e in told + result.events if e["event"] == "attempt"]
     assert {e["attempt"]["index"] for e in attempts} == {2}  # no restart of torchrun's besides
+    # one story across both: the second attempt's round is told as the requeue it is
+    incidents = [e for e in seen + told + again + result.events if e["event"] == "incident"]
+    restarts = {e["number"]: e for e in incidents if e["kind"] == "restarted"}
+    assert [e["summary"] for e in restarts.values()] == [
+        f"Slurm requeued job {job_id} (restart 1)"
+    ], incidents
     _assert_one_run_two_attempts(slurm_cluster, tmp_path, run_id, job_id)
 
 
