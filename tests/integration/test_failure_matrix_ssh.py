@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from ddptui.core.node import STDIN_PROGRAM
 from testbed.netns import Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
-from tests.integration.sshrun import ddptui_argv, popen_headless, state_env
+from tests.integration.sshrun import popen_headless, state_env
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
     _barrier_waits,
@@ -138,7 +139,7 @@ def test_the_console_killed_then_attached(clean_testbed: Testbed, tmp_path: Path
     proc.wait()
     assert all(pids_with_tag(f"{run_id}.{i}") for i in range(3))  # the job runs on
     attach = subprocess.Popen(
-        ddptui_argv(tb, "attach", run_id, "--headless"),
+        tb.ns_argv("head", [sys.executable, "-m", "ddptui.cli", "attach", run_id, "--headless"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
