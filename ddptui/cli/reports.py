@@ -46,7 +46,13 @@ HISTORY_TABLE = (
     Column("WHAT HAPPENED", min_width=18),
 )
 # The preflight grid's checks by shorter names where a terminal is narrow.
-CHECK_SHORT = {"reachable": "reach", "python": "py", "rdzv-port": "port", "hostname": "host"}
+CHECK_SHORT = {
+    "reachable": "reach",
+    "python": "py",
+    "settings": "set",
+    "rdzv-port": "port",
+    "hostname": "host",
+}
 
 
 def print_history(
