@@ -149,6 +149,7 @@ class JobRhythm:
         self.ranks: dict[Key, RankRhythm] = {}
         self.seen: dict[str, PhaseSeen] = {}  # cue key -> the phase it came before
         self.phase: Phase | None = None
+        self.ended: Phase | None = None  # the last phase over (its ranks not all back yet)
         self.phases: list[QuietPhase] = []  # every phase begun, as last told
         self._stretch: _Stretch | None = None
         self._floor_told: float | None = None
@@ -189,7 +190,7 @@ class JobRhythm:
         """The job progressed: its phase (or an unexplained silence) is over, and learned."""
         phase, stretch = self.phase, self._stretch
         if phase is not None and now > phase.began:
-            self.phase = None
+            self.phase, self.ended = None, phase
             self._learn(cue_key(phase.cue), phase.label, now - phase.began)
             ended = QuietPhase(
                 phase.ranks, phase.began, now, phase.label, phase.budget, phase.cue, ts=now
@@ -302,10 +303,15 @@ class JobRhythm:
 
     def budget(self, key: Key, floor: float) -> float:
         """How long this rank may print nothing before it is hung: its phase's budget while
-        the job is in one, else its step budget; never less than the floor."""
-        if self.phase is not None and key in self.phase.keys:
-            return max(floor, self.phase.budget)
+        the job is in one (or the phase just over, until the rank itself prints again: the
+        first rank back ends the phase, the others' lines may come a tick later), else its
+        step budget; never less than the floor."""
         r = self.ranks.get(key)
+        for phase in (self.phase, self.ended):
+            if phase is None or key not in phase.keys:
+                continue
+            if phase is self.phase or (r is not None and r.last <= phase.began):
+                return max(floor, phase.budget)
         return floor if r is None else self._step_budget(r, floor)
 
     def job_budget(self, floor: float, active: Iterable[Key]) -> float:

@@ -17,7 +17,7 @@ from ddptui.core.diagnose.rhythm import (
     label_of,
 )
 from ddptui.core.diagnose.stall_events import QuietPhase, StallReport, StepBudgets
-from ddptui.core.events import Event, RankState
+from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.monitor.agent_log import Assigned
 from ddptui.core.monitor.monitor import Monitor
 
@@ -234,3 +234,22 @@ def test_a_learned_cue_the_loop_then_goes_on_after_at_once_is_the_loops_own() ->
     events = [e for t in range(2, 40) for e in rhythm.tick(now + t, 10.0, KEYS)]
     assert not [e for e in events if isinstance(e, QuietPhase)]
     assert rhythm.job_budget(10.0, KEYS) == 10.0
+
+
+def test_the_ranks_not_back_from_a_phase_yet_keep_its_budget_a_tick_longer() -> None:
+    m = Monitor(["n0", "n1"], 1)
+    for i, node in enumerate(("n0", "n1")):
+        m.board.assign(node, Assigned(i, (0,), (i,), 0), now=99.0)
+    for n in range(10):
+        for i, node in enumerate(("n0", "n1")):
+            m.feed_lines(node, [f"[ddptui:{i}:0]:step={n}"], now=100.0 + n)
+        m.tick(100.5 + n, 60.0)
+    m.feed_lines("n0", ["[ddptui:0:0]:saving checkpoint"], now=109.2)
+    for t in range(110, 259):
+        m.tick(float(t), 60.0)
+    m.feed_lines("n0", ["[ddptui:0:0]:step=10"], now=259.0)  # n0's line first, n1's later
+    events = m.tick(259.5, 60.0)
+    assert not [e for e in events if isinstance(e, RankChanged) and e.state == RankState.HUNG]
+    assert m.rhythm.budget(("n1", 0), 60.0) == 300.0
+    m.feed_lines("n1", ["[ddptui:1:0]:step=10"], now=260.0)
+    assert m.rhythm.budget(("n1", 0), 60.0) == 60.0  # back: the step budget again
