@@ -224,11 +224,13 @@ class _Attempt:
 @dataclass
 class _Span:
     """A stretch of time an overlay covers (`end` None: it still holds); `value`: a
-    straggler's drag, the share of each step its peers wait."""
+    straggler's drag (the share of each step its peers wait), a quiet phase's budget; `said`:
+    when the event that began it came."""
 
     start: float
     end: float | None = None
     value: float = 1.0
+    said: float = 0.0
 
 
 class GoodputAccount:
@@ -264,6 +266,7 @@ class GoodputAccount:
         for span in overlays:
             edges.add(span.start)
             edges.add(span.end if span.end is not None else end)
+        edges.update(q.start + q.value for q in self.quiet)  # where a phase's budget runs out
         cuts = sorted(min(end, max(began, e)) for e in edges)
         totals: dict[Part, float] = dict.fromkeys(Part, 0.0)
         by_attempt: list[dict[Part, float]] = [dict.fromkeys(Part, 0.0) for _ in self.attempts]
@@ -381,7 +384,7 @@ class GoodputAccount:
             case StallReport(since_s=since_s):
                 if self.stalls and self.stalls[-1].end is None:
                     return False
-                self.stalls.append(_Span(ts - max(0.0, since_s)))
+                self.stalls.append(_Span(ts - max(0.0, since_s), said=ts))
                 return True
             case PhaseChanged(phase=RunPhase.RUNNING):
                 return self._stall_over(ts)
@@ -396,8 +399,8 @@ class GoodputAccount:
                 self._ended_nodes.add(node)
                 if self._started and self._started <= self._ended_nodes:
                     return self._tearing_down(ts)
-            case QuietPhase(began=began, ended=ended):
-                return self._quiet(began, ended)
+            case QuietPhase(began=began, ended=ended, budget_s=budget_s):
+                return self._quiet(began, ended, budget_s, ts)
             case StragglerReport():
                 return self._straggler(event)
         return False
@@ -431,17 +434,17 @@ class GoodputAccount:
         self.teardown = ts
         return True
 
-    def _quiet(self, began: float, ended: float | None) -> bool:
+    def _quiet(self, began: float, ended: float | None, budget_s: float, ts: float) -> bool:
         open_ = next((s for s in reversed(self.quiet) if s.end is None), None)
         if ended is None:
             if open_ is not None:
                 return False
-            self.quiet.append(_Span(began))
+            self.quiet.append(_Span(began, value=budget_s, said=ts))
             return True
         if open_ is not None:
             open_.start, open_.end = min(open_.start, began), max(ended, open_.start)
         else:
-            self.quiet.append(_Span(began, max(began, ended)))
+            self.quiet.append(_Span(began, max(began, ended), budget_s, ts))
         return True
 
     def _straggler(self, event: StragglerReport) -> bool:
@@ -501,7 +504,7 @@ class GoodputAccount:
         """Where `seconds` around `moment` went, on the base time line's `base` part."""
         if base == Part.TEARDOWN or (self.teardown is not None and moment >= self.teardown):
             return [(Part.TEARDOWN, seconds)]
-        if _covers(self.stalls, moment, end):
+        if self._stalled(moment, end):
             return [(Part.STALLED, seconds)]
         if base != Part.STEPPING:
             return [(base, seconds)]
@@ -511,6 +514,21 @@ class GoodputAccount:
         if drag > 0:
             return [(Part.STRAGGLER, seconds * drag), (Part.STEPPING, seconds * (1 - drag))]
         return [(Part.STEPPING, seconds)]
+
+    def _stalled(self, moment: float, end: float) -> bool:
+        """Whether a stall holds at `moment`, the phase watch's word weighed against it: a quiet
+        phase said after the stall was (the silence named a checkpoint once its cue was read)
+        is that phase; one said before it is a phase for its budget, then the stall."""
+        quiet = [q for q in self.quiet if _within(q, moment, end)]
+        for stall in self.stalls:
+            if not _within(stall, moment, end):
+                continue
+            if any(q.said > stall.said for q in quiet):
+                continue
+            if any(moment < q.start + q.value for q in quiet if q.value > 0):
+                continue
+            return True
+        return False
 
 
 def _within(span: _Span, moment: float, end: float) -> bool:

@@ -201,6 +201,25 @@ def test_a_quiet_phase_is_its_own_part_and_an_open_one_runs_to_now() -> None:
     assert parts(final) == {"launch": 5.0, "stepping": 15.0, "phases": 50.0}
 
 
+def test_a_stall_the_phase_watch_then_names_a_checkpoint_is_that_checkpoint() -> None:
+    """Short steps: the step budget runs out before the checkpoint's cue is weighed; the quiet
+    phase said a second later covers the stall's silence."""
+    events = [*launched(), running(3), step(5), at(StallReport(since_s=4.7), 15.1)]
+    events += [at(QuietPhase((0,), T0 + 10.4, None, "checkpoint", 20.0), 16.1)]
+    events += [at(QuietPhase((0,), T0 + 10.4, T0 + 20.7, "checkpoint", 20.0), 20.7)]
+    events += [running(20.7), step(21, 2), *exited(30)]
+    final = account(events).final(T0 + 30)
+    assert parts(final) == {"launch": 5.0, "stepping": 14.7, "phases": 10.3}
+
+
+def test_a_checkpoint_past_its_budget_is_a_phase_for_its_budget_then_a_stall() -> None:
+    events = [*launched(), step(5), at(QuietPhase((0,), T0 + 10, None, "checkpoint", 20.0), 11)]
+    events += [at(StallReport(since_s=21.0), 31), at(PhaseChanged(RunPhase.TEARING_DOWN), 40)]
+    final = account(events).final(T0 + 41)
+    assert parts(final) == {"launch": 5.0, "stepping": 5.0, "phases": 20.0, "stalled": 10.0,
+                            "teardown": 1.0}  # fmt: skip
+
+
 def test_reports_come_on_a_change_of_part_and_on_drift_not_every_tick() -> None:
     goodput = GoodputAccount()
     said: list[GoodputReport] = []
@@ -256,7 +275,7 @@ _MAKERS = st.sampled_from(
         lambda t: at(NodeChanged("n0", NodeState.RUNNING), t),
         lambda t: at(NodeChanged("n0", NodeState.EXITED, 0), t),
         lambda t: at(NodeChanged("n1", NodeState.STOPPING), t),
-        lambda t: at(QuietPhase((0,), T0 + t / 2, None), t),
+        lambda t: at(QuietPhase((0,), T0 + t / 2, None, budget_s=t % 7), t),
         lambda t: at(QuietPhase((0,), T0 + t / 2, T0 + t), t),
         lambda t: straggler(t, t % 1.7),
         lambda t: straggler(t, 0.0, ranks=()),
