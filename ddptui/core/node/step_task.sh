@@ -139,6 +139,22 @@ while :; do
     esac
     # how many besides the look itself: every line but the first
     ddptui_now=$(printf '%s\n' "$ddptui_look" | wc -l)
+    if [ -z "$ddptui_found" ] && [ "$ddptui_code" = 137 ]; then
+        # The agent was killed (SIGKILL) with its workers running: re-parented to PID 1,
+        # out of the step's reach, they would train on and hold the other nodes in the
+        # job's collectives (an elastic job never shrinks; a fixed one's agents wait in
+        # torchrun's exit barrier). Stopped now, as job_helper.py does on other backends.
+        for ddptui_pid in $ddptui_look; do
+            ddptui_pid=${ddptui_pid#/proc/}
+            ddptui_pid=${ddptui_pid%/environ}
+            case $ddptui_pid in
+            self) ;;
+            *) kill -TERM "$ddptui_pid" 2>/dev/null ;;
+            esac
+        done
+        printf 'ddptui: torchrun agent lost (killed by signal 9) with its workers running: ' >&2
+        printf 'stopped %s orphaned process(es)\n' "$((ddptui_now - 1))" >&2
+    fi
     ddptui_found=${ddptui_found:-$((ddptui_now - 1))}
     ddptui_wait=$((ddptui_wait + 1))
     [ "$ddptui_wait" -gt 20 ] && break

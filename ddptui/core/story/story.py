@@ -98,6 +98,14 @@ def verdict_words(verdict: Verdict) -> str:
     return own if verdict.signature in PLAIN_SIGNATURES and own else verdict.summary
 
 
+def killed_by(code: int) -> int | None:
+    """The signal that ended a node's command: its exit code as Python gives it (-9) or as
+    a shell or srun does (137, 128 + 9); None for an exit of its own."""
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code < 160 else None
+
+
 def signal_name(number: int) -> str:
     """`SIGKILL` for 9; `signal 64` for a number with no name."""
     try:
@@ -251,14 +259,14 @@ class Story:
             case NodeChanged(state=NodeState.STOPPING):
                 self._stopping.add(event.node)
             case NodeChanged(state=NodeState.FAILED, exit_code=int(code)) if (
-                code < 0 and -code not in AGENT_HANDLED and event.node not in self._stopping
+                killed_by(code) not in (None, *AGENT_HANDLED) and event.node not in self._stopping
             ):
                 return self._found(
                     IncidentKind.AGENT_LOST,
                     ("left", event.node),
                     event.ts,
                     nodes=(event.node,),
-                    summary=f"its torchrun agent was killed ({signal_name(-code)})",
+                    summary=f"its torchrun agent was killed ({signal_name(killed_by(code) or 0)})",
                     domain=Domain.INFRASTRUCTURE,
                 )
             case NodeChanged(state=NodeState.FAILED, detail="connection lost"):
