@@ -255,6 +255,9 @@ class Monitor:
         Records may repeat and come late: each rank's are matched once, in its own order."""
         if node not in self._readers or not records or not self._one_world:
             return []
+        current = self.cycles.current
+        if current is not None and current.index > 0 and node not in current.nodes:
+            return []  # a node the round went on without (its orphaned workers' last records)
         now = time.time() if now is None else now
         return self._judged(self.audit.seen(records, source, now), now)
 
@@ -549,7 +552,11 @@ class Monitor:
             ]
         if isinstance(fact, Assigned):
             events = self.board.assign(node, fact, now)
+            rounds = len(self.cycles.cycles)
             events += self.cycles.assigned(node, fact, now) if self._one_world else []
+            if len(self.cycles.cycles) > rounds > 0 and fact.world_size > 0:
+                # a new round: its ranks are numbered again, its collectives counted from 1
+                self.audit = AuditWatch(self.board, fact.world_size)
             if fact.nodes >= 0:
                 joined = WorldJoined(
                     node, fact.group_rank, fact.nodes, fact.world_size, fact.master_addr
