@@ -237,6 +237,9 @@ def test_a_node_never_joins_the_rendezvous(tmp_path: Path, nodes: str) -> None:
         assert all(VICTIM not in [m["node"] for m in c["members"]] for c in cycles.values())
         said = [e["message"] for e in events if e["event"] == "notice"]
         assert f"{VICTIM} never joined the rendezvous: stopped" in said
+        assert summary["detail"].startswith(
+            f"elastic: finished on 2 node(s); {VICTIM} never joined the rendezvous"
+        ), summary["detail"]
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(["local0", "local1", VICTIM], True), proofs
     assert not pids_with_tag(run_id)

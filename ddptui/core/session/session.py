@@ -722,6 +722,11 @@ class Session:
                     f"elastic: finished on {len(cycles[-1].nodes)} node(s) after "
                     f"{len(cycles) - 1} restart cycle(s)"
                 )
+            elif ok and self._absent:
+                detail = (
+                    f"elastic: finished on {len(cycles[-1].nodes)} node(s); "
+                    f"{', '.join(sorted(self._absent))} never joined the rendezvous"
+                )
         stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
         if ended_by and not self._detach:  # preempted, timed out: the story's lead
