@@ -11,13 +11,13 @@ step loop and the others wait in its all_reduce, for good (a real hang, no line 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _dist  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
@@ -46,9 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    # the barrier waits out the checkpoint: the group's timeout must outlast it
-    timeout = datetime.timedelta(seconds=max(1800.0, 4 * args.checkpoint_s))
-    dist.init_process_group("gloo", timeout=timeout)
+    # the barrier waits out the checkpoint: the group's timeout must outlast it. Joined
+    # through a store prefix of the rendezvous round (_dist.round_store), so that the
+    # workers torchrun restarts find each other, not the last round's addresses.
+    _dist.setup(timeout_s=max(1800.0, 4 * args.checkpoint_s), elastic=True)
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DDP(torch.nn.Linear(16, 1))
