@@ -74,7 +74,7 @@ def test_the_node_times_each_rank_and_kills_what_outlasts_the_grace() -> None:
     try:
         _ready([quick, slow])
         said = io.StringIO()
-        at = time.time() + 0.5  # every node is told the same time to send at
+        at = round(time.time() + 0.5, 3)  # every node is told the same time to send at
         with redirect_stdout(said):
             assert drill(tag, "1.0", "USR1", "", f"{at:.3f}") == 0
         report = json.loads(said.getvalue())

@@ -111,8 +111,10 @@ def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "", at: 
         pids = [p for p in pids if _on_this_node(p, node)]
     workers, agents = split_workers(pids)
     ranks = ranks_of(workers)
-    if at:
-        time.sleep(min(max(0.0, float(at) - time.time()), MAX_WAIT_S))
+    if at:  # sleep() counts on the monotonic clock, `at` is the wall clock: until it reads it
+        until = min(float(at), time.time() + MAX_WAIT_S)
+        while time.time() < until:
+            time.sleep(max(until - time.time(), 0.0005))
     sent = time.time()
     start = time.monotonic()
     for name in names:
