@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def step_task(
     entry = {"argv": argv, "env": {"DDPTUI_TAG": tag, "X": 'it\'s "$q" `x`\n'}, "tag": tag}
     table = {"nodes": {"node1": {**entry, **checks}}}
     python = [sys.executable]
-    port = {
+    port: dict[str, Any] = {
         "source": base64.b64encode(port_check_source()).decode(),
         "argv": report or [*python, "-S", "-c", STDIN_PROGRAM],
     }
