@@ -1,6 +1,7 @@
 """Provides the console at 80x24 as the small-terminal tests drive it, and the pictures of it in
 docs/screens/: `python -m tests.ui.screens` writes them again (SVG, as Textual saves a
-screenshot), from the same replayed runs and keys as tests/ui/test_small_terminal.py."""
+screenshot), from the same replayed runs and keys as tests/ui/test_small_terminal.py,
+tests/ui/test_goodput_line.py and tests/ui/test_quiet_phase_view.py."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from ddptui.ui.app import DdpApp
 from tests.ui.replay import crash_events, feed
 
 SMALL = (80, 24)
+LARGE = (160, 48)
 SCREENS = Path(__file__).resolve().parents[2] / "docs" / "screens"
 
 
@@ -58,6 +61,31 @@ async def write_screens() -> list[Path]:
         await pilot.press("o")
         await settle(pilot)
         written.append(Path(app.save_screenshot("root_cause_full_screen_80x24.svg", str(SCREENS))))
+    for size in (SMALL, LARGE):
+        written += await _long_run_screens(size)
+    return written
+
+
+async def _long_run_screens(size: tuple[int, int]) -> list[Path]:
+    """The goodput line of a run stalled after a restart, and a rank's quiet phase (a
+    checkpoint 42 s into its 300 s budget) in its details and above the ranks."""
+    from tests.ui.test_goodput_line import _stalled_after_a_restart
+    from tests.ui.test_quiet_phase_view import _checkpointing
+
+    written = []
+    name = f"{size[0]}x{size[1]}"
+    app = fixed_app()
+    async with app.run_test(size=size) as pilot:
+        await _stalled_after_a_restart(pilot)
+        written.append(Path(app.save_screenshot(f"goodput_{name}.svg", str(SCREENS))))
+    app = fixed_app()
+    async with app.run_test(size=size) as pilot:
+        screen = app.job_screen
+        feed(screen, _checkpointing(time.time())[1])
+        await settle(pilot)
+        await pilot.click(screen.grid, offset=screen.grid.cell_offset("local1", 1))
+        await settle(pilot)
+        written.append(Path(app.save_screenshot(f"quiet_phase_{name}.svg", str(SCREENS))))
     return written
 
 
