@@ -128,6 +128,8 @@ class CycleWatch:
     _stormed: bool = False
     _told: tuple[int, int | None] | None = None  # (index, step) the last report carried
     _told_at: float = 0.0
+    _node_round: dict[str, int] = field(default_factory=dict)  # each node's latest round
+    _failed_in: int | None = None  # the round of the pending cause's failed worker
 
     @property
     def current(self) -> RestartCycle | None:
@@ -140,17 +142,57 @@ class CycleWatch:
         """An agent's rendezvous result: a member of the current round, or a new round."""
         member = CycleMember(node, fact.group_rank, fact.global_ranks)
         key = (fact.master_addr, fact.master_port, max(fact.nodes, 0))
-        current = self.current
-        if current is not None and self._masters[-1] == key and node not in current.nodes:
+        index = self._round_of(node, key)
+        if index is not None and node not in self.cycles[index].nodes:
+            joined = self.cycles[index]
             grown = replace(
-                current,
-                members=tuple(sorted((*current.members, member), key=lambda m: m.group_rank)),
-                world_size=current.world_size + len(fact.global_ranks),
-                restarts=max(current.restarts, fact.restart_count),
+                joined,
+                members=tuple(sorted((*joined.members, member), key=lambda m: m.group_rank)),
+                world_size=joined.world_size + len(fact.global_ranks),
+                restarts=max(joined.restarts, fact.restart_count),
             )
-            self.cycles[-1] = grown
+            pending = self._pending
+            if (
+                index > 0
+                and pending.node == node
+                and self._failed_in == index - 1
+                and grown.failed_node is None
+            ):  # a replayed log: this node's failure, read after the round it caused began
+                grown = replace(
+                    grown, cause=pending.cause, failed_node=pending.node, failed_rank=pending.rank
+                )
+                self._pending = _Pending()
+            self.cycles[index] = grown
+            self._node_round[node] = index
             return [CycleReport(grown, ts=now)]
+        self._node_round[node] = len(self.cycles)
         return self._begin(member, key, fact, now)
+
+    def _round_of(self, node: str, key: tuple[str, str, int]) -> int | None:
+        """The round this rendezvous result joins, if it joins one: the round after the
+        node's last if its master, port and node count match and it is not full, else the
+        earliest such round, else (node count unknown) the current one. A log replayed node
+        by node (attaching) gives one node's later rounds before another's first; torchrun's
+        rounds share the master's port, so only the node count tells a round full."""
+        if not self._masters:
+            return None
+        nodes = key[2]
+        if nodes <= 0:
+            current = len(self._masters) - 1
+            return current if self._masters[-1] == key else None
+
+        def open_to(index: int) -> bool:
+            cycle = self.cycles[index]
+            return (
+                self._masters[index] == key
+                and node not in cycle.nodes
+                and len(cycle.members) < nodes
+            )
+
+        after = self._node_round.get(node, -1) + 1
+        if after < len(self.cycles) and open_to(after):
+            return after
+        return next((i for i in range(len(self.cycles)) if open_to(i)), None)
 
     def _begin(
         self, member: CycleMember, key: tuple[str, str, int], fact: Assigned, now: float
@@ -248,6 +290,7 @@ class CycleWatch:
             return
         rank = fact.rank if fact.rank is not None else self._global_rank(node, fact.local_rank)
         who = f"rank {rank}" if rank is not None else f"local rank {fact.local_rank}"
+        self._failed_in = self._node_round.get(node)
         self._pending = _Pending(
             f"{who} on {node} failed ({describe_exit(fact.exit_code)})", node, rank, fact.exit_code
         )
@@ -255,7 +298,8 @@ class CycleWatch:
     def _global_rank(self, node: str, local_rank: int) -> int | None:
         """The rank the current round gave this node's worker (torchrun's early failure line
         names only the local rank)."""
-        current = self.current
+        index = self._node_round.get(node)
+        current = self.cycles[index] if index is not None else self.current
         member = next((m for m in current.members if m.node == node), None) if current else None
         if member is None or not 0 <= local_rank < len(member.global_ranks):
             return None

@@ -16,6 +16,8 @@ from ddptui.core.monitor.cycles import (
 from ddptui.core.monitor.monitor import Monitor
 from tests.cases import TORCHRUN_CAPTURES as DATA
 
+LONG_RUN = DATA.parent / "long_run"
+
 _STAMP = re.compile(rb"^[IWEF]\d{4} (\d\d):(\d\d):(\d\d\.\d+) ")
 
 
@@ -159,3 +161,20 @@ def test_ranks_waiting_for_the_next_round_are_restarting_not_failed() -> None:
             assert not later or later[0] == RankState.ASSIGNED, (node, states)
     said = [e.detail for e in ranks if e.node == "n1" and e.state == RankState.RESTARTING]
     assert said[0] == "restarting (3/3 attempts left)"
+
+
+def test_a_replayed_run_read_node_by_node_has_the_rounds_it_had_live() -> None:
+    """Attaching reads each node's whole log in turn: one node's second round comes before the
+    other node's first. A 2x2 job whose rank 1 was SIGKILLed once (a real run's logs,
+    tests/data/long_run) had two rounds, the second caused by that kill, in either order."""
+    logs = {n: (LONG_RUN / f"{n}.log").read_bytes() for n in ("local0", "local1")}
+    for order in (["local0", "local1"], ["local1", "local0"]):
+        monitor = Monitor(list(logs), 2)
+        for node in order:
+            monitor.feed(node, logs[node])
+            monitor.end_of_output(node)
+        cycles = monitor.summary().cycles
+        assert [sorted(c.nodes) for c in cycles] == [["local0", "local1"]] * 2, cycles
+        assert [c.world_size for c in cycles] == [4, 4]
+        assert cycles[1].cause == "rank 1 on local1 failed (SIGKILL)", (order, cycles[1])
+        assert cycles[1].failed_node == "local1" and cycles[1].failed_rank == 1
