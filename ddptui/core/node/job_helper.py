@@ -26,6 +26,7 @@ from ddptui.core.node.netinfo import port, probe, start_checks  # sent ahead of 
 from ddptui.core.node.reaper import TAG_VAR, is_alive, orphans, reap  # sent ahead of this program
 from ddptui.core.node.step import program_in_env, split_step  # sent ahead of this program
 
+CONTAINER_CLIENTS = ("podman", "docker")  # a job run in a container: `podman|docker run ...`
 TYPE_CHECKING = False  # typing is not imported on the node: it is its largest import there
 if TYPE_CHECKING:
     from typing import Any
@@ -210,7 +211,9 @@ def _supervise(job: dict, paths: dict[str, str], report_fd: int) -> None:
     code = os.waitstatus_to_exitcode(status)
     if splitter is not None:
         splitter.finish(code)
-    else:  # a step's tasks are srun's to stop, on every node
+    elif os.path.basename(job["argv"][0]) not in CONTAINER_CLIENTS:
+        # (a step's tasks are srun's to stop, on every node; a container's client ended
+        # is not its agent ended: the container runs on under conmon or dockerd)
         _orphans_stopped(job["tag"], code, log_fd)
     tmp = paths["exit"] + ".tmp"
     _write_private(tmp, f"{code}\n")
