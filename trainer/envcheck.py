@@ -93,7 +93,9 @@ def main() -> int:
         f"group_rank={ident.group_rank} local_world_size={ident.local_world_size} "
         f"world_size={ident.world_size} backend={backend} device={device}{_gpu_words(device)}"
     )
-    d = _dist.setup(timeout_s=args.timeout, ident=ident)
+    # through the round's own store prefix: workers torchrun restarts must not read the last
+    # round's addresses (a restarted group hangs in init_process_group otherwise)
+    d = _dist.setup(timeout_s=args.timeout, ident=ident, elastic=True)
     rank, world = ident.rank, ident.world_size
     failing = args.fail_rank is not None and args.fail_rank == rank
     if failing and args.fail_after is None:
