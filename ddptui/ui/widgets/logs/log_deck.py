@@ -177,16 +177,9 @@ class NodeLogDeck(Vertical):
         """The console's notes, each after the line of its node that it is about (`seq`),
         even where later lines are on screen already; the views that show a note placed
         before their newest lines show the store again."""
-        late: set[str] = set()
-        for note in notes:
-            if note.seq and self.store.place(note):
-                late.add(note.node)
-            elif not note.seq:
-                self.append([note])
-            else:
-                for view in self.views:
-                    if not view.log_filter.nodes or note.node in view.log_filter.nodes:
-                        view.append([note])
+        placed = [bool(note.seq) and self.store.place(note) for note in notes]
+        self.append([note for note, put in zip(notes, placed, strict=True) if not put])
+        late = {note.node for note, put in zip(notes, placed, strict=True) if put}
         for view in self.views:
             if late and (not view.log_filter.nodes or late & view.log_filter.nodes):
                 view.rebuild()

@@ -43,7 +43,7 @@ class LogStore:
         """Put a note after its node's line `note.seq`, not after lines that came later
         (attaching, a rank change can reach the screen after the whole log it was read in).
         True if it went in before the newest entries (the views must show the store again);
-        False if it was simply added at the end."""
+        False if no later line is held: nothing is done, the caller adds it at the end."""
         entries = self._entries
         at = len(entries)
         for index in range(len(entries) - 1, -1, -1):
@@ -53,7 +53,6 @@ class LogStore:
                     break
                 at = index
         if at == len(entries):
-            self.extend([note])
             return False
         if len(entries) == self.limit:
             entries.popleft()
