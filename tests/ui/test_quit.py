@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from ddptui.core.events import RankState
 from ddptui.core.runs.run_dir import RunDir
+from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.process import SessionProcess
 from ddptui.core.session.session import Session
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitScreen
@@ -94,3 +100,30 @@ async def test_quit_and_detach_leaves_job_running_for_attach() -> None:
         cleanup.request_teardown()
         await cleanup.run_job()
     assert pids == []
+
+
+async def test_quit_once_the_summary_is_in_asks_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between a run's summary and its session's end (history, goodput written) the run is
+    over: `q` then leaves without asking how to stop a run that has stopped."""
+    serve = SessionProcess.serve
+
+    async def closing_slowly(self: SessionProcess) -> RunSummary:
+        summary = await serve(self)
+        await asyncio.sleep(3)  # a loaded machine: the session's process still closing
+        return summary
+
+    monkeypatch.setattr(SessionProcess, "serve", closing_slowly)
+    app = DdpApp(local_spec("--sleep", "60"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        await pilot.press("l")
+        await wait_for(pilot, lambda: screen.outcome.phase == "running", "the launch", RUN_TIMEOUT)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: screen.summary is not None, "the summary", RUN_TIMEOUT)
+        assert screen.job_active  # the session is still closing when `q` comes
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
+        assert not isinstance(app.screen, QuitScreen)
+    assert app.return_value == 1
