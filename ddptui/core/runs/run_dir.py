@@ -169,6 +169,15 @@ class RunDir:
     def write_summary(self, summary: dict[str, Any]) -> None:
         self.write_private("summary.json", json.dumps(summary, indent=2))
 
+    def read_summary(self) -> dict[str, Any] | None:
+        """The last summary written (a detached console's, for a run attached again); None
+        when there is none or it cannot be read."""
+        try:
+            data = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def close(self) -> None:
         if self._events is not None:
             self._events.close()

@@ -50,7 +50,7 @@ from ddptui.core.session.membership import Membership, NodeAction, NodeActionKin
 from ddptui.core.session.notify import Notifier
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
-from ddptui.core.story.goodput import GoodputAccount
+from ddptui.core.story.goodput import Goodput, GoodputAccount
 from ddptui.core.story.incident import IncidentReport
 from ddptui.core.story.story import Story, said_aloud
 
@@ -312,6 +312,10 @@ class Session:
 
     async def _reattach(self) -> None:
         self.plan, state = self.run.read_plan()
+        before = self.run.read_summary()
+        if before and before.get("detached") and isinstance(before.get("goodput"), dict):
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # a summary cut short
+                self.goodput.carry(Goodput.from_dict(before["goodput"]))
         self._announce_plan(self.plan)
         await self.backend.restore(state)
         self._start_monitor(self.plan)

@@ -14,7 +14,10 @@ in exactly one part:
 - **phases**: a quiet phase of the job's rhythm (a checkpoint, an evaluation), as the phase
   watch says it (`QuietPhase`);
 - **teardown**: from the run's end (the operator's stop, the failure that ended it, the last
-  agent's exit, a detach) to the summary.
+  agent's exit, a detach) to the summary;
+- **detached**: no console followed the run: from a detached console's summary to the next
+  attach. An attached console carries the account of the stretches before it (`carry`), so a
+  run's parts add up to its wall time from its launch, however often it was re-attached.
 
 The first step of a round is its first progress or metric line; a round with none steps from
 its first rank's first line, unless an earlier round printed steps (then it never stepped).
@@ -61,6 +64,7 @@ class Part(enum.StrEnum):
     STRAGGLER = "straggler"
     PHASES = "phases"
     TEARDOWN = "teardown"
+    DETACHED = "detached"
 
     @property
     def words(self) -> str:
@@ -75,6 +79,7 @@ PART_WORDS = {
     Part.STRAGGLER: "straggler",
     Part.PHASES: "ckpt/eval",
     Part.TEARDOWN: "teardown",
+    Part.DETACHED: "detached",
 }
 
 
@@ -89,6 +94,7 @@ class GoodputSplit:
     straggler: float = 0.0
     phases: float = 0.0
     teardown: float = 0.0
+    detached: float = 0.0
 
     @classmethod
     def of(cls, seconds: dict[Part, float]) -> GoodputSplit:
@@ -100,6 +106,12 @@ class GoodputSplit:
     @property
     def total(self) -> float:
         return sum(self.seconds(part) for part in Part)
+
+    def plus(self, *others: GoodputSplit, detached: float = 0.0) -> GoodputSplit:
+        """These parts and the others', with `detached` seconds more of that part."""
+        seconds = {p: self.seconds(p) + sum(o.seconds(p) for o in others) for p in Part}
+        seconds[Part.DETACHED] += detached
+        return GoodputSplit.of(seconds)
 
     def share(self, part: Part) -> float:
         total = self.total
@@ -249,11 +261,23 @@ class GoodputAccount:
         self._started: set[str] = set()
         self._ended_nodes: set[str] = set()
         self._last: GoodputReport | None = None
+        self._before: Goodput | None = None
+
+    def carry(self, before: Goodput) -> None:
+        """An attached console's account goes on from the run's account when the console
+        before it detached: the time between is `detached`, its attempts are carried on."""
+        self._before = before
 
     # -- reading -----------------------------------------------------------------------------
 
     def split(self, until: float | None = None) -> Goodput:
-        """The parts from the first event to `until` (default: the latest event's time)."""
+        """The parts from the run's launch (the first event, or the carried account's start)
+        to `until` (default: the latest event's time)."""
+        own = self._own_split(until)
+        return own if self._before is None else _joined(self._before, own)
+
+    def _own_split(self, until: float | None = None) -> Goodput:
+        """The parts of this console's stretch, from its first event to `until`."""
         began = self.began if self.began is not None else (until or 0.0)
         end = max(began, until if until is not None else self.now)
         if end <= began or not self.attempts:
@@ -529,6 +553,32 @@ class GoodputAccount:
                 continue
             return True
         return False
+
+
+def _joined(before: Goodput, own: Goodput) -> Goodput:
+    """A detached stretch's account `before` and the attached stretch's own `own` as one run:
+    the gap between them detached. The attached console reads the node logs from their first
+    line, so its own account begins with the rounds `before` knew, told again in an instant:
+    its attempts up to `before`'s last fold into that one (which went on while detached),
+    the later ones follow it."""
+    gap = max(0.0, own.began - before.ended)
+    parts = before.parts.plus(own.parts, detached=gap)
+    if not before.attempts:
+        return Goodput(before.began, own.ended, parts, own.attempts)
+    known = len(before.attempts) - 1
+    folded = [a.parts for a in own.attempts[: known + 1]]
+    going = before.attempts[known]
+    attempts = [
+        *before.attempts[:known],
+        AttemptGoodput(
+            known,
+            going.began,
+            own.attempts[known].ended if len(own.attempts) > known + 1 else own.ended,
+            going.parts.plus(*folded, detached=gap),
+        ),
+        *own.attempts[known + 1 :],
+    ]
+    return Goodput(before.began, own.ended, parts, tuple(attempts))
 
 
 def _within(span: _Span, moment: float, end: float) -> bool:

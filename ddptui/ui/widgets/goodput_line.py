@@ -17,6 +17,7 @@ PART_GLYPHS = {
     Part.STRAGGLER: ("▓", "yellow"),
     Part.PHASES: ("░", "cyan"),
     Part.TEARDOWN: ("░", "grey50"),
+    Part.DETACHED: ("·", "grey50"),
 }
 
 

@@ -318,3 +318,34 @@ def test_a_console_following_the_run_reads_the_summarys_goodput_back() -> None:
     back = decode_event(summary.to_json())
     assert isinstance(back, RunSummary) and back.goodput == final
     assert json.loads(summary.to_json())["goodput"]["attempts"][1]["parts"]["restart"] == 6.0
+
+
+def test_an_attached_console_carries_the_detached_ones_account() -> None:
+    """Detached at 41 after a restart, attached again at 100 (the logs read again from their
+    first line: every earlier round told in an instant), a second restart at 120: one run from
+    its launch, the unwatched time `detached`, the rounds kept as they were."""
+    first = [*launched(), running(3), step(5), failed(20), restarting(21), cycle(23, 1)]
+    first += [running(24), step(26, 2), at(PhaseChanged(RunPhase.DETACHING), 40)]
+    before = account(first).final(T0 + 41)
+    replayed = [*launched(100), running(100), step(100), failed(100), restarting(100)]
+    replayed += [cycle(100, 1), running(100), step(100, 2)]
+    later = [failed(120), restarting(121), cycle(124, 2), running(125), step(127, 3)]
+    attached = GoodputAccount()
+    attached.carry(Goodput.from_dict(json.loads(json.dumps(before.to_dict()))))
+    for event in [*replayed, *later, *exited(150)]:
+        attached.seen(event)
+    final = attached.final(T0 + 151)
+    adds_up(final)
+    assert (final.began, final.wall_s) == (T0, 151.0)
+    assert final.parts.seconds(Part.DETACHED) == pytest.approx(59.0)
+    assert final.parts.seconds(Part.RESTART) == pytest.approx(6.0 + 7.0)
+    assert [a.index for a in final.attempts] == [0, 1, 2]
+    assert final.attempts[0] == before.attempts[0]
+    assert (final.attempts[1].began, final.attempts[1].ended) == (T0 + 20, T0 + 120)
+    assert final.attempts[1].parts.seconds(Part.DETACHED) == pytest.approx(59.0)
+    assert final.attempts[2].began == T0 + 120
+
+
+def test_a_console_that_never_detached_carries_nothing() -> None:
+    goodput = account([*launched(), running(3), step(5), *exited(50)])
+    assert goodput.final(T0 + 52).parts.seconds(Part.DETACHED) == 0.0
