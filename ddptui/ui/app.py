@@ -286,10 +286,12 @@ class DdpApp(App[int]):
         if not self.job_screen.job_active:
             self._leave(0 if self.job_screen.run_ok else 1)
             return
-        if self.job_screen.summary is not None:
-            # the run is over (its summary is in) and its session is only closing: nothing to
-            # ask, the console leaves when the session's worker ends (`RunEnded`)
+        if self.job_screen.run_ending:
+            # the run is over, or stopping as the operator asked: nothing to ask, the console
+            # leaves when the session's worker ends (`RunEnded`)
             self._quitting = True
+            if self.job_screen.summary is None:
+                self.notify("the console leaves once the run has stopped", timeout=5)
             return
         run_id = self.job_screen.session.run_id if self.job_screen.session else "?"
         self.push_screen(QuitScreen(run_id), self._quit_chosen)

@@ -53,8 +53,8 @@ async def test_an_invalid_field_is_marked_with_its_reason_and_blocks_launch() ->
 
         await type_into(pilot, screen, "nodes", "0")
         nodes = field(screen, "nodes")
+        await wait_for(pilot, lambda: nodes.error == "must be at least 1", "the field's check")
         assert nodes.has_class("-invalid")
-        assert nodes.error == "must be at least 1"
         assert "✗ must be at least 1" in str(nodes.query_one(".field-error", Static).render())
         assert screen.query_one("#launch", Button).disabled
         assert screen.query_one("#apply", Button).disabled

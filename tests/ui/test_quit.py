@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from ddptui.core.events import RankState
+from ddptui.core.job.spec import make_spec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.process import SessionProcess
 from ddptui.core.session.session import Session
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.confirm import ConfirmScreen, QuitScreen
+from tests.cases import ROOT
 
 from .conftest import (
     SIZE,
@@ -24,6 +27,7 @@ from .conftest import (
 )
 
 RUN_TIMEOUT = 180.0
+NODES = ("local0", "local1")
 
 
 async def test_quit_with_job_running_asks_then_tears_down() -> None:
@@ -127,3 +131,35 @@ async def test_quit_once_the_summary_is_in_asks_nothing(monkeypatch: pytest.Monk
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
         assert not isinstance(app.screen, QuitScreen)
     assert app.return_value == 1
+
+
+async def test_quit_while_the_teardown_runs_asks_nothing(tmp_path: Path) -> None:
+    """The operator asked for the teardown; `q` before it is over (the ranks checkpoint for
+    5 s on SIGTERM) waits for it, no question."""
+    spec = make_spec(
+        script=str(ROOT / "tests" / "data" / "graceful" / "worker.py"),
+        script_args=("--ckpt-dir", str(tmp_path), "--stop-on", "TERM", "--handler-s", "5"),
+        nodes=2, nproc_per_node=1, grace=30, hang_timeout=0,
+    )  # fmt: skip
+    app = DdpApp(spec)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = job_screen(app)
+        await pilot.press("l")
+        await wait_for(
+            pilot,
+            lambda: all("step=2" in "\n".join(screen.logs.pane(n).lines) for n in NODES),
+            "the ranks to step (their handlers in place)",
+            RUN_TIMEOUT,
+        )
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.screen is screen, "the console again")
+        await wait_for(pilot, lambda: (tmp_path / "rank0.start").exists(), "the checkpoints")
+        assert screen.summary is None  # the teardown is under way
+        await pilot.press("q")
+        await pilot.pause(0.3)
+        assert not isinstance(app.screen, QuitScreen)
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
+        assert screen.outcome.all_clean and screen.summary is not None
+    assert app.return_value == (0 if screen.summary.ok else 1)  # as the summary says

@@ -274,6 +274,12 @@ class JobScreen(LogScreen):
         return self.run.active
 
     @property
+    def run_ending(self) -> bool:
+        """The run is over or on its way out: its summary is in, or the operator asked it to
+        stop (a teardown, a detach, a drill) and the session is closing it."""
+        return self.summary is not None or self.run.stop_request is not None
+
+    @property
     def run_ok(self) -> bool:
         """What the console's exit code says of the run shown: no run, a detach or a success
         is 0. Read from the summary itself, which can be on screen before `RunEnded` is."""
