@@ -5,6 +5,7 @@ the drill's table shows over the console, whole, then the teardown's proof follo
 from __future__ import annotations
 
 from ddptui.core.job.spec import make_spec
+from ddptui.core.runs.run_dir import RunDir
 from ddptui.ui.app import DdpApp
 from ddptui.ui.screens.confirm import ConfirmScreen
 from ddptui.ui.screens.drill import DrillScreen
@@ -71,3 +72,11 @@ async def test_the_drill_key_asks_then_shows_each_ranks_exit_at_80x24(tmp_path: 
         assert set(screen.outcome.reports) == {"local0", "local1"}
         assert screen.outcome.all_clean
         assert wait_no_tagged_pids(run_id) == []
+
+    # a console following the run from its directory (`ddptui serve`'s) shows the table too
+    run = RunDir.open(run_id)
+    follower = DdpApp(run.read_spec(), attach=run, follow=True)
+    async with follower.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(follower.screen, DrillScreen), "the table", 60)
+        text = str(follower.screen.query_one("Static").render())
+        assert "2 of 2 rank(s) exited within the 10 s grace" in " ".join(text.split())

@@ -18,10 +18,15 @@ import ddptui.core.runs.summary  # noqa: F401 - declares its kinds, the stall's 
 from ddptui.core.events import EVENT_KINDS, Event
 from ddptui.core.story.incident import Incident, IncidentReport
 
-# What a follower of the run directory takes from the file: the kinds that say `followed`.
-# Lines, rank states and the failure records are not among them: it reads those from the
-# nodes' logs through its own Monitor, as the session does.
-RECORDED: dict[str, type[Event]] = {kind: cls for kind, cls in EVENT_KINDS.items() if cls.followed}
+
+def followed_kind(kind: str) -> type[Event] | None:
+    """The class of a kind a follower of the run directory takes from the file: one that says
+    `followed`. Lines, rank states and the failure records are not among them: it reads
+    those from the nodes' logs through its own Monitor, as the session does. Asked of
+    EVENT_KINDS as it stands, so the kinds declared above this layer (the session's drill)
+    count once their module is imported, as it is wherever a console follows a run."""
+    cls = EVENT_KINDS.get(kind)
+    return cls if cls is not None and cls.followed else None
 
 
 class EventDecodeError(ValueError):
@@ -75,7 +80,7 @@ def decode_event(line: str) -> Event | None:
         data = json.loads(line)
     except ValueError as exc:
         raise EventDecodeError(str(exc)) from None
-    cls = RECORDED.get(data.get("event", "")) if isinstance(data, dict) else None
+    cls = followed_kind(str(data.get("event", ""))) if isinstance(data, dict) else None
     if cls is None:
         return None
     if cls is IncidentReport:  # its line holds the incident's fields at the top

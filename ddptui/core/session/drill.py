@@ -77,8 +77,7 @@ class DrillReport(Event):
     problems: tuple[str, ...] = ()
 
     kind = "drill"
-    followed = False  # the run directory keeps it (drill.json, events.jsonl); a follower
-    # of the run rebuilds what it shows from the nodes' logs and never reads this back
+    followed = True  # a console following the run (`ddptui serve`, `--read-only`) shows it too
 
     @property
     def killed(self) -> tuple[RankExit, ...]:

@@ -31,6 +31,7 @@ from ddptui.core.runs.event_log import EventLogTail, decode_event
 from ddptui.core.runs.follow import RunFollower
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
+from ddptui.core.session.drill import DrillReport, RankExit
 
 GPUS = (GpuStat(0, 90, 10, 80, 300.5, 60, (0, 1), "GPU-1"),)
 PROOF = GpuProof(False, ((0, 5),), ((0, 1),), (GpuHolder(12, 0, 5, "python"),))
@@ -43,6 +44,14 @@ RECORDED = [
     TeardownReport("n", False, (12, 13), "left", PROOF),
     StallReport(31.0, (3,), (StallGroup((0, 1), ("a.py:1 in f",), "collective 4"),), "py-spy"),
     RunSummary(False, 4, (CULPRIT,), "/x", "r1", "rank 3 failed", stopped_by="failure"),
+    DrillReport(
+        ("USR1",), 10.0, 60.0,
+        (
+            RankExit("n0", 0, 0, 12, 1.0, 0.5, False, 0),
+            RankExit("n1", 1, 0, 9, 1.0, None, True, None),
+        ),
+        ("n2: not reached",),
+    ),  # fmt: skip
 ]
 
 
