@@ -174,6 +174,12 @@ def main() -> int:
     told = [a.get("why", a) if isinstance(a, dict) else a for a in attempts or []]
     table.add("attempts in history", f"{len(told)}: {told}" if attempts else "-")
     table.add("goodput wall_s / parts sum", f"{wall_s:.1f} / {parts_s:.1f}")
+    table.add("run's wall by this bench's clock (launch to the last summary)", f"{wall:.1f}")
+    per_attempt = [
+        round(sum(float(v) for v in a.get("parts", {}).values()), 1)
+        for a in goodput.get("attempts") or []
+    ]
+    table.add("goodput attempts: parts sum each / total", f"{per_attempt} / {sum(per_attempt):.1f}")
     table.add("goodput parts", json.dumps(parts))
     report.table(table)
     memory = Table(["stretch", "samples", "first RSS MB", "last RSS MB", "max RSS MB"])

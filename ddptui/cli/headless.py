@@ -50,6 +50,7 @@ def run_headless(
     detach: bool = False,
     run_id: str | None = None,
     again_of: str | None = None,
+    watching: bool = False,
 ) -> int:
     """Run the job to the end; exit 0 only if every rank exited 0 and every node is clean.
 
@@ -58,6 +59,7 @@ def run_headless(
     SIGUSR2 acts on the run directory's `control` file (`act_on_control_file`).
     `run_id`: the new run's id, when it was chosen before (an early allocation names it).
     `again_of`: the run this one relaunches (history lists it as another attempt of it).
+    `watching`: this is the background watcher of a detached run (session/watcher.py).
     """
 
     def emit(event: Event) -> None:
@@ -74,7 +76,12 @@ def run_headless(
     async def main() -> int:
         run = attach or (RunDir.create(run_id) if run_id else None)
         session = Session(
-            spec, emit, run=run, detach_after_launch=detach, attaching=attach is not None
+            spec,
+            emit,
+            run=run,
+            detach_after_launch=detach,
+            attaching=attach is not None,
+            watching=watching,
         )
         if again_of:
             session.run.mark_attempt_of(again_of)

@@ -153,6 +153,12 @@ def _parser() -> argparse.ArgumentParser:
     attach.add_argument("run_id")
     attach.add_argument("--headless", action="store_true")
     attach.add_argument("--lines", action="store_true")
+    attach.add_argument(
+        "--watch",
+        action="store_true",
+        help="headless, in the background: follow the run to its end to notify (--notify), "
+        "giving way to any console that attaches; a detached run that notifies gets one",
+    )
     served = sub.add_parser(
         "serve",
         help="a run's console in the browser (read-only; needs `pip install 'ddptui[web]'`)",
@@ -225,10 +231,10 @@ def _main(argv: list[str] | None) -> int:
             run_dir = _open_run(args.run_id)
             spec = run_dir.read_spec()
             run_dir.read_plan()  # both readable, or one line now rather than a failed follow
-            if args.headless:
+            if args.headless or args.watch:
                 from ddptui.cli.headless import run_headless
 
-                return run_headless(spec, lines=args.lines, attach=run_dir)
+                return run_headless(spec, lines=args.lines, attach=run_dir, watching=args.watch)
             return _console(spec, None, attach=run_dir, read_only=args.read_only)
         if args.command == "serve":
             return _serve(args)

@@ -171,6 +171,8 @@ def test_a_node_dies(tmp_path: Path, mode: str) -> None:
     survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
     blamed = {rank for i in incidents for rank in i["blamed"] if i["round"] == 0}
     assert not blamed & survivors, incidents  # a surviving worker is never the culprit
+    named = set(re.findall(r"\brank \d+ on (\w+)", summary["detail"]))
+    assert named <= {VICTIM}, summary["detail"]  # nor named by any line of the outcome
     cycles = last_cycles(events)
     if spec.nodes == "2:3" and spec.ok:  # shrank, then went on to the end without VICTIM
         last = cycles[max(cycles)]

@@ -156,3 +156,84 @@ def test_a_restart_storm_is_told_once_and_the_end_by_itself(tmp_path: Path) -> N
     told = [m for m in _notices(events, "info") if m.startswith("notify:")]
     assert told == ["notify: restart_storm (incident 3) told", "notify: ended (incident 4) told"]
     assert not pids_with_tag(summary["run_id"])
+
+
+def _summary(events: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(e for e in reversed(events) if e["event"] == "summary")
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _watcher(events: list[dict[str, Any]]) -> int:
+    (said,) = [m for m in _notices(events, "info") if "keeps watch on run" in m]
+    return int(said.split()[1])
+
+
+def test_a_detached_run_is_watched_and_its_crash_told(tmp_path: Path) -> None:
+    """Launched and left at once (`--detach`): nobody follows the run but the watcher the
+    console left behind, which tells of the crash once, records the outcome and goes."""
+    told_file = tmp_path / "told.jsonl"
+    proc = _start(
+        tmp_path, f"cat >> {told_file}", "--detach",
+        ENVCHECK, "--fail-rank", "1", "--fail-after", "15", "--sleep", "60",
+    )  # fmt: skip
+    out, _ = outputs(proc, 240)
+    events = _events(out)
+    summary = _summary(events)
+    assert proc.returncode == 0 and summary["detached"], summary["detail"]
+    assert summary["detail"].endswith("a watcher follows it meanwhile to notify")
+    run_id, run_dir = summary["run_id"], Path(summary["run_dir"])
+    watcher = _watcher(events)
+    assert _gone(watcher, 240), "the watcher follows the run to its end, then goes"
+    (told,) = _told(told_file)
+    assert told["notify"] == "ended" and told["run_id"] == run_id
+    assert told["incident"]["kind"] == "crash" and told["incident"]["blamed"] == [1]
+    watched = _events((run_dir / "watcher.jsonl").read_text())
+    end = watched[-1]
+    assert end["event"] == "summary" and not end["ok"] and not end["detached"]
+    assert end["headline"].startswith("crash: rank 1 on ")
+    assert not (run_dir / "watcher").exists()
+    history = subprocess.run(
+        [sys.executable, "-m", "ddptui.cli", "history", "--json"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        env={**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    (row,) = [r for r in _events(history.stdout) if r["id"] == run_id]
+    assert row["status"] == "failed", row
+    assert not pids_with_tag(run_id)
+
+
+def test_a_console_that_attaches_takes_over_from_the_watcher(tmp_path: Path) -> None:
+    told_file = tmp_path / "told.jsonl"
+    proc = _start(tmp_path, f"cat >> {told_file}", "--detach", ENVCHECK, "--sleep", "30")
+    out, _ = outputs(proc, 240)
+    first = _events(out)
+    detached = _summary(first)
+    run_id = detached["run_id"]
+    watcher = _watcher(first)
+    deadline = time.monotonic() + 60  # the watcher follows the run
+    while not (Path(detached["run_dir"]) / "watcher").exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "ddptui.cli", "attach", run_id, "--headless"],
+        stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "DDPTUI_STATE_DIR": str(tmp_path / "state")},
+    )  # fmt: skip
+    out, _ = outputs(attach, 240)
+    events = _events(out)
+    assert f"the run's watcher (PID {watcher}) gave way" in _notices(events, "info")
+    assert not Path(f"/proc/{watcher}").exists()
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["ok"] and attach.returncode == 0
+    # one account from the launch: the watcher's stretch carried on, nothing lost between
+    goodput = summary["goodput"]
+    assert goodput["began"] <= detached["goodput"]["began"] + 1e-6
+    assert abs(sum(goodput["parts"].values()) - goodput["wall_s"]) < 0.01 * goodput["wall_s"]
+    assert not [m for m in _notices(events, "info") if "keeps watch" in m]  # it did not detach
+    assert not _told(told_file)  # a clean run tells nobody
+    assert not pids_with_tag(run_id)

@@ -155,7 +155,7 @@ class RunRecord:
         return self.run().read_spec()
 
 
-def _proc_start(pid: int) -> str | None:
+def proc_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot: a PID reused later differs."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -171,7 +171,7 @@ def console_alive(pid: int | None, start: str | None, host: str | None) -> bool:
         return True
     if pid is None:
         return False
-    now = _proc_start(pid)
+    now = proc_start(pid)
     return now is not None and (start is None or now == start)
 
 
@@ -279,7 +279,7 @@ class RunHistory:
             "status": RUNNING,
             "run_dir": str(run.path.resolve()),
             "console_pid": pid,
-            "console_start": _proc_start(pid),
+            "console_start": proc_start(pid),
             "console_host": socket.gethostname(),
             "attempts": json.dumps([first.to_dict()]),
             "attempt_of": of,

@@ -31,6 +31,7 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
+    RankSummary,
     RendezvousAsked,
     StopReason,
     TeardownReport,
@@ -49,6 +50,13 @@ from ddptui.core.session.drill import DRILL_FILE, drill_nodes, drill_table
 from ddptui.core.session.membership import Membership, NodeAction, NodeActionKind
 from ddptui.core.session.notify import Notifier
 from ddptui.core.session.phase import RunPhaseWatch
+from ddptui.core.session.watcher import (
+    WATCHER_LOG,
+    end_watch,
+    give_way,
+    keep_watch,
+    start_watcher,
+)
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
 from ddptui.core.story.goodput import Goodput, GoodputAccount
 from ddptui.core.story.incident import IncidentReport
@@ -74,8 +82,10 @@ class Session:
         backend: Backend | None = None,
         detach_after_launch: bool = False,
         attaching: bool | None = None,
+        watching: bool = False,
     ) -> None:
         self.spec = spec
+        self.watching = watching  # the background watcher of a detached run (watcher.py)
         self.detach_after_launch = detach_after_launch
         self._emit_to = emit
         # A run directory given is one to attach to, unless told otherwise (the console makes
@@ -311,6 +321,15 @@ class Session:
             raise errors[0] if isinstance(errors[0], BackendError) else BackendError(str(errors[0]))
 
     async def _reattach(self) -> None:
+        try:
+            gone = await asyncio.to_thread(give_way, self.run)
+        except TimeoutError as exc:  # both follow it; each incident is told once still
+            self.emit(Notice("warning", str(exc)))
+        else:
+            if gone is not None:
+                self.emit(Notice("info", f"the run's watcher (PID {gone.pid}) gave way"))
+        if self.watching:
+            keep_watch(self.run)
         self.plan, state = self.run.read_plan()
         before = self.run.read_summary()
         if before and before.get("detached") and isinstance(before.get("goodput"), dict):
@@ -699,6 +718,19 @@ class Session:
                 tails[name] = f.read().decode(errors="replace").splitlines()
         return scheduler_end(tails)
 
+    def _first_blamed(
+        self, culprit: RankSummary, ranks: tuple[RankSummary, ...]
+    ) -> RankSummary | None:
+        """The failed rank the outcome's second line names: the monitor's first failure, or,
+        where the story's lead blames other ranks (an agent lost: its node's ranks, stopped by
+        the node helper; a survivor's error came first), the first of those that failed;
+        None when none of them did (the lead says it alone, no survivor named)."""
+        lead = self.story.lead()
+        if lead is None or not lead.blamed or culprit.rank in lead.blamed:
+            return culprit
+        blamed = [r for r in ranks if r.rank in lead.blamed and r.state == RankState.FAILED]
+        return blamed[0] if blamed else None
+
     async def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
         # the launch failed (or the backend's error came before any rank ran): the story's lead
@@ -739,6 +771,8 @@ class Session:
             stopped_by = StopReason.FAILURE if stopped_by == StopReason.FINISHED else stopped_by
         if self._detach and not detail:
             detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
+            if self._keeps_watch():
+                detail += "; a watcher follows it meanwhile to notify"
         elif stopped_by == StopReason.OPERATOR and not detail:
             done = sum(r.state == RankState.DONE for r in ranks)
             how = "torn down by the operator" if self._drill is None else "ended by a drill"
@@ -755,8 +789,10 @@ class Session:
             if told and told.recorder and told.recorder.collectives:
                 detail += f"; flight recorder: {told.recorder.collectives[0]}"
         elif not detail and told and told.culprit:
-            cell = told.culprit
-            if cell.rank is None and self._last_error:
+            cell = self._first_blamed(told.culprit, ranks)
+            if cell is None:
+                pass  # the lead blames ranks that did not fail: it says it alone
+            elif cell.rank is None and self._last_error:
                 detail = self._last_error  # the backend's own words (srun refused, ...)
             else:
                 said = explanation(cell.cause, cell.diagnoses) or cell.error
@@ -798,5 +834,29 @@ class Session:
         self._phase_changed(self.phase.ended(summary))
         self.emit(summary)
         self.run.write_summary(summary.to_dict())
+        if self.watching:
+            end_watch(self.run)
+        elif self._keeps_watch():
+            self._keep_watch_detached()
         self.run.close()
         return summary
+
+    def _keeps_watch(self) -> bool:
+        """A detached run that notifies gets a watcher, unless this is the watcher (it
+        detaches only to give way to a console)."""
+        return self._detach and self.notifier is not None and not self.watching
+
+    def _keep_watch_detached(self) -> None:
+        """A detached run that notifies is not left unwatched: a watcher follows it now."""
+        watcher = start_watcher(self.run)
+        if watcher is None:
+            self.emit(Notice("warning", "no watcher could start: nothing notifies until "
+                             f"`ddptui attach {self.run_id}` follows the run"))  # fmt: skip
+            return
+        self.emit(
+            Notice(
+                "info",
+                f"PID {watcher.pid} keeps watch on run {self.run_id} to notify "
+                f"(its events: {self.run.path / WATCHER_LOG}); `ddptui attach` takes over",
+            )
+        )
