@@ -723,13 +723,20 @@ class Session:
     ) -> RankSummary | None:
         """The failed rank the outcome's second line names: the monitor's first failure, or,
         where the story's lead blames other ranks (an agent lost: its node's ranks, stopped by
-        the node helper; a survivor's error came first), the first of those that failed;
-        None when none of them did (the lead says it alone, no survivor named)."""
+        the node helper; a survivor's error came first), the first of those that failed (the
+        lead's ranks, or its nodes' where it names no rank); None when none of them did (the
+        lead says it alone, no survivor named)."""
         lead = self.story.lead()
-        if lead is None or not lead.blamed or culprit.rank in lead.blamed:
+        if lead is None or not (lead.blamed or lead.nodes):
             return culprit
-        blamed = [r for r in ranks if r.rank in lead.blamed and r.state == RankState.FAILED]
-        return blamed[0] if blamed else None
+
+        def blamed(cell: RankSummary) -> bool:
+            return cell.rank in lead.blamed if lead.blamed else cell.node in lead.nodes
+
+        if blamed(culprit):
+            return culprit
+        failed = [r for r in ranks if blamed(r) and r.state == RankState.FAILED]
+        return failed[0] if failed else None
 
     async def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
