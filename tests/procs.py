@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -73,9 +75,25 @@ def outputs(proc: subprocess.Popen[Any], timeout: float) -> tuple[Any, Any]:
     try:
         proc.wait(max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
+        where = stacks_of(proc.pid)  # what it waits on: the failure's report shows stderr
+        print(f"{shlex.join(map(str, proc.args))} still running:\n{where}", file=sys.stderr)
         proc.kill()
         proc.wait()
-        raise
+        raise subprocess.TimeoutExpired(proc.args, timeout, output=where) from None
     if any(reader.is_alive() for reader in readers):  # a child of its holds a pipe open
         raise subprocess.TimeoutExpired(proc.args, timeout)
     return said.get("stdout"), said.get("stderr")
+
+
+def stacks_of(pid: int) -> str:
+    """Every thread's stack in a Python process (py-spy), and its children, in words."""
+    try:
+        dump = subprocess.run(
+            ["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+        )
+        children = subprocess.run(
+            ["ps", "-o", "pid,stat,args", "--ppid", str(pid)], capture_output=True, text=True
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no stacks of {pid}: {exc}"
+    return f"{dump.stdout}{dump.stderr}\nchildren:\n{children.stdout}"

@@ -13,6 +13,7 @@ from ddptui.core.events import Event, NodeLines, Notice
 from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.session.drill import DrillAsked
+from ddptui.core.session.loop_end import run_to_end
 from ddptui.core.session.membership import NodeAction, parse_action
 from ddptui.core.session.session import Session
 
@@ -99,4 +100,4 @@ def run_headless(
             return 0 if summary.detail.startswith("detached") else 1
         return 0 if summary.ok else 1
 
-    return asyncio.run(main())
+    return run_to_end(main())  # a task left behind cannot keep the run's process alive

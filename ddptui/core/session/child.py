@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.run_dir import RunDir, open_private
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.line_window import LineWindow
+from ddptui.core.session.loop_end import run_to_end
 from ddptui.core.session.process import GC_YOUNG_THRESHOLD
 from ddptui.core.session.session import Session
 from ddptui.core.session.wire import (
@@ -148,31 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     _yield_to_the_screen()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     run = RunDir(Path(start.run_path))
-    return _run_to_the_end(_serve(start.spec, run, start.attaching, frames, fd_out))
-
-
-def _run_to_the_end(serve: Coroutine[Any, Any, int]) -> int:
-    """`asyncio.run`, except that a task which does not end when cancelled, once the run is
-    over, cannot keep this process alive with nobody to talk to: its stack goes to the run's
-    session.log and the process exits."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    code = loop.run_until_complete(serve)
-    rest = asyncio.all_tasks(loop)
-    for task in rest:
-        task.cancel()
-    if rest:
-        _, pending = loop.run_until_complete(asyncio.wait(rest, timeout=SETTLE_S))
-        if pending:
-            for task in pending:
-                print(f"ddptui: a task did not end when cancelled: {task!r}", file=sys.stderr)
-                task.print_stack(file=sys.stderr)
-            sys.stderr.flush()
-            os._exit(code)
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-    return code
+    # a task that does not end when cancelled once the run is over cannot keep this process
+    # alive with nobody to talk to: its stack goes to the run's session.log
+    return run_to_end(_serve(start.spec, run, start.attaching, frames, fd_out), SETTLE_S)
 
 
 AUTOGROUP_NICE = 5

@@ -816,8 +816,8 @@ class Session:
         summary = RunSummary(
             ok,
             cycles[-1].world_size
-            if len(cycles) > 1 and cycles[-1].world_size
-            else (self.spec.world_size),
+            if (len(cycles) > 1 or self.membership.elastic) and cycles[-1].world_size
+            else (self.spec.world_size),  # an elastic job's world is its last round's
             ranks,
             str(self.run.path),
             self.run_id,

@@ -1,6 +1,6 @@
-"""The session process ends with its run: a task that ignores its cancellation once the run
-is over cannot keep it alive (it would sit with nobody to talk to); its stack goes to the
-run's session.log."""
+"""A session's process ends with its run (the console's session process, a headless run): a
+task that ignores its cancellation once the run is over cannot keep it alive (it would sit with
+nobody to talk to); its stack goes to stderr (the run's session.log), what it printed is kept."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tests.cases import ROOT
 PROGRAM = textwrap.dedent(
     """
     import asyncio, sys
-    from ddptui.core.session.child import _run_to_the_end
+    from ddptui.core.session.loop_end import run_to_end
 
     async def stubborn():
         while True:
@@ -26,9 +26,10 @@ PROGRAM = textwrap.dedent(
         asyncio.ensure_future(stubborn())
         polite = asyncio.ensure_future(asyncio.sleep(3600))
         await asyncio.sleep(0.1)
+        print('{"event": "summary"}')  # buffered: a pipe is not a terminal
         return 3 if sys.argv[1] == "stubborn" else (polite.cancel(), 0)[1]
 
-    sys.exit(_run_to_the_end(serve()))
+    sys.exit(run_to_end(serve()))
     """
 )
 
@@ -42,6 +43,7 @@ def _run(program: str, mode: str) -> subprocess.CompletedProcess[str]:
 def test_a_task_that_ignores_its_cancellation_does_not_keep_the_process_alive() -> None:
     done = _run(PROGRAM, "stubborn")
     assert done.returncode == 3  # the run's own exit code
+    assert done.stdout == '{"event": "summary"}\n'  # flushed before the process went
     assert "a task did not end when cancelled" in done.stderr
     assert "stubborn" in done.stderr  # its stack, to find it by
 
