@@ -20,7 +20,7 @@ from tests.procs import outputs, pids_with_tag
 pytestmark = pytest.mark.integration
 
 SLOW_RANK_DDP = Path(__file__).resolve().parents[1] / "data" / "straggler" / "slow_rank_ddp.py"
-PARTS = ("stepping", "launch", "restart", "stalled", "straggler", "phases", "teardown")
+PARTS = ("stepping", "launch", "restart", "stalled", "straggler", "phases", "teardown", "detached")
 ONE_NODE = ("--nodes", "1", "--nproc-per-node", "2")
 
 
@@ -41,6 +41,7 @@ def _adds_up(events: list[dict[str, Any]]) -> dict[str, Any]:
     goodput = summary["goodput"]
     parts = goodput["parts"]
     assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values())
+    assert parts["detached"] == 0  # one console followed the run from its launch to its end
     wall = goodput["wall_s"]
     assert abs(sum(parts.values()) - wall) <= 0.01 * wall
     assert abs(wall - (summary["ts"] - events[0]["ts"])) <= 0.01 * wall
