@@ -231,6 +231,7 @@ class _Attempt:
     step: float | None = None  # the first step
     broke: float | None = None  # the first failure
     awaiting: bool = False  # its group restarts: its round has not begun yet
+    round: int | None = 0  # the rendezvous round it runs (None: awaiting its round)
 
 
 @dataclass
@@ -390,13 +391,13 @@ class GoodputAccount:
                     attempt.broke = ts
                     return True
             case RankChanged(state=RankState.RESTARTING) if self.teardown is None:
-                if not attempt.awaiting:
+                if not attempt.awaiting and not self._late_restart(attempt):
                     self._new_attempt(attempt.broke if attempt.broke is not None else ts, True)
                     return True
             case CycleReport(cycle=cycle) if cycle.index > self.round:
                 self.round = cycle.index
                 if attempt.awaiting:
-                    attempt.awaiting = False
+                    attempt.awaiting, attempt.round = False, cycle.index
                 else:
                     self._new_attempt(attempt.broke if attempt.broke is not None else ts, False)
                 return True
@@ -431,7 +432,20 @@ class GoodputAccount:
 
     def _new_attempt(self, began: float, awaiting: bool) -> None:
         began = max(began, self.attempts[-1].began)
-        self.attempts.append(_Attempt(began, awaiting=awaiting))
+        self.attempts.append(
+            _Attempt(began, awaiting=awaiting, round=None if awaiting else self.round)
+        )
+
+    def _late_restart(self, attempt: _Attempt) -> bool:
+        """A rank's restart told after its new round began: the logs read back node by node
+        (an attach) tell one node's round after another's. The attempt its round began is
+        that restart's: one that has neither stepped nor broken yet takes no other."""
+        return (
+            len(self.attempts) > 1
+            and attempt.round == self.round
+            and attempt.step is None
+            and attempt.broke is None
+        )
 
     def _stepped(self, ts: float) -> bool:
         attempt = self.attempts[-1]

@@ -349,3 +349,14 @@ def test_an_attached_console_carries_the_detached_ones_account() -> None:
 def test_a_console_that_never_detached_carries_nothing() -> None:
     goodput = account([*launched(), running(3), step(5), *exited(50)])
     assert goodput.final(T0 + 52).parts.seconds(Part.DETACHED) == 0.0
+
+
+def test_a_restart_told_after_its_new_round_began_is_that_rounds_attempt() -> None:
+    """Logs read back node by node (an attach): one node's new round comes before the other
+    node's word of the restart. One restart is one attempt, and the new round's steps count."""
+    events = [*launched(), running(3), step(5), failed(20), cycle(23, 1), restarting(23, rank=1)]
+    events += [running(24), step(26, 2), *exited(40)]
+    final = account(events).final(T0 + 41)
+    assert len(final.attempts) == 2
+    assert parts(final) == {"launch": 5.0, "stepping": 29.0, "restart": 6.0, "teardown": 1.0}
+    adds_up(final)
