@@ -231,7 +231,6 @@ class _Attempt:
     step: float | None = None  # the first step
     broke: float | None = None  # the first failure
     awaiting: bool = False  # its group restarts: its round has not begun yet
-    round: int | None = 0  # the rendezvous round it runs (None: awaiting its round)
 
 
 @dataclass
@@ -386,18 +385,24 @@ class GoodputAccount:
                     attempt.running = ts
                     return True
                 return changed
+            case RankChanged(state=RankState.FAILED | RankState.RESTARTING, restarts=restarts) if (
+                restarts < self.round
+            ):
+                # an earlier round's word, told after a later round began: the logs read back
+                # node by node at an attach tell one node's rounds before the other's
+                return False
             case RankChanged(state=RankState.FAILED) if self.teardown is None:
                 if attempt.broke is None and not attempt.awaiting:
                     attempt.broke = ts
                     return True
             case RankChanged(state=RankState.RESTARTING) if self.teardown is None:
-                if not attempt.awaiting and not self._late_restart(attempt):
+                if not attempt.awaiting:
                     self._new_attempt(attempt.broke if attempt.broke is not None else ts, True)
                     return True
             case CycleReport(cycle=cycle) if cycle.index > self.round:
                 self.round = cycle.index
                 if attempt.awaiting:
-                    attempt.awaiting, attempt.round = False, cycle.index
+                    attempt.awaiting = False
                 else:
                     self._new_attempt(attempt.broke if attempt.broke is not None else ts, False)
                 return True
@@ -432,20 +437,7 @@ class GoodputAccount:
 
     def _new_attempt(self, began: float, awaiting: bool) -> None:
         began = max(began, self.attempts[-1].began)
-        self.attempts.append(
-            _Attempt(began, awaiting=awaiting, round=None if awaiting else self.round)
-        )
-
-    def _late_restart(self, attempt: _Attempt) -> bool:
-        """A rank's restart told after its new round began: the logs read back node by node
-        (an attach) tell one node's round after another's. The attempt its round began is
-        that restart's: one that has neither stepped nor broken yet takes no other."""
-        return (
-            len(self.attempts) > 1
-            and attempt.round == self.round
-            and attempt.step is None
-            and attempt.broke is None
-        )
+        self.attempts.append(_Attempt(began, awaiting=awaiting))
 
     def _stepped(self, ts: float) -> bool:
         attempt = self.attempts[-1]

@@ -12,6 +12,7 @@ from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import QuietPhase, StallReport
 from ddptui.core.diagnose.straggler import RankScore
 from ddptui.core.events import (
+    EVENT_KINDS,
     Event,
     MetricSampled,
     NodeChanged,
@@ -22,7 +23,7 @@ from ddptui.core.events import (
     RunPhase,
 )
 from ddptui.core.monitor.cycles import CycleMember, CycleReport, RestartCycle
-from ddptui.core.runs.event_log import decode_event
+from ddptui.core.runs.event_log import decode_event, decode_record
 from ddptui.core.story.goodput import (
     Goodput,
     GoodputAccount,
@@ -32,6 +33,7 @@ from ddptui.core.story.goodput import (
     bar_cells,
     lost_words,
 )
+from tests.cases import DATA
 
 T0 = 1_000_000.0
 
@@ -55,12 +57,13 @@ def running(t: float, rank: int = 0) -> Event:
     return at(RankChanged(rank, "n0", rank, RankState.RUNNING), t)
 
 
-def failed(t: float, rank: int = 1) -> Event:
-    return at(RankChanged(rank, "n0", rank, RankState.FAILED, 1), t)
+def failed(t: float, rank: int = 1, restarts: int = 0) -> Event:
+    """Rank `rank` failed in round `restarts` (its restarts so far, as the monitor counts)."""
+    return at(RankChanged(rank, "n0", rank, RankState.FAILED, 1, restarts=restarts), t)
 
 
-def restarting(t: float, rank: int = 0) -> Event:
-    return at(RankChanged(rank, "n0", rank, RankState.RESTARTING), t)
+def restarting(t: float, rank: int = 0, restarts: int = 0) -> Event:
+    return at(RankChanged(rank, "n0", rank, RankState.RESTARTING, restarts=restarts), t)
 
 
 def step(t: float, n: int = 1) -> Event:
@@ -145,7 +148,7 @@ def test_the_old_rounds_last_step_report_is_not_the_new_rounds_first_step() -> N
 
 def test_a_round_that_never_stepped_after_one_that_did_is_all_restart() -> None:
     events = [*launched(), running(3), step(5), failed(20), restarting(21), cycle(23, 1)]
-    events += [running(24), failed(30)]
+    events += [running(24), failed(30, restarts=1)]
     final = account(events).final(T0 + 31)
     assert final.attempts[1].parts == GoodputSplit(restart=10.0, teardown=1.0)
 
@@ -153,7 +156,7 @@ def test_a_round_that_never_stepped_after_one_that_did_is_all_restart() -> None:
 def test_a_stray_metric_in_a_later_round_leaves_the_earlier_ones_as_they_were() -> None:
     """A job that prints no steps, whose second round's error lines read as a metric."""
     events = [*launched(), running(3), failed(10), restarting(10), cycle(12, 1), running(14)]
-    events += [step(14.5), failed(16)]
+    events += [step(14.5), failed(16, restarts=1)]
     final = account(events).final(T0 + 17)
     assert final.attempts[0].parts == GoodputSplit(launch=3.0, stepping=7.0)
     assert final.attempts[1].parts == GoodputSplit(restart=4.5, stepping=1.5, teardown=1.0)
@@ -329,7 +332,8 @@ def test_an_attached_console_carries_the_detached_ones_account() -> None:
     before = account(first).final(T0 + 41)
     replayed = [*launched(100), running(100), step(100), failed(100), restarting(100)]
     replayed += [cycle(100, 1), running(100), step(100, 2)]
-    later = [failed(120), restarting(121), cycle(124, 2), running(125), step(127, 3)]
+    later = [failed(120, restarts=1), restarting(121, restarts=1), cycle(124, 2), running(125)]
+    later += [step(127, 3)]
     attached = GoodputAccount()
     attached.carry(Goodput.from_dict(json.loads(json.dumps(before.to_dict()))))
     for event in [*replayed, *later, *exited(150)]:
@@ -352,11 +356,35 @@ def test_a_console_that_never_detached_carries_nothing() -> None:
 
 
 def test_a_restart_told_after_its_new_round_began_is_that_rounds_attempt() -> None:
-    """Logs read back node by node (an attach): one node's new round comes before the other
-    node's word of the restart. One restart is one attempt, and the new round's steps count."""
-    events = [*launched(), running(3), step(5), failed(20), cycle(23, 1), restarting(23, rank=1)]
-    events += [running(24), step(26, 2), *exited(40)]
+    """Logs read back node by node (an attach, as the endurance run's second one): one node's
+    restart and new round come before the other node's failure and restart of the old round
+    (their `restarts`: 0). One restart is one attempt, and the new round's steps count."""
+    events = [*launched(), running(3), step(5), restarting(20, rank=1), cycle(20, 1)]
+    events += [failed(20.5, rank=0), restarting(20.5, rank=0), cycle(23, 1), running(24)]
+    events += [step(26, 2), *exited(40)]
     final = account(events).final(T0 + 41)
     assert len(final.attempts) == 2
     assert parts(final) == {"launch": 5.0, "stepping": 29.0, "restart": 6.0, "teardown": 1.0}
     adds_up(final)
+    live = [*launched(), running(3), step(5), failed(20, rank=0), restarting(20, rank=0)]
+    live += [restarting(20, rank=1), cycle(23, 1), running(24), step(26, 2), *exited(40)]
+    assert parts(account(live).final(T0 + 41)) == parts(final)  # as told live
+
+
+def test_the_endurance_runs_second_attach_keeps_one_restart_and_its_steps() -> None:
+    """The events of the endurance run's third console stretch (`bench/endurance/long_run.py`,
+    attached after the worker's kill: the logs read back node by node), on the account the
+    second stretch left. It had made a third attempt that waited for a round forever, 564 s
+    of the run's 916 s counted as restart."""
+    data = DATA / "long_run"
+    before = json.loads((data / "attach2_before.json").read_text())
+    attached = GoodputAccount()
+    attached.carry(Goodput.from_dict(before["detached_goodput"]))
+    for line in (data / "attach2_events.jsonl").read_text().splitlines():
+        raw = json.loads(line)
+        attached.seen(decode_record(EVENT_KINDS[raw["event"]], raw))
+    final = attached.final(before["ended"])
+    adds_up(final)
+    assert len(final.attempts) == before["history_attempts"] == 2  # as history books it
+    assert final.parts.seconds(Part.RESTART) < 30  # the restart: about 10 s
+    assert final.parts.seconds(Part.STEPPING) > 200 and final.parts.seconds(Part.PHASES) > 500
