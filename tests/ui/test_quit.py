@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from textual.pilot import Pilot
 
 from ddptui.core.events import RankState
 from ddptui.core.job.spec import make_spec
@@ -122,9 +123,7 @@ async def test_quit_once_the_summary_is_in_asks_nothing(monkeypatch: pytest.Monk
         screen = job_screen(app)
         await pilot.press("l")
         await wait_for(pilot, lambda: screen.outcome.phase == "running", "the launch", RUN_TIMEOUT)
-        await pilot.press("t")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
-        await pilot.press("y")
+        await _confirm_teardown(pilot, app)
         await wait_for(pilot, lambda: screen.summary is not None, "the summary", RUN_TIMEOUT)
         assert screen.job_active  # the session is still closing when `q` comes
         await pilot.press("q")
@@ -151,9 +150,7 @@ async def test_quit_while_the_teardown_runs_asks_nothing(tmp_path: Path) -> None
             "the ranks to step (their handlers in place)",
             RUN_TIMEOUT,
         )
-        await pilot.press("t")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
-        await pilot.press("y")
+        await _confirm_teardown(pilot, app)
         await wait_for(pilot, lambda: app.screen is screen, "the console again")
         await wait_for(pilot, lambda: (tmp_path / "rank0.start").exists(), "the checkpoints")
         assert screen.summary is None  # the teardown is under way
@@ -163,3 +160,10 @@ async def test_quit_while_the_teardown_runs_asks_nothing(tmp_path: Path) -> None
         await wait_for(pilot, lambda: app.return_value is not None, "the app to exit", RUN_TIMEOUT)
         assert screen.outcome.all_clean and screen.summary is not None
     assert app.return_value == (0 if screen.summary.ok else 1)  # as the summary says
+
+
+async def _confirm_teardown(pilot: Pilot[int], app: DdpApp) -> None:
+    """`t`, then yes to its question: the operator's teardown."""
+    await pilot.press("t")
+    await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the question")
+    await pilot.press("y")
