@@ -32,6 +32,11 @@ from ddptui.core.events import Event
 
 STEP_FACTOR = 5.0  # a rank's budget in the step loop: this many step intervals
 PHASE_MARGIN = 1.5  # a phase seen before may last its longest length times this
+# A phase that began this soon after the first line heard may have begun before it: a console
+# that attaches in the middle of a checkpoint reads the logs back at once, so the cue comes
+# with the rest and the phase's length from there is only what was left of it. Such a phase
+# teaches no length (the next one is budgeted as a first one again).
+CATCH_UP_S = 5.0
 FIRST_PHASE_FACTOR = 5.0  # a named phase not seen yet may last this many floors
 QUIET_FACTOR = 3.0  # the job is quiet once silent this many step intervals
 QUIET_MIN_S = 5.0  # and at least this long
@@ -155,6 +160,7 @@ class JobRhythm:
         self._floor_told: float | None = None
         self._told_at = float("-inf")
         self._ordinary: set[str] = set()  # cues seen right before the loop went on
+        self._first: float | None = None  # when the first line was heard
 
     # -- what the ranks print -------------------------------------------------------------
 
@@ -163,6 +169,8 @@ class JobRhythm:
     ) -> list[Event]:
         """A rank progressed (a step, a line of its own) at `now`, its last line `line`;
         `stepped`: among its lines was a progress line. Ends the job's quiet phase."""
+        if self._first is None:
+            self._first = now
         r = self.ranks.get(key)
         if r is None:
             r = self.ranks[key] = RankRhythm(rank)
@@ -191,7 +199,8 @@ class JobRhythm:
         phase, stretch = self.phase, self._stretch
         if phase is not None and now > phase.began:
             self.phase, self.ended = None, phase
-            self._learn(cue_key(phase.cue), phase.label, now - phase.began)
+            if self._first is None or phase.began - self._first >= CATCH_UP_S:
+                self._learn(cue_key(phase.cue), phase.label, now - phase.began)
             ended = QuietPhase(
                 phase.ranks, phase.began, now, phase.label, phase.budget, phase.cue, ts=now
             )

@@ -253,3 +253,18 @@ def test_the_ranks_not_back_from_a_phase_yet_keep_its_budget_a_tick_longer() -> 
     assert m.rhythm.budget(("n1", 0), 60.0) == 300.0
     m.feed_lines("n1", ["[ddptui:1:0]:step=10"], now=260.0)
     assert m.rhythm.budget(("n1", 0), 60.0) == 60.0  # back: the step budget again
+
+
+def test_a_checkpoint_already_under_way_when_the_console_attached_teaches_no_length() -> None:
+    """Attached 60 s into a 150 s checkpoint (the endurance run's third stretch): the logs come
+    back at once, the cue among them, so only the last 90 s are seen. Learned, they would budget
+    the next 150 s checkpoint 135 s and call it a stall; the first-time budget holds instead."""
+    rhythm = _rhythm()
+    now = _steps(rhythm, 100.0, 10, 0.0)  # read back: every line at the attach
+    seen = _checkpoint(rhythm, now, 90.0, floor=60.0)
+    assert [e.budget_s for e in seen] == [FIRST_PHASE_FACTOR * 60.0] * 2
+    now = _steps(rhythm, now + 91.0, 60, 1.0, first=42)
+    again = _checkpoint(rhythm, now, 150.0, floor=60.0)  # within budget, or it asserts
+    assert [e.budget_s for e in again] == [FIRST_PHASE_FACTOR * 60.0] * 2
+    now = _steps(rhythm, now + 151.0, 60, 1.0, first=103)
+    assert _checkpoint(rhythm, now, 150.0, floor=60.0)[0].budget_s == 150.0 * PHASE_MARGIN
