@@ -45,7 +45,9 @@ RECORDED = [
     StallReport(31.0, (3,), (StallGroup((0, 1), ("a.py:1 in f",), "collective 4"),), "py-spy"),
     RunSummary(False, 4, (CULPRIT,), "/x", "r1", "rank 3 failed", stopped_by="failure"),
     DrillReport(
-        ("USR1",), 10.0, 60.0,
+        ("USR1",),
+        10.0,
+        60.0,
         (
             RankExit("n0", 0, 0, 12, 1.0, 0.5, False, 0),
             RankExit("n1", 1, 0, 9, 1.0, None, True, None),
