@@ -26,7 +26,6 @@ from ddptui.core.runs.run_dir import RunDir, open_private
 WATCHER_FILE = "watcher"
 WATCHER_LOG = "watcher.jsonl"
 GIVE_WAY_S = 120.0  # a watcher's detach: its node tails closed, its summary written
-_started: list[subprocess.Popen[bytes]] = []  # reaped by subprocess once they end
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,7 @@ def start_watcher(run: RunDir) -> Watcher | None:
             )
     except OSError:
         return None
-    _started.append(proc)
-    start = proc_start(proc.pid)
+    start = proc_start(proc.pid)  # the Popen, once dropped, is reaped by subprocess itself
     return Watcher(proc.pid, start) if start is not None else None
 
 
