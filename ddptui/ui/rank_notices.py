@@ -28,7 +28,8 @@ def rank_notices(
     A node's rendezvous note waits until every rank of the node has its global rank
     (`nproc_per_node` of them, else every rank seen so far): the changes come in batches cut
     wherever the screen took them, and a run followed from launch or attached later must
-    read the same (`runs ranks 0-1`, not a note per rank).
+    read the same (`runs ranks 0-1`, not a note per rank). A job of more than
+    `MAX_NODE_NOTES` nodes gets one note for all, once its last node has its ranks.
     """
     seen = dict(known)
     touched: list[str] = []
@@ -44,14 +45,24 @@ def rank_notices(
             notes.append(_note(event.node, f"torchrun restarted the workers ({event.restarts})"))
         if event.state == RankState.FAILED and (before is None or before.state != event.state):
             notes.append(_note(event.node, _failure(event), event.rank))
-    nodes = set(touched)
+    if not touched:
+        return _once_per_node(notes)
+    every = {node for node, _ in seen}
+    big = len(every) > MAX_NODE_NOTES
+    nodes = every if big else set(touched)
     after = _node_ranks(seen, nodes, nproc_per_node)
     earlier = _node_ranks(known, nodes, nproc_per_node)
     assigned: dict[str, list[int]] = {}
-    for node in dict.fromkeys(touched):
-        ranks = after.get(node)
-        if ranks is not None and ranks != earlier.get(node):
-            assigned[node] = ranks
+    if big:
+        # A big job's rendezvous is one note, said when its last node has its ranks, however
+        # the changes were cut into batches (a loaded screen takes a node or two at a time).
+        if all(ranks is not None for ranks in after.values()) and after != earlier:
+            assigned = {node: ranks for node, ranks in after.items() if ranks is not None}
+    else:
+        for node in dict.fromkeys(touched):
+            ranks = after.get(node)
+            if ranks is not None and ranks != earlier.get(node):
+                assigned[node] = ranks
     return [*_rendezvous(assigned, read_at), *_once_per_node(notes)]
 
 
@@ -83,7 +94,7 @@ def _rendezvous(assigned: dict[str, list[int]], read_at: Mapping[str, int]) -> l
     first = next(iter(assigned))
     every = [rank for ranks in assigned.values() for rank in ranks]
     text = f"rendezvous: {len(assigned)} nodes run ranks {rank_set(every)[1:]}"
-    return [_note(first, text)]
+    return [_note(first, text)._replace(seq=max(read_at.values(), default=0))]
 
 
 def _failure(event: RankChanged) -> str:

@@ -195,6 +195,16 @@ def test_watchdog_timeout_gathers_the_flight_recorder_and_so_does_the_teardown(
     marked = [e for e in events if e["event"] == "rank" and e["suspect"]]
     assert {e["rank"] for e in marked} == {1}
     assert "flight recorder: rank 1 never entered" in marked[-1]["detail"]
+    # each waiting rank's own timeout said (one may fire seconds after another on a loaded
+    # machine; a rank torn down before its timeout fired is the teardown's, rightly)
+    timed_out = {e["rank"] for e in events if e["event"] == "rank" and "Timed out" in e["detail"]}
+    for line in proc.stdout if timed_out != {0, 2, 3} else ():
+        event = json.loads(line)
+        if event["event"] == "rank" and "Timed out" in event["detail"]:
+            timed_out.add(event["rank"])
+            if timed_out == {0, 2, 3}:
+                break
+    assert timed_out == {0, 2, 3}
     rest = _stop(proc)
     again = [e for e in rest if e["event"] == "flight_recorder"]
     assert [e["trigger"] for e in again] == ["teardown"] and again[0]["suspects"] == [1]

@@ -39,6 +39,20 @@ def test_a_big_rendezvous_is_one_note() -> None:
     assert [n.text for n in notes] == ["▸ rendezvous: 128 nodes run ranks 0-1023"]
 
 
+def test_a_big_rendezvous_taken_a_node_at_a_time_is_still_one_note() -> None:
+    """A loaded screen takes the changes a node or two at a time: one note, at the last."""
+    pending = [RankChanged(None, f"n{r // 8}", r % 8, RankState.PENDING) for r in range(1024)]
+    known = {(e.node, e.local_rank): e for e in pending}
+    said: list[str] = []
+    for node in range(128):
+        batch = [RankChanged(node * 8 + i, f"n{node}", i, RankState.ASSIGNED) for i in range(8)]
+        said += [n.text for n in rank_notices(known, batch, 8)]
+        known.update({(e.node, e.local_rank): e for e in batch})
+        assert said == ([] if node < 127 else ["▸ rendezvous: 128 nodes run ranks 0-1023"])
+    running = [RankChanged(r, f"n{r // 8}", r % 8, RankState.RUNNING) for r in range(1024)]
+    assert rank_notices(known, running, 8) == []  # the same ranks: nothing new to say
+
+
 def _notes(batches: list[list[RankChanged]], nproc: int) -> list[tuple[str, str]]:
     """The notes the job screen writes for these batches of rank changes, in order."""
     known: dict[tuple[str, int], RankChanged] = {}
