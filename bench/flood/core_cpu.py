@@ -1,4 +1,4 @@
-"""Core ingest in CPU time: Monitor.feed over 16 nodes' rank-prefixed lines, best of N.
+"""Core ingest in CPU time: JobWatch.feed over 16 nodes' rank-prefixed lines, best of N.
 
 Wall-clock rates move several-fold on a shared, loaded machine; the CPU time of one process
 doing pure Python work moves a few percent. This is the figure to compare two trees by
@@ -21,9 +21,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     try:
-        from ddptui.core.monitor.monitor import Monitor
+        from ddptui.core.diagnose.job_watch import JobWatch
     except ImportError:  # the flat core of earlier trees, for comparisons across them
-        from ddptui.core.monitor import Monitor  # type: ignore[attr-defined,no-redef]
+        from ddptui.core.monitor.monitor import Monitor as JobWatch  # type: ignore[no-redef]
 
     nodes = [f"local{i}" for i in range(NODES)]
     data = {n: flood_lines(f"[ddptui:{i}:0]:", 0, args.lines) for i, n in enumerate(nodes)}
@@ -31,7 +31,7 @@ def main() -> None:
     chunks = [(n, data[n][o : o + (1 << 16)]) for o in range(0, longest, 1 << 16) for n in nodes]
     best = float("inf")
     for _ in range(args.reps):
-        monitor = Monitor(nodes, 1)
+        monitor = JobWatch(nodes, 1)
         start = time.process_time()
         for node, chunk in chunks:
             monitor.feed(node, chunk)

@@ -1,4 +1,4 @@
-"""Provides the log flood's core tier: Monitor.feed and what follows it (relay, merged rows,
+"""Provides the log flood's core tier: JobWatch.feed and what follows it (relay, merged rows,
 folding) timed per CPU-second in one process, and a batched prototype's floor.
 
 Kept apart from bench/flood/log_flood.py, which drives this in a fresh process (`--child core`).
@@ -46,15 +46,15 @@ CORE_TIERS = (
 
 
 def _core_tier(tier: str, nodes: list[str], chunks: list[tuple[str, bytes]]) -> int:
-    from ddptui.core.monitor.monitor import Monitor
+    from ddptui.core.diagnose.job_watch import JobWatch
     from ddptui.ui.relay import SessionRelay
 
     if tier.startswith("prototype"):
         return _batched_floor(chunks)
     try:
-        monitor = Monitor(nodes, 1, metrics=os.environ.get("FLOOD_METRICS", "1") != "0")
+        monitor = JobWatch(nodes, 1, metrics=os.environ.get("FLOOD_METRICS", "1") != "0")
     except TypeError:  # a tree from before metrics were read (a --baseline)
-        monitor = Monitor(nodes, 1)
+        monitor = JobWatch(nodes, 1)
     relay = SessionRelay(lambda _: None) if "Relay" in tier or "view" in tier else None
     merged = _MergedRows(fold="folding" in tier) if "view" in tier else None
     count = 0
@@ -74,10 +74,10 @@ def _core_tier(tier: str, nodes: list[str], chunks: list[tuple[str, bytes]]) -> 
 def _fold_cost(nodes: list[str], chunks: list[tuple[str, bytes]]) -> dict[str, float]:
     """Folding's cost against the whole ingest: the drained entries of one run, shown in a
     merged view with and without folding, five times alternating, the fastest of each."""
-    from ddptui.core.monitor.monitor import Monitor
+    from ddptui.core.diagnose.job_watch import JobWatch
     from ddptui.ui.relay import SessionRelay
 
-    monitor, relay = Monitor(nodes, 1), SessionRelay(lambda _: None)
+    monitor, relay = JobWatch(nodes, 1), SessionRelay(lambda _: None)
     batches: list[list[Any]] = []
     t0 = time.process_time()
     for index, (node, chunk) in enumerate(chunks):

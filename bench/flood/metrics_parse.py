@@ -11,8 +11,8 @@ import argparse
 import time
 
 from bench.flood_node import _batch
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.metrics.reader import MetricReader
-from ddptui.core.monitor.monitor import Monitor
 
 LINES = {
     "no digit": "Loading snapshot from the checkpoint directory, please wait",
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     chunk = _batch("[ddptui:0:0]:", 0, COUNT)
-    feed = _best(args.reps, lambda: Monitor(["local0"], 1).feed("local0", chunk)) / COUNT
+    feed = _best(args.reps, lambda: JobWatch(["local0"], 1).feed("local0", chunk)) / COUNT
     print(f"{'Monitor.feed, flood line':28s} {feed * 1e9:7.0f} ns/line (for scale)")
     for kind, line in LINES.items():
         lines = [line] * COUNT

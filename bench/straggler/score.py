@@ -17,9 +17,9 @@ import random
 import time
 from statistics import median
 
-from ddptui.core.diagnose.clock import ClockOffset
 from ddptui.core.diagnose.collectives import Collective, CollectiveSample, CollectiveTimeline
 from ddptui.core.diagnose.straggler import StragglerScorer, format_min_max, min_max_line
+from ddptui.core.monitor.clock import ClockOffset
 
 NS = 1_000_000_000
 PER_NODE, STEPS_A_S, BUCKETS, STEP_S = 8, 10, 4, 0.08

@@ -224,7 +224,7 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
         spec = spec.model_copy(update={"stacks_method": method})
     plan, state = run.read_plan()
     from ddptui.core.backends.factory import make_backend
-    from ddptui.core.monitor.monitor import Monitor
+    from ddptui.core.diagnose.job_watch import JobWatch
     from ddptui.core.session.collector import gather_stacks
 
     backend = make_backend(spec, run, lambda event: None)
@@ -233,7 +233,7 @@ async def stacks_of_run(run: RunDir, method: str | None = None) -> list[Event]:
         reports = await gather_stacks(backend, plan.commands)
     finally:
         await backend.detach()
-    return Monitor(plan.node_names, plan.nproc_per_node).stacks_taken(reports)
+    return JobWatch(plan.node_names, plan.nproc_per_node).stacks_taken(reports)
 
 
 def print_compare(run_a: str, run_b: str, as_json: bool, out: TextIO | None = None) -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ddptui.core.diagnose.patterns import signal_name
 from ddptui.core.events import RankChanged, RankState
+from ddptui.core.monitor.patterns import signal_name
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_fold import rank_set
 

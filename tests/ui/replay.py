@@ -6,8 +6,8 @@ relay; timestamps, run id and paths are fixed, so snapshots do not depend on thi
 
 from __future__ import annotations
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhase, StopReason
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.story.incident import IncidentReport
@@ -26,7 +26,7 @@ def replay_events(
     """What the monitor makes of each node's captured log, node after node, then the exits
     (None: the run goes on, no exits and no summary yet), each log cut before `upto`."""
     nodes = list(logs)
-    monitor = Monitor(nodes, nproc)
+    monitor = JobWatch(nodes, nproc)
     events: list[Event] = [*monitor.initial_events()]
     for i, node in enumerate(nodes):
         events.append(NodeChanged(node, NodeState.RUNNING, ts=T0))

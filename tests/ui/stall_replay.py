@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState
-from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "stall"
 T0 = 1_795_666_886.0  # 2026-11-26 04:21:26 UTC, as the other replays
 
 
-def stall_events(monitor: Monitor | None = None) -> list[Event]:
+def stall_events(monitor: JobWatch | None = None) -> list[Event]:
     """What the session would emit: the lines, the stall at once, then the stacks."""
-    monitor = monitor or Monitor(["local0"], 2)
+    monitor = monitor or JobWatch(["local0"], 2)
     events: list[Event] = [*monitor.initial_events(), NodeChanged("local0", NodeState.RUNNING)]
     log = (DATA / "gloo_skip_node.log").read_bytes()
     end = log.index(b"\n", log.index(b"skips all_reduce")) + 1
@@ -28,7 +28,7 @@ def stall_events(monitor: Monitor | None = None) -> list[Event]:
 
 def torn_down_events() -> list[Event]:
     """The stall, then the operator's teardown: the node stopped, its ranks with it."""
-    monitor = Monitor(["local0"], 2)
+    monitor = JobWatch(["local0"], 2)
     events = stall_events(monitor)
     monitor.teardown_started()
     events.append(NodeChanged("local0", NodeState.STOPPED, -15))
@@ -37,7 +37,7 @@ def torn_down_events() -> list[Event]:
 
 def recorder_events() -> list[Event]:
     """The same job's dumps gathered alone, as a watchdog timeout gathers them (no stall)."""
-    monitor = Monitor(["local0"], 2)
+    monitor = JobWatch(["local0"], 2)
     events: list[Event] = [*monitor.initial_events(), NodeChanged("local0", NodeState.RUNNING)]
     log = (DATA / "gloo_skip_node.log").read_bytes()
     end = log.index(b"\n", log.index(b"skips all_reduce")) + 1
@@ -51,7 +51,7 @@ def deadlock_events() -> list[Event]:
     """trainer/hang.py --deadlock on 2 nodes x 2 ranks (gloo): stalled, then the stacks."""
     from ddptui.core.monitor.agent_log import Assigned
 
-    monitor = Monitor(["local0", "local1"], 2)
+    monitor = JobWatch(["local0", "local1"], 2)
     events: list[Event] = [*monitor.initial_events()]
     for node, ranks in (("local0", (0, 1)), ("local1", (2, 3))):
         events.append(NodeChanged(node, NodeState.RUNNING))

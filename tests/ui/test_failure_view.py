@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ddptui.core.diagnose.patterns import PEER_LOST, TRACEBACK, recognise
 from ddptui.core.events import Diagnosis, RankChanged, RankState
+from ddptui.core.monitor.patterns import PEER_LOST, TRACEBACK, recognise
 from ddptui.ui.app import DdpApp
 
 from .conftest import SIZE, local_spec

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState
 from ddptui.core.monitor.agent_log import Assigned
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.ui.app import DdpApp
 
 from .conftest import local_spec
@@ -17,7 +17,7 @@ from .screens import SMALL
 NODES = ["local0", "local1"]
 
 
-def _steps(m: Monitor, start: float, count: int) -> list[Event]:
+def _steps(m: JobWatch, start: float, count: int) -> list[Event]:
     events: list[Event] = []
     for n in range(count):
         for node in NODES:
@@ -27,9 +27,9 @@ def _steps(m: Monitor, start: float, count: int) -> list[Event]:
     return events
 
 
-def _checkpointing(now: float) -> tuple[Monitor, list[Event]]:
+def _checkpointing(now: float) -> tuple[JobWatch, list[Event]]:
     """Four ranks stepping each second, then rank 0 saying it saves, 40 s ago."""
-    m = Monitor(NODES, 2)
+    m = JobWatch(NODES, 2)
     events: list[Event] = list(m.initial_events())
     for i, node in enumerate(NODES):
         events.append(NodeChanged(node, NodeState.RUNNING, ts=now - 60))

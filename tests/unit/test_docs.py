@@ -8,9 +8,10 @@ import pkgutil
 import re
 from pathlib import Path
 
-from ddptui.core.diagnose import failures, signatures
+from ddptui.core.diagnose import signatures
 from ddptui.core.diagnose.verdict import Role
 from ddptui.core.events import Event
+from ddptui.core.monitor import causes as causes_module
 from ddptui.core.story.incident import IncidentKind
 from ddptui.ui import keys_doc
 from tests.cases import ROOT
@@ -152,7 +153,7 @@ def test_the_headless_page_names_every_event() -> None:
 
 def test_the_diagnoses_page_names_every_signature_cause_and_incident() -> None:
     text = (ROOT / "docs" / "diagnoses.md").read_text()
-    causes = {v for k, v in vars(failures).items() if k.isupper() and isinstance(v, str)}
+    causes = {v for k, v in vars(causes_module).items() if k.isupper() and isinstance(v, str)}
     words = (
         {s.name for s in signatures.CATALOGUE}
         | causes

@@ -32,10 +32,10 @@ from ddptui.core.backends.reap_report import (  # noqa: F401 - the backends' nam
     teardown_report,
 )
 from ddptui.core.backends.transport import ChunkSink, Transport, TransportError, TransportTimeout
-from ddptui.core.diagnose.clock import ClockExchange
 from ddptui.core.events import Event, Notice, TeardownReport
 from ddptui.core.job.plan import LaunchPlan, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.clock import ClockExchange
 from ddptui.core.monitor.gpu import memory_before
 from ddptui.core.node import (
     STDIN_PROGRAM,

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ddptui.core.diagnose.collective_record import CollectiveRecord, known_fields
+from ddptui.core.monitor.collective_record import CollectiveRecord, known_fields
 
 CLOSED_KEPT = 4096  # closed collectives remembered for a rank that comes after the others
 

@@ -18,9 +18,9 @@ from typing import Any, Generic
 
 from ddptui.core.diagnose.audit import CollectiveAudit, CollectiveMismatch
 from ddptui.core.diagnose.board_view import BoardView, C
-from ddptui.core.diagnose.collective_record import CollectiveRecord, records_from_dump
 from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH
 from ddptui.core.events import Event
+from ddptui.core.monitor.collective_record import CollectiveRecord, records_from_dump
 
 NCCL_DUMP = "fr_nccl_rank_"  # NCCL's recorder; a rank's other file is the one gloo fills
 

@@ -11,7 +11,7 @@ For each step, each rank's wait at the step's last collective, two ways:
 - **duration** (NCCL with TORCH_NCCL_ENABLE_TIMING=1): the GPU's own time in the collective
   minus the shortest of any rank's (the pure transfer): no clock is compared across ranks.
 - **arrival** (gloo, or NCCL without timing): the last rank's enqueue time minus this rank's,
-  on the console's clock (each node's offset subtracted, `core/diagnose/clock.py`; ranks of
+  on the console's clock (each node's offset subtracted, `core/monitor/clock.py`; ranks of
   one node share a clock, so within a node no offset is needed).
 The step's length is the median over ranks of the time between their arrivals at two steps'
 last collectives, each on its own clock.
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ddptui.core.diagnose.clock import ZERO, ClockOffset
-from ddptui.core.diagnose.collective_record import in_flight
+from ddptui.core.monitor.clock import ZERO, ClockOffset
+from ddptui.core.monitor.collective_record import in_flight
 
 MAX_PERIOD = 32  # collectives a step, at most, that the period search tries
 GAP_SAMPLES = 256  # the newest final collectives the period and phase are judged on

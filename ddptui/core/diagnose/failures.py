@@ -1,7 +1,8 @@
 """Provides the failure story: each failure's cause, culprit or victim, the order, jump targets.
 
-One module answers "is this failure a consequence of another": the monitor asks it when a
-failure arrives and when the run ends, the console draws what it says. A failure is a
+One module answers "is this failure a consequence of another": JobWatch asks it when a
+failure arrives and when the run ends, the console draws what it says (each rank's cause on
+its own is the monitor's reading: core/monitor/causes.py). A failure is a
 *victim* when its cause says another rank went first (stopped by the launcher after a peer
 failed, a peer closed the connection, a collective waited for a peer, the operator's
 teardown); the *culprit* is the first observed failure that is not a victim, else the first
@@ -10,80 +11,34 @@ observed failure. Exactly one failure is the culprit.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ddptui.core.diagnose.patterns import (
+from ddptui.core.events import (
+    Diagnosis,
+    FailureRecord,
+    FailureReport,
+    RankChanged,
+    RankState,
+    RankSummary,
+)
+from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.causes import (
+    MISMATCH,
+    SHARED_GPU,
+    TEARDOWN,
+    FailedRank,
+    is_victim,
+    record_cause,
+)
+from ddptui.core.monitor.patterns import (
     COLLECTIVE_TIMEOUT,
-    CUDA_OOM,
     DUPLICATE_GPU,
     HUNG,
-    NAN_OR_INF,
     PEER_LOST,
     STRAGGLER,
-    TRACEBACK,
 )
-from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
-
-# What a rank's failure was, as the summary's per-rank `cause` says it.
-EXCEPTION = "exception"  # its own Python exception
-OOM = "cuda_oom"
-SHARED_GPU = DUPLICATE_GPU  # two ranks on one GPU: NCCL refuses the communicator
-WATCHDOG = "watchdog_timeout"  # a collective timed out (the NCCL watchdog's SIGABRT)
-STOPPED = "stopped_by_launcher"  # SIGTERM from its agent (or srun) after a peer failed
-PEER = "peer_closed"  # a peer closed the connection: another rank went first
-IN_COLLECTIVE = "waiting_in_collective"  # stuck in a collective a peer never entered
-TEARDOWN = "stopped_by_teardown"  # the operator's teardown, not a failure of the job
-KILLED = "signal"  # killed by a signal it did not ask for (SIGKILL: the OOM killer, ...)
-EXIT = "exit"  # exited with a code and said nothing more
-AGENT_GONE = "agent_exited"  # its node's agent ended before it reported
-SUSPECT = "stall_suspect"  # the stall's odd one out: its stack differs from the others'
-DEADLOCK = "deadlock"  # in a stall whose groups wait on each other in different collectives
-STALLED = "stalled"  # silent in a stall, neither the suspect nor in a collective
-MISMATCH = "collective_mismatch"  # the collective audit's odd rank: the others' failures follow
-WRONG_NUMBERS = NAN_OR_INF  # its loss went NaN or Inf before it failed: the numbers broke first
-VICTIM_CAUSES = frozenset({STOPPED, PEER, IN_COLLECTIVE, TEARDOWN, AGENT_GONE, WATCHDOG, STALLED})
-
-_PEER_WORDS = re.compile(
-    r"Connection closed by peer|remote worker crash|Connection reset by peer|"
-    r"NCCL communicator was aborted|Broken pipe|SignalException|Failed to recv, got 0 bytes"
-)
-_STOP_SIGNALS = frozenset({-15, -2, -1, 143, 130, 129})  # SIGTERM, SIGINT, SIGHUP
-
-
-def cause_of(
-    exit_code: int | None,
-    error: str = "",
-    kinds: Iterable[str] = (),
-    *,
-    teardown: bool = False,
-) -> str:
-    """Why a rank ended: the first rule that fits, from the operator's teardown down."""
-    kinds = set(kinds)
-    if teardown:
-        return TEARDOWN
-    if CUDA_OOM in kinds or "CUDA out of memory" in error:
-        return OOM
-    if DUPLICATE_GPU in kinds or "Duplicate GPU detected" in error:
-        return SHARED_GPU
-    if _PEER_WORDS.search(error):
-        return PEER
-    if COLLECTIVE_TIMEOUT in kinds:
-        return WATCHDOG
-    if exit_code in _STOP_SIGNALS:
-        return STOPPED
-    if NAN_OR_INF in kinds:
-        return WRONG_NUMBERS
-    if error or TRACEBACK in kinds:
-        return EXCEPTION
-    if PEER_LOST in kinds:
-        return PEER
-    if exit_code is None:
-        return AGENT_GONE
-    if exit_code < 0 or exit_code > 128:
-        return KILLED
-    return EXIT
+from ddptui.core.monitor.rank_cell import RankCell
 
 
 def explanation(cause: str, diagnoses: Iterable[Diagnosis]) -> str:
@@ -92,15 +47,6 @@ def explanation(cause: str, diagnoses: Iterable[Diagnosis]) -> str:
     if cause == SHARED_GPU:
         return next((d.summary for d in diagnoses if d.kind == DUPLICATE_GPU), "")
     return ""
-
-
-def is_victim(cause: str) -> bool:
-    """A failure another one caused (or the teardown did): never the culprit if one is not."""
-    return cause in VICTIM_CAUSES
-
-
-def record_cause(record: FailureRecord) -> str:
-    return cause_of(record.exit_code, record.error or " ".join(record.traceback[-1:]))
 
 
 def order_failures(records: Sequence[FailureRecord], final: bool = True) -> list[FailureRecord]:
@@ -122,19 +68,6 @@ def order_failures(records: Sequence[FailureRecord], final: bool = True) -> list
     named = bool(ordered) and ordered[0].cause != TEARDOWN
     named = named and (final or not is_victim(ordered[0].cause))
     return [replace(r, root_cause=named and i == 0) for i, r in enumerate(ordered)]
-
-
-@dataclass(frozen=True)
-class FailedRank:
-    """What the story needs of a failed rank: where, how, and when it was seen to fail."""
-
-    node: str
-    local_rank: int
-    rank: int | None
-    exit_code: int | None
-    error: str
-    cause: str
-    order: int  # the monitor's count of failures when this one came: observation order
 
 
 def culprit(
@@ -210,3 +143,44 @@ def jump_targets(
 def lost_a_peer(diagnoses: Iterable[Diagnosis]) -> bool:
     """A rank's output says a peer went away or a collective timed out: likely a victim."""
     return any(d.kind in (PEER_LOST, COLLECTIVE_TIMEOUT) for d in diagnoses)
+
+
+# -- the story over the rank board ------------------------------------------------------------
+
+
+def _audited(board: RankBoard, records: Sequence[FailureRecord]) -> list[FailureRecord]:
+    """The records, the collective audit's odd ranks' with its cause (they come first)."""
+    odd = {(c.node, c.local_rank) for c in board.all_cells() if c.known_cause == MISMATCH}
+    return [replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records]
+
+
+def failure_report(board: RankBoard, record: FailureRecord) -> FailureReport:
+    """A failure as it arrives, with the story so far (no victim named the culprit yet)."""
+    ordered = order_failures(_audited(board, board.failures), final=False)
+    told = next(r for r in ordered if (r.node, r.local_rank) == (record.node, record.local_rank))
+    return FailureReport(told, tuple(ordered))
+
+
+def ordered_failures(board: RankBoard) -> list[FailureRecord]:
+    """torchrun's failure records as the story tells them at the end: the culprit first."""
+    return order_failures(_audited(board, board.failures))
+
+
+def culprit_cell(board: RankBoard) -> RankCell | None:
+    """The rank the failure story starts with (the summary and the history name it): the
+    collective audit's odd rank, else the first failure of its own."""
+    odd = [c for c in board.all_cells() if c.known_cause == MISMATCH]
+    if odd:
+        return odd[0]
+    failed = [c.failed() for c in board.all_cells() if c.state == RankState.FAILED]
+    first = culprit(failed, ordered_failures(board))
+    if first is None:  # nothing failed: a stall's lone suspect, if the teardown ended it
+        odd = [c for c in board.all_cells() if c.suspect and c.state == RankState.STOPPED]
+        return odd[0] if len(odd) == 1 else None
+    return board.cell(first.node, first.local_rank)
+
+
+def rank_summaries(board: RankBoard) -> list[RankSummary]:
+    """Every rank's outcome, the culprit marked."""
+    first = culprit_cell(board)
+    return [c.summary(culprit=c is first) for c in board.all_cells()]

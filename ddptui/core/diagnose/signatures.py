@@ -4,7 +4,7 @@ Each signature names one failure a user would name (a missing file, NaN, an Xid 
 Slurm time limit), says whose it is (the job's code or the infrastructure) and whether a
 restart would likely help. Most are regular expressions over lines, from real output where
 this machine can produce it (tests/data/verdicts/) and from the documented formats of NCCL,
-the kernel and Slurm otherwise. Where `ddptui.core.diagnose.patterns` already recognises a
+the kernel and Slurm otherwise. Where `ddptui.core.monitor.patterns` already recognises a
 line (CUDA OOM, collective timeouts, lost peers, two ranks on one GPU), the signature names
 that kind instead of repeating its pattern: one place recognises each line.
 
@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ddptui.core.diagnose import failures, patterns
+from ddptui.core.monitor import causes, patterns
 
 
 class Domain(enum.StrEnum):
@@ -55,14 +55,14 @@ DUPLICATE_GPU = patterns.DUPLICATE_GPU
 COLLECTIVE_TIMEOUT = patterns.COLLECTIVE_TIMEOUT
 PEER_LOST = patterns.PEER_LOST
 TRACEBACK = patterns.TRACEBACK
-EXCEPTION_CAUSE = failures.EXCEPTION
-WATCHDOG_CAUSE = failures.WATCHDOG
-PEER_CAUSE = failures.PEER
-STOPPED_CAUSE = failures.STOPPED
-TEARDOWN_CAUSE = failures.TEARDOWN
-KILLED_CAUSE = failures.KILLED
+EXCEPTION_CAUSE = causes.EXCEPTION
+WATCHDOG_CAUSE = causes.WATCHDOG
+PEER_CAUSE = causes.PEER
+STOPPED_CAUSE = causes.STOPPED
+TEARDOWN_CAUSE = causes.TEARDOWN
+KILLED_CAUSE = causes.KILLED
 # The causes of a rank that failed because another did (less the teardown's own).
-CASCADE_CAUSES = failures.VICTIM_CAUSES - {failures.TEARDOWN}
+CASCADE_CAUSES = causes.VICTIM_CAUSES - {causes.TEARDOWN}
 COLLECTIVE_MISMATCH = "collective_mismatch"  # the audit's word (diagnose.audit)
 NODE_LOST = "node_lost"  # the session's word: a node's connection or agent was lost
 # gloo's enforce in the rank that received more than it expected: a peer's collective differed

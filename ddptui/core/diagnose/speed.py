@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.core.diagnose.clock import ZERO, ClockOffset
-from ddptui.core.diagnose.collective_record import CollectiveRecord, records_from_rows
 from ddptui.core.diagnose.collectives import CollectiveTimeline, sample_from_data
 from ddptui.core.diagnose.straggler import (
     THRESHOLD,
@@ -32,6 +30,8 @@ from ddptui.core.diagnose.straggler import (
     rounded_scores,
 )
 from ddptui.core.events import Event, GpuStat
+from ddptui.core.monitor.clock import ZERO, ClockOffset
+from ddptui.core.monitor.collective_record import CollectiveRecord, records_from_rows
 
 ROUND_S = 2.0  # a scoring round this often, at most
 CONFIRM_ROUNDS = 2  # rounds running a rank must be slow (or clear) to enter (or leave) the set

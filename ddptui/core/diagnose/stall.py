@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from ddptui.core.diagnose.board_view import BoardView, C
-from ddptui.core.diagnose.failures import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
 from ddptui.core.diagnose.flight_recorder import Blocked, analyse, blocked_in, culprits
 from ddptui.core.diagnose.stacks import (
     RankStack,
@@ -27,6 +26,7 @@ from ddptui.core.events import (
     Event,
     RankState,
 )
+from ddptui.core.monitor.causes import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
 
 ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
 

@@ -6,8 +6,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from ddptui.core.diagnose.patterns import recognise
 from ddptui.core.events import Diagnosis
+from ddptui.core.monitor.patterns import recognise
 
 # glog style: `I1126 01:49:11.178000 27811 torch/.../api.py:553]   global_ranks=[2, 3]`
 _GLOG = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ \S+:\d+\] ?(.*)$")

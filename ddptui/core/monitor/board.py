@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
-from ddptui.core.diagnose.failures import (
-    MISMATCH,
-    STOPPED,
-    TEARDOWN,
-    culprit,
-    order_failures,
+from ddptui.core.events import (
+    Diagnosis,
+    Event,
+    FailureRecord,
+    RankChanged,
+    RankState,
 )
-from ddptui.core.diagnose.last_words import is_boilerplate, says_error, shown_error
-from ddptui.core.diagnose.patterns import (
+from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
+from ddptui.core.monitor.causes import MISMATCH, STOPPED, TEARDOWN
+from ddptui.core.monitor.last_words import is_boilerplate, says_error, shown_error
+from ddptui.core.monitor.patterns import (
     HUNG,
     PEER_LOST,
     RENDEZVOUS_KINDS,
@@ -22,16 +23,6 @@ from ddptui.core.diagnose.patterns import (
     signal_name,
     stragglers,
 )
-from ddptui.core.events import (
-    Diagnosis,
-    Event,
-    FailureRecord,
-    FailureReport,
-    RankChanged,
-    RankState,
-    RankSummary,
-)
-from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
 from ddptui.core.monitor.rank_cell import RankCell
 
 MAX_FAILURES = 512
@@ -83,12 +74,15 @@ class RankBoard:
                 events += self.diagnose(cell, diagnosis)
         return events
 
-    def record_failure(self, node: str, fact: WorkerFailed) -> list[Event]:
-        """One entry of torchrun's failure summary, with what the rank itself printed; none
-        while the operator tears the job down (its stops are no failures of the job)."""
+    def record_failure(
+        self, node: str, fact: WorkerFailed
+    ) -> tuple[FailureRecord | None, list[Event]]:
+        """One entry of torchrun's failure summary, with what the rank itself printed, and
+        what its error file says beyond the exception line; none while the operator tears the
+        job down (its stops are no failures of the job)."""
         cell = self.cell(node, fact.local_rank)
         if self.tearing_down:
-            return []
+            return None, []
         summary_error = next(
             (
                 line.strip()
@@ -117,39 +111,15 @@ class RankBoard:
             first_on_node=fact.root_cause,
         )
         if len(self.failures) >= MAX_FAILURES:
-            return []
+            return None, []
         if cell is not None and not cell.error and not is_boilerplate(record.error):
             cell.error = record.error  # its own last words (a missing script): no traceback
         self.failures.append(record)
-        ordered = order_failures(self._audited(self.failures), final=False)
-        told = next(r for r in ordered if r.node == node and r.local_rank == fact.local_rank)
         events: list[Event] = []
         if cell is not None:  # what the error file says beyond the exception line
             for diagnosis in explaining_lines(fact.traceback):
                 events += self.diagnose(cell, diagnosis)
-        return [*events, FailureReport(told, tuple(ordered))]
-
-    def ordered_failures(self) -> list[FailureRecord]:
-        """torchrun's failure records as the story tells them at the end: the culprit first."""
-        return order_failures(self._audited(self.failures))
-
-    def _audited(self, records: Sequence[FailureRecord]) -> list[FailureRecord]:
-        """The records, the collective audit's odd ranks' with its cause (they come first)."""
-        odd = {(c.node, c.local_rank) for c in self.all_cells() if c.known_cause == MISMATCH}
-        return [replace(r, cause=MISMATCH) if (r.node, r.local_rank) in odd else r for r in records]
-
-    def culprit(self) -> RankCell | None:
-        """The rank the failure story starts with (the summary and the history name it): the
-        collective audit's odd rank, else the first failure of its own."""
-        odd = [c for c in self.all_cells() if c.known_cause == MISMATCH]
-        if odd:
-            return odd[0]
-        failed = [c.failed() for c in self.all_cells() if c.state == RankState.FAILED]
-        first = culprit(failed, self.ordered_failures())
-        if first is None:  # nothing failed: a stall's lone suspect, if the teardown ended it
-            odd = [c for c in self.all_cells() if c.suspect and c.state == RankState.STOPPED]
-            return odd[0] if len(odd) == 1 else None
-        return self.cell(first.node, first.local_rank)
+        return record, events
 
     def initial_events(self) -> list[Event]:
         return [RankChanged(None, c.node, c.local_rank, c.state) for c in self.all_cells()]
@@ -192,7 +162,7 @@ class RankBoard:
         self, node: str, rank: int, local_rank: int, now: float, progressed: bool = True
     ) -> list[Event]:
         """A rank printed. Only `progressed` output (a step, a line of the user's own, not
-        torch's or NCCL's chatter: diagnose/chatter.py) counts as progress: chatter neither
+        torch's or NCCL's chatter: monitor/chatter.py) counts as progress: chatter neither
         ends a stall nor wakes a hung rank."""
         cell = self.cell(node, local_rank)
         if cell is None:
@@ -320,10 +290,6 @@ class RankBoard:
             said = next((e for e in evidence if e.startswith(f"rank {cell.rank} ")), "")
             events.append(cell.changed(said or ("straggler" if flagged else "keeps pace again")))
         return events
-
-    def summaries(self) -> list[RankSummary]:
-        first = self.culprit()
-        return [c.summary(culprit=c is first) for c in self.all_cells()]
 
 
 def _own_words(said: str, last_lines: Sequence[str]) -> str:

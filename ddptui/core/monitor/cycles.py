@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from ddptui.core.diagnose.patterns import describe_exit
 from ddptui.core.events import Event
 from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
+from ddptui.core.monitor.patterns import describe_exit
 
 STORM_RESTARTS = 3  # this many restart cycles ...
 STORM_WINDOW_S = 600.0  # ... within this long is a restart storm

@@ -9,33 +9,6 @@ from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any
 
-from ddptui.core.diagnose.audit import CollectiveMismatch
-from ddptui.core.diagnose.audit_watch import (
-    AuditWatch,
-    MismatchReport,
-    nccl_of,
-    records_of_dumps,
-)
-from ddptui.core.diagnose.chatter import idle_ranks, may_hold_chatter
-from ddptui.core.diagnose.clock import ClockOffset
-from ddptui.core.diagnose.collective_record import CollectiveRecord
-from ddptui.core.diagnose.nccl_ras import RasReport
-from ddptui.core.diagnose.patterns import (
-    EXITED,
-    LOSS_SPIKE,
-    NAN_OR_INF,
-    describe_exit,
-    may_report_failure,
-    progress_value,
-    recognise,
-)
-from ddptui.core.diagnose.recorder_watch import RecorderWatch
-from ddptui.core.diagnose.rhythm import JobRhythm
-from ddptui.core.diagnose.signatures import SIZE_RECEIVED
-from ddptui.core.diagnose.speed import SpeedWatch, StragglerReport
-from ddptui.core.diagnose.stall import ACTIVE, StallWatch
-from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
-from ddptui.core.diagnose.verdict import VerdictReport
 from ddptui.core.events import (
     Diagnosis,
     Event,
@@ -62,6 +35,7 @@ from ddptui.core.monitor.agent_log import (
     WorkerFailed,
 )
 from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.chatter import idle_ranks, may_hold_chatter
 from ddptui.core.monitor.cycles import CycleWatch, MembershipChange, RestartCycle
 from ddptui.core.monitor.framing import (
     WORKER_ENDED,
@@ -70,13 +44,19 @@ from ddptui.core.monitor.framing import (
     RankAttributor,
     worker_ended,
 )
-from ddptui.core.monitor.gpu_watch import GpuWatch
 from ddptui.core.monitor.lighthouse import LighthouseWatch, QuorumChange
 from ddptui.core.monitor.metric_watch import METRIC_INTERVAL_S, MetricWatch, Sampled
+from ddptui.core.monitor.patterns import (
+    EXITED,
+    LOSS_SPIKE,
+    NAN_OR_INF,
+    describe_exit,
+    may_report_failure,
+    recognise,
+)
 from ddptui.core.monitor.progress import ProgressScanner
 from ddptui.core.monitor.rank_cell import TRACEBACK_START as _TRACE_START
 from ddptui.core.monitor.rank_cell import RankCell, keep_last_lines
-from ddptui.core.monitor.verdict_watch import VerdictWatch
 
 _LOCAL_RANK = itemgetter(2)
 _new = tuple.__new__
@@ -123,14 +103,15 @@ def at_line(events: list[Event], seq: int) -> list[Event]:
 
 @dataclass(frozen=True)
 class MonitorSummary:
-    """What the monitor concluded: each rank's outcome, the failures (culprit first)."""
+    """What the run's reading and judging concluded: each rank's outcome, the failures
+    (culprit first), and the judges' last reports (diagnose/job_watch.py fills those)."""
 
     ranks: tuple[RankSummary, ...]
     failures: tuple[FailureRecord, ...]
     culprit: RankSummary | None
-    stall: StallReport | None = None
-    recorder: FlightRecorderReport | None = None
-    straggler: StragglerReport | None = None
+    stall: Any = None  # diagnose's StallReport
+    recorder: Any = None  # diagnose's FlightRecorderReport
+    straggler: Any = None  # diagnose's StragglerReport
     metrics: dict[str, float] = field(default_factory=dict)  # MetricStore.summary()
     cycles: tuple[RestartCycle, ...] = ()
     quorums: tuple[QuorumChange, ...] = ()  # a torchft job's changes of quorum membership
@@ -143,7 +124,10 @@ def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) 
 
 
 class Monitor:
-    """Feeds each node's raw output through framing, attribution and the agent-log parser."""
+    """Reads each node's raw output (framing, attribution, the agent-log parser) and keeps
+    every rank's state; it judges nothing. What the state means is diagnose's
+    (`core/diagnose/job_watch.py`'s JobWatch runs the judges over it, through the three hooks
+    below: who spoke, a new round, and the events of each block)."""
 
     def __init__(
         self,
@@ -159,14 +143,9 @@ class Monitor:
         """`replica_groups`: a torchft job, each node a replica group of its own whose
         torchrun numbers its ranks from 0 (shown from the node's first rank in the job on),
         the first node's unprefixed lines the Lighthouse's (the quorums, as they come)."""
+        self.nodes = tuple(nodes)
+        self.world = len(nodes) * nproc_per_node
         self.board = RankBoard(nodes, nproc_per_node)
-        self.stall = StallWatch(self.board)
-        self.recorder = RecorderWatch(self.board)
-        self.gpu = GpuWatch(self.board)
-        self.audit = AuditWatch(self.board, len(nodes) * nproc_per_node)
-        self.verdicts = VerdictWatch(self.board)
-        self._nccl: tuple[int, ...] | None = None
-        self.speed = SpeedWatch(len(nodes) * nproc_per_node or None)
         self.cycles = CycleWatch(max_restarts)
         self._readers = {
             n: _NodeReader(i * nproc_per_node if replica_groups else 0) for i, n in enumerate(nodes)
@@ -175,13 +154,35 @@ class Monitor:
         # One world of ranks: its rendezvous rounds, its collectives audited across ranks. A
         # torchft job's groups are worlds of their own, numbered from 0 each (its quorums
         # tell its story instead).
-        self._one_world = not replica_groups
+        self.one_world = not replica_groups
         self._progress = ProgressScanner(progress_pattern) if progress_pattern else None
-        step = self._progress.line_pattern if self._progress else None
-        self.rhythm = JobRhythm(
-            (lambda line: progress_value(step, line) is not None) if step else lambda line: False
-        )
+        self.progress_line = self._progress.line_pattern if self._progress else None
         self.metric_watch = MetricWatch(metric_patterns, metric_interval) if metrics else None
+
+    # -- the judges' hooks (JobWatch's) ------------------------------------------------------
+
+    def _spoke(
+        self, key: tuple[str, int], rank: int | None, now: float, said: str, stepped: bool
+    ) -> list[Event]:
+        """A rank printed a line of its own (`said`, its last), a progress line or not."""
+        return []
+
+    def _new_round(self, world_size: int) -> None:
+        """A rendezvous round after the first: its ranks are numbered again."""
+
+    def _judged(self, events: list[Event], now: float, force: bool = False) -> list[Event]:
+        """What the judges add to a block's events."""
+        return events
+
+    def failure_reported(self, node: str, fact: WorkerFailed) -> list[Event]:
+        """An entry of torchrun's failure summary: the rank's record, and what it says."""
+        record, said = self.board.record_failure(node, fact)
+        return said + (self._failed(record) if record is not None else [])
+
+    def _failed(self, record: FailureRecord) -> list[Event]:
+        """An entry of torchrun's failure summary, read: the failures so far, as they came
+        (which went first is the judges' to say)."""
+        return [FailureReport(record, tuple(self.board.failures))]
 
     # -- what the session asks ------------------------------------------------------------
 
@@ -189,157 +190,16 @@ class Monitor:
         """Every rank, pending: the grid's first picture."""
         return self.board.initial_events()
 
-    def tick(self, now: float, hang_timeout: float) -> list[Event]:
-        """The checks that time alone triggers: hung ranks, a stalled job, stragglers.
-
-        A StallReport among the events (with no groups yet) asks the session for stacks.
-        """
-        keys = [(c.node, c.local_rank) for c in self.board.all_cells() if c.state in ACTIVE]
-        events = self.rhythm.tick(now, hang_timeout, keys)
-        if hang_timeout > 0:  # each rank's budget, learned (diagnose/rhythm.py); 0: off
-            budgets = {key: self.rhythm.budget(key, hang_timeout) for key in keys}
-            events += self.board.check_hangs(now, hang_timeout, budgets)
-            events += self.stall.check(now, self.rhythm.job_budget(hang_timeout, keys))
-        else:
-            events += self.stall.check(now, hang_timeout)
-        named = self.speed.check(now, self.gpu.latest)
-        events += named
+    def tick(self, now: float, hang_timeout: float = 0) -> list[Event]:
+        """What time alone brings out of what was read: metrics due, an elastic round's end
+        of waiting (JobWatch adds the judges' checks)."""
+        events: list[Event] = []
         if self.metric_watch is not None:
             events += self._metric_events(self.metric_watch.due(now))
-        return events + self._stragglers(now, named) + self.cycles.tick(now)
+        return events + self.cycles.tick(now)
 
-    def _stragglers(self, now: float, named: list[Event]) -> list[Event]:
-        """One judge of who is slow: the speed watch, from the collectives the others wait
-        in, once it has scored; the step rate only before (a job whose collectives are not
-        sampled). A torchft job has none: its groups heal at their own pace."""
-        if not self._one_world:
-            return []
-        if not self.speed.scored:
-            return self.board.check_stragglers(now)
-        report = next((e for e in named if isinstance(e, StragglerReport)), None)
-        if report is None:
-            return []
-        return self.board.mark_stragglers(set(report.ranks), report.evidence)
-
-    def collectives(self, node: str, line: Any, now: float | None = None) -> list[Event]:
-        """One line of a rank's collectives file, as the node's stream carried it: to the
-        straggler watch, and its records to the collective audit."""
-        if node not in self._readers or not self._one_world:
-            return []
-        return self.collectives_seen(node, self.speed.sample(node, line), now)
-
-    def clock_offset(self, node: str, offset: ClockOffset) -> None:
-        """A node's clock offset from the console's, for its collectives from now on."""
-        self.speed.set_offset(node, offset)
-
-    def stacks_taken(
-        self, reports: Mapping[str, Mapping[str, Any] | str], now: float | None = None
-    ) -> list[Event]:
-        """Every node's stacks report (or why there is none): groups, suspects, gaps."""
-        now = time.time() if now is None else now
-        events = self.stall.stacks_taken(reports, now)
-        events += self._audit_dumps(reports, "stall", now)
-        if self.stall.stalled:  # who never entered what the others wait in, said once
-            events += self.audit.settle("stall", now)
-        return self._judged(events, now, force=self.stall.stalled)
-
-    def collectives_seen(
-        self,
-        node: str,
-        records: Sequence[CollectiveRecord],
-        now: float | None = None,
-        source: str = "live",
-    ) -> list[Event]:
-        """A node's ranks' collective records (the flight recorder's, from its dumps or the
-        worker hook's live channel): the collective audit's mismatches, the odd ranks marked.
-        Records may repeat and come late: each rank's are matched once, in its own order."""
-        if node not in self._readers or not records or not self._one_world:
-            return []
-        current = self.cycles.current
-        if current is not None and current.index > 0 and node not in current.nodes:
-            return []  # a node the round went on without (its orphaned workers' last records)
-        now = time.time() if now is None else now
-        return self._judged(self.audit.seen(records, source, now), now)
-
-    def _died_of_a_peers_size(self) -> set[int]:
-        """Ranks that failed on receiving more than they expected (gloo's enforce: the
-        peer's collective was bigger): they died in that collective, before recording it."""
-        return {
-            cell.rank
-            for cell in self.board.all_cells()
-            if cell.rank is not None
-            and cell.state == RankState.FAILED
-            and any(SIZE_RECEIVED in line for line in (cell.error, *cell.last_lines))
-        }
-
-    def mismatches(self) -> list[CollectiveMismatch]:
-        """What the collective audit found so far."""
-        return self.audit.mismatches
-
-    def ras_taken(self, report: RasReport) -> list[Event]:
-        """What NCCL's RAS said of the nodes on a stall: evidence beside the stall's verdict."""
-        for node, lines in report.nodes:
-            self.verdicts.ras_said(node, lines)
-        return self._judged([report], report.ts, force=True)
-
-    @property
-    def nccl_version(self) -> tuple[int, ...] | None:
-        """The job's NCCL version, from its flight-recorder dumps (None: not on NCCL, or
-        no dump seen yet)."""
-        return self._nccl
-
-    def final_verdict(self, now: float | None = None) -> VerdictReport | None:
-        """The run's one verdict at its end: None when no rank failed and nothing else
-        (a mismatch, a stall) says something went wrong."""
-        return self.verdicts.final(self.audit.mismatches, time.time() if now is None else now)
-
-    def _judged(self, events: list[Event], now: float, force: bool = False) -> list[Event]:
-        """The events, and the verdict after them if they change the failure's story."""
-        if self._one_world:
-            events = events + self.audit.died_in(self._died_of_a_peers_size(), now)
-        if force or any(isinstance(e, (FailureReport, MismatchReport)) for e in events):
-            return events + list(self.verdicts.changed(self.audit.mismatches, now))
-        return events
-
-    def dumps_audited(
-        self, reports: Mapping[str, Mapping[str, Any] | str], source: str
-    ) -> list[Event]:
-        """Every node's flight-recorder dumps, for the collective audit alone (a failure's)."""
-        now = time.time()
-        return self._judged(self._audit_dumps(reports, source, now), now)
-
-    def _audit_dumps(
-        self, reports: Mapping[str, Mapping[str, Any] | str], source: str, now: float
-    ) -> list[Event]:
-        events: list[Event] = []
-        for node, report in reports.items():
-            if not isinstance(report, str):
-                self._nccl = self._nccl or nccl_of(report.get("fr", []))
-                records = records_of_dumps(report.get("fr", []))
-                events += self.collectives_seen(node, records, now, source)
-        return events
-
-    def gpu_sample(
-        self, node: str, record: Mapping[str, Any], now: float | None = None
-    ) -> list[Event]:
-        """A node's GPU sample (core/node/gpu_sampler.py): its GpuReport, with flags."""
-        if node not in self._readers:
-            return []
-        self.gpu.stalled = self.stall.stalled
-        return self.gpu.sample(node, record, time.time() if now is None else now)
-
-    def recorder_taken(
-        self, reports: Mapping[str, Mapping[str, Any] | str], trigger: str, now: float | None = None
-    ) -> list[Event]:
-        """Every node's flight-recorder dumps alone (a watchdog timeout, a teardown)."""
-        now = time.time() if now is None else now
-        events = self.recorder.taken(reports, trigger, now)
-        return self._judged(events + self._audit_dumps(reports, trigger, now), now)
-
-    def stuck(self) -> bool:
-        """Whether the job stalled or a rank hung: its teardown gathers the recorder's dumps."""
-        hung = any(c.state == RankState.HUNG for c in self.board.all_cells())
-        return self.stall.last is not None or hung
+    def knows(self, node: str) -> bool:
+        return node in self._readers
 
     def teardown_started(self) -> None:
         """The operator stops the job: the ranks' ends from now on are its echo, not failures."""
@@ -349,7 +209,7 @@ class Monitor:
         self, node: str, exit_code: int | None, by_teardown: bool = False
     ) -> list[Event]:
         """The node's agent ended: its ranks not yet final end with it."""
-        if exit_code != 0 and not by_teardown and not self.board.tearing_down and self._one_world:
+        if exit_code != 0 and not by_teardown and not self.board.tearing_down and self.one_world:
             self.cycles.node_left(node, MembershipChange.LOST, exit_code)
         return self.board.node_exited(node, exit_code, by_teardown)
 
@@ -364,18 +224,14 @@ class Monitor:
         return any(cell.state == RankState.FAILED for cell in self.board.cells.get(node, []))
 
     def summary(self) -> MonitorSummary:
-        """Every rank's outcome and the failure story, for the run's summary."""
-        first = self.board.culprit()
+        """Every rank's outcome and the failures as they came (no culprit: that is judged)."""
         return MonitorSummary(
-            tuple(self.board.summaries()),
-            tuple(self.board.ordered_failures()),
-            first.summary(culprit=True) if first else None,
-            self.stall.last,
-            self.recorder.last,
-            self.speed.last,
-            self.metric_watch.store.summary() if self.metric_watch else {},
-            self.cycles.final(),
-            tuple(self.lighthouse.changes) if self.lighthouse else (),
+            tuple(c.summary() for c in self.board.all_cells()),
+            tuple(self.board.failures),
+            None,
+            metrics=self.metric_watch.store.summary() if self.metric_watch else {},
+            cycles=self.cycles.final(),
+            quorums=tuple(self.lighthouse.changes) if self.lighthouse else (),
         )
 
     # -- node output ----------------------------------------------------------------------
@@ -455,13 +311,13 @@ class Monitor:
                     cell.progress.observe(now, value)
                     stepped.add(local_ranks[index])
                     best = value if best is None or value > best else best
-            if best is not None and self._one_world:
+            if best is not None and self.one_world:
                 self.cycles.step(int(best))
         for local_rank, cell in cells.items():  # the job's rhythm: who progressed, after what
             if cell is not None and local_rank not in idle:
                 said = cell.last_lines[-1] if cell.last_lines else ""
                 key = (node, local_rank)
-                events += self.rhythm.spoke(key, cell.rank, now, said, local_rank in stepped)
+                events += self._spoke(key, cell.rank, now, said, local_rank in stepped)
         if self.metric_watch is not None:
             found = self.metric_watch.block(node, lines, first, now, text)
             events += self._metric_events(found)
@@ -553,10 +409,9 @@ class Monitor:
         if isinstance(fact, Assigned):
             events = self.board.assign(node, fact, now)
             rounds = len(self.cycles.cycles)
-            events += self.cycles.assigned(node, fact, now) if self._one_world else []
+            events += self.cycles.assigned(node, fact, now) if self.one_world else []
             if len(self.cycles.cycles) > rounds > 0 and fact.world_size > 0:
-                # a new round: its ranks are numbered again, its collectives counted from 1
-                self.audit = AuditWatch(self.board, fact.world_size)
+                self._new_round(fact.world_size)
             if fact.nodes >= 0:
                 joined = WorldJoined(
                     node, fact.group_rank, fact.nodes, fact.world_size, fact.master_addr
@@ -564,11 +419,11 @@ class Monitor:
                 events.append(joined)
             return events
         if isinstance(fact, WorkerFailed):
-            if not self.board.tearing_down and self._one_world:
+            if not self.board.tearing_down and self.one_world:
                 self.cycles.worker_failed(node, fact)
             events = self.board.worker_failed(node, fact)
             if fact.from_summary:
-                events += self.board.record_failure(node, fact)
+                events += self.failure_reported(node, fact)
             cell = self.board.cell(node, fact.local_rank)
             if fact.seq is not None and cell is not None:
                 said = f"the worker ended: {describe_exit(fact.exit_code)}"

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
-from ddptui.core.diagnose.patterns import progress_value
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
+from ddptui.core.monitor.patterns import progress_value
 
 # A pattern that sees the start or end of its subject (\A, \Z) or looks past its match could
 # find nothing in the block where a line alone would match: such a pattern goes line by line.

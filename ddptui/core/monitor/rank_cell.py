@@ -7,9 +7,9 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ddptui.core.diagnose.failures import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
-from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
 from ddptui.core.events import Diagnosis, RankChanged, RankState, RankSummary
+from ddptui.core.monitor.causes import MISMATCH, TEARDOWN, WATCHDOG, FailedRank, cause_of
+from ddptui.core.monitor.patterns import COLLECTIVE_TIMEOUT, TRACEBACK, StepRate
 
 TRACEBACK_START = "Traceback (most recent call last):"
 _TRACE_START = re.compile(re.escape(TRACEBACK_START))

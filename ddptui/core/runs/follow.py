@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState, RankChanged
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import JobSpec
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.event_log import EventLogTail
 from ddptui.core.runs.run_dir import RunDir
 from ddptui.core.runs.summary import RunSummary
@@ -63,7 +63,7 @@ class RunFollower:
         self._emit = emit
         plan, _state = run.read_plan()
         self.plan: LaunchPlan | None = plan
-        self.monitor = Monitor(
+        self.monitor = JobWatch(
             plan.node_names,
             plan.nproc_per_node,
             spec.progress_pattern,

@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeLines, RankState, StopReason
 from ddptui.core.job.plan import LaunchPlan
 from ddptui.core.job.spec import SpecError
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node.reaper import is_alive
 from ddptui.core.runs.history import RunHistory, RunRecord
 from ddptui.core.runs.run_dir import RunDir
@@ -67,7 +67,7 @@ def replay(
     """The run's events as a console following it to the end would have had them: each
     node's saved log through the Monitor, then the node's exit (`replica_groups`: a
     torchft job's, each node a group numbered from 0)."""
-    monitor = Monitor(plan.node_names, plan.nproc_per_node, pattern, replica_groups=replica_groups)
+    monitor = JobWatch(plan.node_names, plan.nproc_per_node, pattern, replica_groups=replica_groups)
     events: list[Event] = list(monitor.initial_events())
     for command in plan.commands:
         end = ends[command.node]

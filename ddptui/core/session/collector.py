@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ddptui.core.backends.base import Backend
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.nccl_ras import RasReport, may_ask
 from ddptui.core.diagnose.nccl_ras import report as ras_report
-from ddptui.core.diagnose.patterns import COLLECTIVE_TIMEOUT
 from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
-from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.patterns import COLLECTIVE_TIMEOUT
 
 PARALLEL = 8  # nodes asked at once
 RAS_APART_S = 5.0  # NCCL RAS asked twice this far apart: counts that did not move are frozen
@@ -41,7 +41,7 @@ class NodeCollector:
         self,
         backend: Backend,
         plan: LaunchPlan,
-        monitor: Monitor,
+        monitor: JobWatch,
         emit: Callable[[Event], None],
         recorder: bool,
     ) -> None:

@@ -13,8 +13,8 @@ from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, scri
 from ddptui.core.backends.errors import ScriptRefused
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
-from ddptui.core.diagnose.clock import ZERO, estimate_offset
 from ddptui.core.diagnose.failures import explanation
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.settings import SETTINGS_KEY, SettingsWatch
 from ddptui.core.diagnose.signatures import scheduler_end
 from ddptui.core.diagnose.stall_events import StallReport
@@ -40,7 +40,8 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
-from ddptui.core.monitor.monitor import Monitor, MonitorSummary
+from ddptui.core.monitor.clock import ZERO, estimate_offset
+from ddptui.core.monitor.monitor import MonitorSummary
 from ddptui.core.node.collective_follow import COLLECTIVES_KEY
 from ddptui.core.runs.history import RunRecorder
 from ddptui.core.runs.run_dir import RunDir, new_run_id, open_private
@@ -95,7 +96,7 @@ class Session:
         self.history = RunRecorder(self.run, spec)
         self.backend = backend or make_backend(spec, self.run, self.emit)
         self.plan: LaunchPlan | None = None
-        self.monitor: Monitor | None = None
+        self.monitor: JobWatch | None = None
         self.teardown_reports: dict[str, TeardownReport] = {}
         self.node_exit: dict[str, int | None] = {}
         self._stop = asyncio.Event()
@@ -345,7 +346,7 @@ class Session:
         self.emit(PlanReady(self.run_id, plan.rdzv_endpoint, lines))
 
     def _start_monitor(self, plan: LaunchPlan) -> None:
-        self.monitor = Monitor(
+        self.monitor = JobWatch(
             plan.node_names,
             plan.nproc_per_node,
             self.spec.progress_pattern,

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.core.diagnose.patterns import PORT_IN_USE, RENDEZVOUS_CONNECT
 from ddptui.core.events import Event, RankChanged, RendezvousAsked, WorldJoined
 from ddptui.core.job.plan import LaunchPlan
+from ddptui.core.monitor.patterns import PORT_IN_USE, RENDEZVOUS_CONNECT
 from ddptui.core.node.netinfo import holder_words
 
 PROBE_AFTER_S = 5.0  # no world yet this long after launch: ask the nodes who holds the port

@@ -19,7 +19,6 @@ from datetime import datetime
 
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.audit_watch import MismatchReport
-from ddptui.core.diagnose.patterns import NAN_OR_INF
 from ddptui.core.diagnose.settings import SettingsReport, differences_words
 from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook, Source, identify
 from ddptui.core.diagnose.speed import StragglerReport
@@ -35,6 +34,7 @@ from ddptui.core.events import (
     RankState,
 )
 from ddptui.core.monitor.cycles import CycleReport, MembershipChange, MembershipChanged
+from ddptui.core.monitor.patterns import NAN_OR_INF
 from ddptui.core.story.incident import Incident, IncidentKind, IncidentReport, ranks_words
 
 # The verdict's signature -> the incident's kind (any other signature of a failed rank: crash).

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ddptui.core.diagnose.patterns import LOSS_SPIKE, NAN_OR_INF, signal_name
 from ddptui.core.events import Diagnosis, GpuFlag, GpuStat, NodeState, RankChanged, RankState
+from ddptui.core.monitor.patterns import LOSS_SPIKE, NAN_OR_INF, signal_name
 from ddptui.core.story.incident import Incident, IncidentKind
 
 GLYPH = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ddptui.core.diagnose.patterns import signal_name
 from ddptui.core.diagnose.rhythm import STEP_FACTOR, RankPhase
+from ddptui.core.monitor.patterns import signal_name
 from ddptui.ui.widgets.grid_cells import RankGridCell
 
 

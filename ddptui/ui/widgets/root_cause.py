@@ -11,10 +11,10 @@ from textual.widgets import Static
 
 from ddptui.core.diagnose.audit import CollectiveMismatch
 from ddptui.core.diagnose.failures import lost_a_peer
-from ddptui.core.diagnose.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.diagnose.verdict import Verdict
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged
+from ddptui.core.monitor.patterns import EXITED, TRACEBACK, describe_exit
 from ddptui.core.story.incident import OUTLOOK_WORDS, Incident, IncidentReport
 from ddptui.ui.widgets.side_panel import SidePanel
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ddptui.core.diagnose.audit import CollectiveAudit, MismatchKind
-from ddptui.core.diagnose.collective_record import CollectiveRecord, records_from_dump
+from ddptui.core.monitor.collective_record import CollectiveRecord, records_from_dump
 
 SITE = "train.py:52"
 

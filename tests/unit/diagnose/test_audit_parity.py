@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ddptui.core.diagnose.audit import CollectiveAudit, MismatchKind
-from ddptui.core.diagnose.collective_record import records_from_dump
+from ddptui.core.monitor.collective_record import records_from_dump
 
 DUMPS = Path(__file__).parents[2] / "data" / "fr_audit"
 CASES = ("skipped", "size", "op", "dtype", "deadlock")

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from ddptui.core.diagnose.audit_watch import MismatchReport, records_of_dumps
-from ddptui.core.diagnose.collective_record import records_from_dump
-from ddptui.core.diagnose.failures import MISMATCH
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.verdict import Role, VerdictReport
 from ddptui.core.events import FailureReport, RankChanged
-from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.causes import MISMATCH
+from ddptui.core.monitor.collective_record import records_from_dump
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 GLOO_SIZE = (DATA / "verdicts" / "collective_mismatch--gloo_size.log").read_bytes()
@@ -50,7 +50,7 @@ def _gloo_output() -> bytes:
 def test_dumps_at_the_teardown_report_the_mismatch_and_mark_the_odd_rank(
     case: str, kind: str, culprits: list[int]
 ) -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.feed("n0", b"[ddptui:0:0]:step 0\n[ddptui:1:1]:step 0\n", now=10.0)
     events = m.recorder_taken({"n0": _collected(case)}, "teardown", now=20.0)
     found = [e for e in events if isinstance(e, MismatchReport)]
@@ -69,7 +69,7 @@ def test_dumps_at_the_teardown_report_the_mismatch_and_mark_the_odd_rank(
 
 
 def test_the_live_entry_point_takes_records_as_they_come_and_repeats_add_nothing() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     fr = _collected("size")["fr"]
     records = {d["rank"]: records_from_dump(d, d["rank"]) for d in fr}
     first = m.collectives_seen("n0", records[0][:3] + records[1][:3], now=1.0)
@@ -81,7 +81,7 @@ def test_the_live_entry_point_takes_records_as_they_come_and_repeats_add_nothing
 
 
 def test_gloo_aborts_rank_0_but_the_verdict_names_rank_1_from_the_dumps() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     events = m.feed("n0", _gloo_output(), now=30.0)
     events += m.end_of_output("n0")
     told = [e for e in events if isinstance(e, FailureReport)]
@@ -104,7 +104,7 @@ def test_gloo_aborts_rank_0_but_the_verdict_names_rank_1_from_the_dumps() -> Non
 def test_without_the_dumps_the_verdict_says_what_gloo_said() -> None:
     """Rank 1 was stopped by its agent (SIGTERM) and rank 0 aborted: no dump of either came.
     The verdict keeps gloo's words and says the odd rank may be the peer."""
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.feed("n0", _gloo_output(), now=30.0)
     m.end_of_output("n0")
     verdict = m.final_verdict(now=40.0)
@@ -128,7 +128,7 @@ def test_a_rank_dead_before_any_traceback_shows_its_own_last_line() -> None:
     """The script missing: torchrun's summary says only "To enable traceback see: ..."."""
     log = (DATA / "verdicts" / "missing_file--script.log").read_bytes()
     log = log.replace(b"[default0]:", b"[ddptui:0:0]:").replace(b"[default1]:", b"[ddptui:1:1]:")
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.feed("n0", log, now=5.0)
     m.end_of_output("n0")
     summary = m.summary()
@@ -154,7 +154,7 @@ def test_the_nccl_size_mismatch_captured_on_two_gpus_is_found_from_the_live_rows
         for name in ("rank_0.jsonl", "rank_1.jsonl")
         for line in (where / name).read_text().splitlines()
     ]
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     m.feed("local0", b"[ddptui:0:0]:mismatch rank=0 step=0\n", now=1.0)
     found = []
     for i, line in enumerate(sorted(lines, key=lambda d: d["wall_ns"])):
@@ -185,7 +185,7 @@ class _NoBoard:
 
 
 def _all_reduces(world: int, seq: int, odd: int) -> list[Any]:
-    from ddptui.core.diagnose.collective_record import CollectiveRecord
+    from ddptui.core.monitor.collective_record import CollectiveRecord
 
     return [
         CollectiveRecord(
@@ -240,7 +240,7 @@ def test_two_ranks_the_receiver_dies_before_recording_and_the_odd_rank_is_named(
     from ddptui.core.story.story import Story
 
     logs, rows = _gloo_2x1()
-    m = Monitor(["local0", "local1"], 1)
+    m = JobWatch(["local0", "local1"], 1)
     events: list[Any] = []
 
     def lines() -> None:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ddptui.core.diagnose.clock import ClockOffset
 from ddptui.core.diagnose.collectives import CollectiveTimeline, parse_sample, read_samples
+from ddptui.core.monitor.clock import ClockOffset
 from tests.unit.diagnose.jobs import NS, simulate
 
 LINE = {

@@ -11,18 +11,20 @@ import re
 import pytest
 
 from ddptui.core.diagnose import failures
-from ddptui.core.diagnose import patterns as dx
+from ddptui.core.diagnose.failures import ordered_failures, rank_summaries
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN, SpecError, make_spec
+from ddptui.core.monitor import causes
+from ddptui.core.monitor import patterns as dx
 from ddptui.core.monitor.agent_log import AgentLogParser, AgentTrouble, WorkerFailed
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.runs.summary import RunSummary
 from tests.cases import TORCHRUN_CAPTURES as DATA
 
 
-def replay(*logs: str, nproc: int = 2) -> tuple[Monitor, list[object]]:
+def replay(*logs: str, nproc: int = 2) -> tuple[JobWatch, list[object]]:
     nodes = [f"n{i}" for i in range(len(logs))]
-    monitor = Monitor(nodes, nproc)
+    monitor = JobWatch(nodes, nproc)
     events: list[object] = []
     for node, name in zip(nodes, logs, strict=True):
         events += monitor.feed(node, (DATA / name).read_bytes(), now=100.0)
@@ -30,7 +32,7 @@ def replay(*logs: str, nproc: int = 2) -> tuple[Monitor, list[object]]:
     return monitor, events
 
 
-def kinds(monitor: Monitor, node: str, local_rank: int) -> list[str]:
+def kinds(monitor: JobWatch, node: str, local_rank: int) -> list[str]:
     cell = monitor.board.cell(node, local_rank)
     assert cell is not None
     return [d.kind for d in cell.diagnoses]
@@ -183,7 +185,7 @@ def test_crash_root_cause_is_the_first_observed_failure_across_nodes() -> None:
     monitor, events = replay("errfile_crash_node0.log", "errfile_crash_node1.log")
     reports = [e.failure for e in events if isinstance(e, FailureReport)]
     assert len(reports) == 4
-    first, *rest = monitor.board.ordered_failures()
+    first, *rest = ordered_failures(monitor.board)
     assert (first.node, first.rank, first.exit_code) == ("n0", 1, 1)
     assert first.error == "RuntimeError: envcheck: deliberate failure on rank 1 (--fail-rank)"
     assert first.root_cause and first.error_file
@@ -191,7 +193,7 @@ def test_crash_root_cause_is_the_first_observed_failure_across_nodes() -> None:
     # is the first victim
     assert [r.root_cause for r in rest] == [False, False, False]
     assert (rest[0].node, rest[0].rank, rest[0].first_on_node) == ("n1", 2, True)
-    assert {r.cause for r in rest} == {failures.PEER}
+    assert {r.cause for r in rest} == {causes.PEER}
     assert kinds(monitor, "n0", 1) == [dx.TRACEBACK, dx.EXITED]
     assert dx.PEER_LOST in kinds(monitor, "n0", 0)
 
@@ -200,7 +202,7 @@ def test_sigkill_shows_the_signal_and_where_the_agent_saw_it() -> None:
     monitor, _ = replay("sigkill_node0.log", "sigkill_node1.log")
     cell = monitor.board.cell("n0", 1)
     assert cell is not None and cell.state == RankState.FAILED and cell.exit_code == -9
-    first = monitor.board.ordered_failures()[0]
+    first = ordered_failures(monitor.board)[0]
     assert (first.rank, first.signal) == (1, "SIGKILL")
     assert first.error == "Signal 9 (SIGKILL) received by PID 909"
     exited = [d for d in cell.diagnoses if d.kind == dx.EXITED]
@@ -220,7 +222,7 @@ def test_nccl_watchdog_timeout_from_a_gpu_host() -> None:
     watchdog = cell.diagnoses[0]
     assert watchdog.kind == dx.COLLECTIVE_TIMEOUT
     assert "Watchdog caught collective operation timeout" in watchdog.line
-    assert monitor.board.ordered_failures()[0].signal == "SIGABRT"
+    assert ordered_failures(monitor.board)[0].signal == "SIGABRT"
 
 
 def test_cuda_oom_from_a_gpu_host() -> None:
@@ -247,7 +249,7 @@ def test_rendezvous_failures_attach_to_the_waiting_ranks(name: str, kind: str) -
     changed = [e for e in events if isinstance(e, RankChanged) and e.diagnoses]
     assert changed and changed[0].state == RankState.PENDING
     monitor.board.node_exited("n0", 1)
-    summary = monitor.board.summaries()[0]
+    summary = rank_summaries(monitor.board)[0]
     assert summary.state == RankState.FAILED and summary.diagnoses[0].kind == kind
 
 
@@ -261,13 +263,13 @@ def test_gloo_timeout_marks_the_waiting_ranks() -> None:
 # -- hangs, stragglers, restarts ----------------------------------------------------------
 
 
-def progress(monitor: Monitor, rank: int, epoch: int, now: float) -> None:
+def progress(monitor: JobWatch, rank: int, epoch: int, now: float) -> None:
     line = f"[ddptui:{rank}:{rank}]:[RANK {rank}] Epoch {epoch} | Batchsize: 32 | Steps: 8\n"
     monitor.feed("n0", line.encode(), now=now)
 
 
 def test_a_rank_well_behind_the_others_is_a_straggler() -> None:
-    monitor = Monitor(["n0"], 3)
+    monitor = JobWatch(["n0"], 3)
     for second in range(20):
         for rank in (0, 1):
             progress(monitor, rank, second, float(second))
@@ -285,7 +287,7 @@ def test_a_rank_well_behind_the_others_is_a_straggler() -> None:
 
 
 def test_progress_pattern_is_configurable() -> None:
-    monitor = Monitor(["n0"], 2, progress_pattern=r"it=(\d+)")
+    monitor = JobWatch(["n0"], 2, progress_pattern=r"it=(\d+)")
     for second in range(10):
         monitor.feed("n0", f"[ddptui:0:0]:it={second * 10}\n".encode(), now=float(second))
         if second % 4 == 0:
@@ -313,7 +315,7 @@ def test_bad_progress_pattern_is_refused() -> None:
 
 
 def test_hung_rank_gets_a_diagnosis() -> None:
-    monitor = Monitor(["n0"], 2)
+    monitor = JobWatch(["n0"], 2)
     monitor.feed("n0", b"[ddptui:0:0]:a\n[ddptui:1:1]:b\n", now=100.0)
     monitor.feed("n0", b"[ddptui:0:0]:still going\n", now=200.0)
     events = monitor.board.check_hangs(now=201.0, timeout=60.0)
@@ -324,12 +326,12 @@ def test_hung_rank_gets_a_diagnosis() -> None:
 def test_restarts_are_carried_on_rank_events() -> None:
     from ddptui.core.monitor.agent_log import Assigned
 
-    monitor = Monitor(["n0"], 1)
+    monitor = JobWatch(["n0"], 1)
     monitor.board.assign("n0", Assigned(0, (0,), (0,), 0))
     monitor.feed("n0", b"[ddptui:0:0]:running\n")
     events = monitor.board.assign("n0", Assigned(0, (0,), (0,), 2))
     assert isinstance(events[0], RankChanged) and events[0].restarts == 2
-    assert monitor.board.summaries()[0].restarts == 2
+    assert rank_summaries(monitor.board)[0].restarts == 2
 
 
 def test_events_with_diagnoses_and_failures_are_json() -> None:
@@ -339,10 +341,10 @@ def test_events_with_diagnoses_and_failures_are_json() -> None:
     summary = RunSummary(
         False,
         4,
-        tuple(monitor.board.summaries()),
+        tuple(rank_summaries(monitor.board)),
         "/tmp/run",
         "run",
-        failures=tuple(monitor.board.ordered_failures()),
+        failures=tuple(ordered_failures(monitor.board)),
     )
     data = json.loads(summary.to_json())
     assert data["failures"][0]["rank"] == 1 and data["failures"][0]["root_cause"]

@@ -5,41 +5,46 @@ from __future__ import annotations
 import pytest
 
 from ddptui.core.diagnose import failures as fx
-from ddptui.core.diagnose import patterns as dx
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Diagnosis, FailureRecord, RankChanged, RankState
+from ddptui.core.monitor import causes
+from ddptui.core.monitor import patterns as dx
 from ddptui.core.monitor.agent_log import WorkerFailed
-from ddptui.core.monitor.monitor import Monitor
 
 
 @pytest.mark.parametrize(
     ("exit_code", "error", "kinds", "cause"),
     [
-        (1, "RuntimeError: boom", [dx.TRACEBACK], fx.EXCEPTION),
-        (1, "torch.OutOfMemoryError: CUDA out of memory.", [dx.TRACEBACK], fx.OOM),
-        (-6, "", [dx.COLLECTIVE_TIMEOUT], fx.WATCHDOG),
-        (-15, "", [], fx.STOPPED),
+        (1, "RuntimeError: boom", [dx.TRACEBACK], causes.EXCEPTION),
+        (1, "torch.OutOfMemoryError: CUDA out of memory.", [dx.TRACEBACK], causes.OOM),
+        (-6, "", [dx.COLLECTIVE_TIMEOUT], causes.WATCHDOG),
+        (-15, "", [], causes.STOPPED),
         (
             1,
             "RuntimeError: [../gloo/pair.cc:534] Connection closed by peer [1.2.3.4]:1",
             [],
-            fx.PEER,
+            causes.PEER,
         ),
-        (1, "", [dx.PEER_LOST], fx.PEER),
-        (-9, "", [], fx.KILLED),
-        (3, "", [], fx.EXIT),
-        (None, "", [], fx.AGENT_GONE),
+        (1, "", [dx.PEER_LOST], causes.PEER),
+        (-9, "", [], causes.KILLED),
+        (3, "", [], causes.EXIT),
+        (None, "", [], causes.AGENT_GONE),
     ],
 )
 def test_cause_of_a_failure(
     exit_code: int | None, error: str, kinds: list[str], cause: str
 ) -> None:
-    assert fx.cause_of(exit_code, error, kinds) == cause
+    assert causes.cause_of(exit_code, error, kinds) == cause
 
 
 def test_teardown_outranks_what_the_rank_said() -> None:
-    assert fx.cause_of(1, "Connection closed by peer", teardown=True) == fx.TEARDOWN
-    assert fx.is_victim(fx.TEARDOWN) and fx.is_victim(fx.STOPPED) and fx.is_victim(fx.PEER)
-    assert not fx.is_victim(fx.EXCEPTION) and not fx.is_victim(fx.KILLED)
+    assert causes.cause_of(1, "Connection closed by peer", teardown=True) == causes.TEARDOWN
+    assert (
+        causes.is_victim(causes.TEARDOWN)
+        and causes.is_victim(causes.STOPPED)
+        and causes.is_victim(causes.PEER)
+    )
+    assert not causes.is_victim(causes.EXCEPTION) and not causes.is_victim(causes.KILLED)
 
 
 def _record(node: str, rank: int, code: int, time: str, error: str = "", first: bool = False):
@@ -58,7 +63,12 @@ def test_exactly_one_root_cause_the_first_failure_that_is_not_a_victim() -> None
     ordered = fx.order_failures(records)
     assert [r.rank for r in ordered] == [3, 4, 0, 5]
     assert [r.root_cause for r in ordered] == [True, False, False, False]
-    assert [r.cause for r in ordered] == [fx.EXCEPTION, fx.STOPPED, fx.PEER, fx.STOPPED]
+    assert [r.cause for r in ordered] == [
+        causes.EXCEPTION,
+        causes.STOPPED,
+        causes.PEER,
+        causes.STOPPED,
+    ]
 
 
 def test_only_victims_the_first_observed_is_the_culprit() -> None:
@@ -68,9 +78,9 @@ def test_only_victims_the_first_observed_is_the_culprit() -> None:
 
 
 def test_culprit_of_failed_ranks_follows_observation_order() -> None:
-    stopped = fx.FailedRank("n0", 0, 0, -15, "", fx.STOPPED, 1)
-    crashed = fx.FailedRank("n1", 1, 3, 1, "RuntimeError", fx.EXCEPTION, 2)
-    later = fx.FailedRank("n1", 0, 2, 1, "ValueError", fx.EXCEPTION, 3)
+    stopped = causes.FailedRank("n0", 0, 0, -15, "", causes.STOPPED, 1)
+    crashed = causes.FailedRank("n1", 1, 3, 1, "RuntimeError", causes.EXCEPTION, 2)
+    later = causes.FailedRank("n1", 0, 2, 1, "ValueError", causes.EXCEPTION, 3)
     assert fx.culprit([later, stopped, crashed]) is crashed
     assert fx.culprit([stopped]) is stopped
     assert fx.culprit([]) is None
@@ -78,9 +88,9 @@ def test_culprit_of_failed_ranks_follows_observation_order() -> None:
 
 def test_monitor_events_carry_the_ordered_failures() -> None:
     """Every failure event holds the story so far; the last one's order is the summary's."""
-    m = Monitor(["n0", "n1"], 2)
-    a = m.board.record_failure("n1", WorkerFailed(0, -15, 2, True, time="t1", from_summary=True))
-    b = m.board.record_failure("n0", WorkerFailed(1, 1, 1, True, time="t1", from_summary=True))
+    m = JobWatch(["n0", "n1"], 2)
+    a = m.failure_reported("n1", WorkerFailed(0, -15, 2, True, time="t1", from_summary=True))
+    b = m.failure_reported("n0", WorkerFailed(1, 1, 1, True, time="t1", from_summary=True))
     assert not a[0].failure.root_cause  # a SIGTERM'd victim is never told as the culprit
     assert [r.rank for r in b[0].ordered] == [1, 2]
     assert [r.rank for r in m.summary().failures] == [1, 2]
@@ -88,45 +98,45 @@ def test_monitor_events_carry_the_ordered_failures() -> None:
 
 
 def test_summary_names_the_culprit_and_each_rank_cause() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.board.worker_failed("n0", WorkerFailed(0, -15, 0), stopped=True)
     m.board.worker_failed("n0", WorkerFailed(1, 1, 1))
     told = m.summary()
     assert told.culprit is not None and told.culprit.rank == 1
     assert [(r.rank, r.cause, r.culprit) for r in told.ranks] == [
-        (0, fx.STOPPED, False),
-        (1, fx.EXIT, True),
+        (0, causes.STOPPED, False),
+        (1, causes.EXIT, True),
     ]
 
 
 def test_teardown_stops_are_no_failures_but_stopped_ranks_with_their_own_cause() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.board.worker_failed("n0", WorkerFailed(0, 1, 0))
     m.node_exited("n0", -15, by_teardown=True)
     told = m.summary()
     assert [(r.state, r.cause) for r in told.ranks] == [
-        (RankState.FAILED, fx.EXIT),  # failed before the teardown: it stays failed
-        (RankState.STOPPED, fx.TEARDOWN),
+        (RankState.FAILED, causes.EXIT),  # failed before the teardown: it stays failed
+        (RankState.STOPPED, causes.TEARDOWN),
     ]
     assert told.culprit is not None and told.culprit.rank == 0
 
 
 def test_a_rank_whose_collective_timed_out_keeps_that_cause_when_the_teardown_stops_it() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     cell = m.board.cell("n0", 0)
     assert cell is not None
     cell.diagnoses.append(Diagnosis(dx.COLLECTIVE_TIMEOUT, "collective 5 timed out"))
     m.node_exited("n0", -15, by_teardown=True)
-    causes = [(r.state, r.cause) for r in m.summary().ranks]
-    assert causes == [(RankState.STOPPED, fx.WATCHDOG), (RankState.STOPPED, fx.TEARDOWN)]
+    ends = [(r.state, r.cause) for r in m.summary().ranks]
+    assert ends == [(RankState.STOPPED, causes.WATCHDOG), (RankState.STOPPED, causes.TEARDOWN)]
     assert not m.summary().failures  # stopped by the operator: still no failure of the job
 
 
 def test_torchrun_failure_summary_at_teardown_records_no_failure() -> None:
-    m = Monitor(["n0"], 1)
+    m = JobWatch(["n0"], 1)
     m.teardown_started()
     events = m.board.worker_failed("n0", WorkerFailed(0, -15, 0))
-    events += m.board.record_failure("n0", WorkerFailed(0, -15, 0))
+    events += m.failure_reported("n0", WorkerFailed(0, -15, 0))
     assert [e.state for e in events if isinstance(e, RankChanged)] == [RankState.STOPPED]
     assert not m.summary().failures
 
@@ -146,8 +156,8 @@ def test_jump_targets_a_crash_not_yet_reported_by_its_agent_before_reported_vict
         ("n1", 1): _rank("n1", 1, 1, Diagnosis(dx.TRACEBACK, "boom", "", 30, ts=2.5)),
     }  # fmt: skip
     failures = [
-        FailureRecord("n0", 3, 1, 1, cause=fx.PEER),
-        FailureRecord("n0", 2, 0, 1, cause=fx.PEER),
+        FailureRecord("n0", 3, 1, 1, cause=causes.PEER),
+        FailureRecord("n0", 2, 0, 1, cause=causes.PEER),
     ]
     targets = fx.jump_targets(ranks, failures)
     assert [(t.node, t.local_rank) for t in targets] == [("n1", 1), ("n0", 1), ("n0", 0)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.nccl_ras import may_ask, parse, report, said, version_of
 from ddptui.core.diagnose.verdict import VerdictReport
-from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "ras"
 
@@ -61,7 +61,7 @@ def test_versions_with_known_ras_faults_are_not_asked() -> None:
 
 
 def test_the_answer_joins_the_stalls_verdict_as_evidence_never_alone() -> None:
-    m = Monitor(["gpu1"], 2)
+    m = JobWatch(["gpu1"], 2)
     m.feed("gpu1", b"[ddptui:0:0]:step 0\n[ddptui:1:1]:step 0\n", now=1.0)
     text = _text("skipped_all_reduce")
     told = report({"gpu1": text}, {"gpu1": text}, 5.0, now=30.0)

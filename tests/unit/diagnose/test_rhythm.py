@@ -8,6 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.rhythm import (
     FIRST_PHASE_FACTOR,
     PHASE_MARGIN,
@@ -19,7 +20,6 @@ from ddptui.core.diagnose.rhythm import (
 from ddptui.core.diagnose.stall_events import QuietPhase, StallReport, StepBudgets
 from ddptui.core.events import Event, RankChanged, RankState
 from ddptui.core.monitor.agent_log import Assigned
-from ddptui.core.monitor.monitor import Monitor
 
 STEP = re.compile(r"step[= ](\d+)")
 KEYS = [("n0", 0), ("n0", 1)]
@@ -165,7 +165,7 @@ def test_no_budget_is_under_the_floor_and_a_step_line_never_opens_a_phase(
         assert rhythm.phase is None
 
 
-def _monitor_steps(m: Monitor, start: float, count: int, first: int) -> float:
+def _monitor_steps(m: JobWatch, start: float, count: int, first: int) -> float:
     now = start
     for n in range(count):
         now = start + n
@@ -175,7 +175,7 @@ def _monitor_steps(m: Monitor, start: float, count: int, first: int) -> float:
 
 
 def test_the_monitor_calls_a_checkpoint_a_phase_and_a_hang_in_the_step_loop_a_stall() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     m.board.assign("n0", Assigned(0, (0, 1), (0, 1), 0), now=99.0)
     now = _monitor_steps(m, 100.0, 10, 0)
     events: list[Event] = []
@@ -237,7 +237,7 @@ def test_a_learned_cue_the_loop_then_goes_on_after_at_once_is_the_loops_own() ->
 
 
 def test_the_ranks_not_back_from_a_phase_yet_keep_its_budget_a_tick_longer() -> None:
-    m = Monitor(["n0", "n1"], 1)
+    m = JobWatch(["n0", "n1"], 1)
     for i, node in enumerate(("n0", "n1")):
         m.board.assign(node, Assigned(i, (0,), (i,), 0), now=99.0)
     for n in range(10):

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.diagnose import failures, signatures
-from ddptui.core.diagnose import patterns as diagnosis
+from ddptui.core.diagnose import signatures
 from ddptui.core.diagnose.signatures import BY_NAME, CATALOGUE, Domain, Outlook, Source
 from ddptui.core.diagnose.verdict import RankFacts, Role, judge
+from ddptui.core.monitor import causes
+from ddptui.core.monitor import patterns as diagnosis
 
 CAPTURES = Path(__file__).parents[2] / "data" / "verdicts"
 _ERROR = re.compile(r"\b[\w.]*(?:Error|Exception)\b: ")
@@ -31,7 +32,7 @@ def rank_facts(lines: list[str], node: str = "n1", rank: int = 0) -> RankFacts:
         kinds.add(diagnosis.TRACEBACK)
     errors = [line for line in lines if _ERROR.search(line)]
     error = errors[-1] if errors else ""
-    cause = failures.cause_of(1, error, kinds)
+    cause = causes.cause_of(1, error, kinds)
     return RankFacts(node, rank, rank, cause, True, tuple(sorted(kinds)), tuple(lines), 1)
 
 
@@ -47,7 +48,7 @@ def test_each_capture_is_judged_as_its_signature(path: Path) -> None:
     lines = path.read_text().splitlines()
     signature = BY_NAME[_expected(path)]
     if signature.source == Source.NODE:
-        victim = RankFacts("n1", 0, 0, failures.KILLED, True, (), ("step 3",), -9)
+        victim = RankFacts("n1", 0, 0, causes.KILLED, True, (), ("step 3",), -9)
         verdict = judge([victim], {"n0": ["all fine"], "n1": lines})
         assert verdict is not None and verdict.node == "n1" and verdict.rank == 0
         assert verdict.role == Role.INITIATING
@@ -67,13 +68,13 @@ def test_the_kinds_and_causes_named_are_the_monitors_own() -> None:
     kinds = {s for sig in CATALOGUE for s in sig.kinds}
     known = (
         set(diagnosis.KINDS)
-        | {failures.EXCEPTION, failures.WATCHDOG, failures.PEER, failures.STOPPED}
+        | {causes.EXCEPTION, causes.WATCHDOG, causes.PEER, causes.STOPPED}
         | {signatures.COLLECTIVE_MISMATCH, signatures.NODE_LOST}
     )
     assert kinds <= known
-    assert signatures.TEARDOWN_CAUSE == failures.TEARDOWN
-    assert signatures.KILLED_CAUSE == failures.KILLED
-    assert failures.VICTIM_CAUSES - {failures.TEARDOWN} == signatures.CASCADE_CAUSES
+    assert signatures.TEARDOWN_CAUSE == causes.TEARDOWN
+    assert signatures.KILLED_CAUSE == causes.KILLED
+    assert causes.VICTIM_CAUSES - {causes.TEARDOWN} == signatures.CASCADE_CAUSES
 
 
 def test_infrastructure_and_job_domains_and_outlooks() -> None:

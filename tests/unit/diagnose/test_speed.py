@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ddptui.core.diagnose.collective_record import records_from_rows
 from ddptui.core.diagnose.collectives import CollectiveSample
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.speed import SpeedRound, SpeedWatch, StragglerReport, gpu_evidence
 from ddptui.core.events import GpuStat
-from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.collective_record import records_from_rows
 from tests.unit.diagnose.jobs import nodes_of, simulate
 
 
@@ -155,7 +155,7 @@ def test_the_sampler_rows_become_the_audits_records() -> None:
 
 
 def test_the_monitor_scores_the_lines_in_its_tick_and_feeds_the_audit() -> None:
-    monitor = Monitor(["node0", "node1"], 2)
+    monitor = JobWatch(["node0", "node1"], 2)
     nodes = nodes_of()
     for sample in simulate(steps=60, extra=lambda r, s: 0.1 if r == 3 else 0.0):
         assert monitor.collectives(nodes[sample.rank], _line(sample), now=1.0) == []
@@ -168,7 +168,7 @@ def test_the_monitor_scores_the_lines_in_its_tick_and_feeds_the_audit() -> None:
 
 
 def test_a_rank_with_another_size_is_a_mismatch_event() -> None:
-    monitor = Monitor(["node0"], 2)
+    monitor = JobWatch(["node0"], 2)
     base = {"v": 1, "local_rank": 0, "host": "h", "pid": 1, "wall_ns": 1, "mono_ns": 1}
     base |= {"period_s": 1.0, "cost_us": 0, "cpu_us": 0, "lost": 0}
     row = [0, 1, "gloo:all_reduce", [[4]], 5, None, None, None, ["Float"], [[4]]]
@@ -198,7 +198,7 @@ def test_1024_ranks_fold_into_a_few_lines_of_the_speed_view() -> None:
 
 
 def test_an_offset_within_its_error_bound_is_not_told_from_zero() -> None:
-    from ddptui.core.diagnose.clock import ClockExchange, estimate_offset
+    from ddptui.core.monitor.clock import ClockExchange, estimate_offset
 
     # the node read its clock 40 ms into an 50 ms round trip (an SSH command's start): the
     # midpoint says +15 ms, within the 25 ms bound: not told apart from the same clock

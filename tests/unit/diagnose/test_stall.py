@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddptui.core.diagnose import failures as fx
 from ddptui.core.diagnose.flight_recorder import analyse
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.stacks import (
     group_stacks,
     is_deadlock,
@@ -17,8 +17,8 @@ from ddptui.core.diagnose.stacks import (
 )
 from ddptui.core.diagnose.stall_events import StacksReport, StallReport
 from ddptui.core.events import RankState
+from ddptui.core.monitor import causes
 from ddptui.core.monitor.agent_log import Assigned
-from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall"
 # trainer/hang.py --skip-rank 1 on 2 local ranks (gloo): the node collector's raw report
@@ -97,13 +97,13 @@ def test_flight_recorder_names_the_rank_that_never_entered_the_collective() -> N
     assert gap.describe().startswith(f"rank 1 never entered collective {gap.seq} (gloo:all_reduce")
 
 
-def _running(m: Monitor, now: float) -> None:
+def _running(m: JobWatch, now: float) -> None:
     m.board.assign("n0", Assigned(0, (0, 1), (0, 1), 0))
     m.feed_lines("n0", ["[ddptui:0:0]:step=1", "[ddptui:1:1]:step=1"], now=now)
 
 
 def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     _running(m, now=100.0)
     m.board.last_progress = 100.0
     assert not [e for e in m.tick(105.0, 6.0) if isinstance(e, StallReport)]
@@ -123,11 +123,11 @@ def test_every_rank_silent_for_the_timeout_is_a_stall_and_ranks_turn_amber() -> 
         "budget_s": 6.0,
     }
     assert not [e for e in m.tick(108.0, 6.0) if isinstance(e, StallReport)]  # said once
-    assert not Monitor(["n0"], 2).tick(1e9, 0)  # 0: off
+    assert not JobWatch(["n0"], 2).tick(1e9, 0)  # 0: off
 
 
 def test_stacks_name_the_suspect_and_the_stall_is_said_again() -> None:
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     m.board.assign("local0", Assigned(0, (0, 1), (0, 1), 0))
     m.feed_lines("local0", ["[ddptui:0:0]:step=1", "[ddptui:1:1]:step=1"], now=100.0)
     m.board.last_progress = 100.0
@@ -145,13 +145,16 @@ def test_stacks_name_the_suspect_and_the_stall_is_said_again() -> None:
     m.node_exited("local0", -15)
     told = m.summary()
     assert told.stall is not None and told.stall.suspects == (1,)
-    assert [(r.rank, r.cause) for r in told.ranks] == [(0, fx.IN_COLLECTIVE), (1, fx.SUSPECT)]
+    assert [(r.rank, r.cause) for r in told.ranks] == [
+        (0, causes.IN_COLLECTIVE),
+        (1, causes.SUSPECT),
+    ]
     assert told.culprit is not None and told.culprit.rank == 1
     assert {r.state for r in told.ranks} == {RankState.STOPPED} and not told.failures
 
 
 def test_progress_again_ends_the_stall() -> None:
-    m = Monitor(["n0"], 2)
+    m = JobWatch(["n0"], 2)
     _running(m, now=100.0)
     m.board.last_progress = 100.0
     m.tick(110.0, 6.0)
@@ -161,7 +164,7 @@ def test_progress_again_ends_the_stall() -> None:
 
 
 def test_a_node_that_gave_no_stacks_is_said() -> None:
-    m = Monitor(["a", "b"], 1)
+    m = JobWatch(["a", "b"], 1)
     events = m.stacks_taken({"a": {"method": "none", "ranks": []}, "b": "no route to host"})
     report = next(e for e in events if isinstance(e, StacksReport))
     assert report.problems == ("b: no route to host",)
@@ -171,7 +174,7 @@ def test_a_node_that_gave_no_stacks_is_said() -> None:
 GLOO_DEADLOCK = json.loads((DATA / "gloo_deadlock_collect.json").read_text())
 
 
-def _stalled_world(m: Monitor) -> None:
+def _stalled_world(m: JobWatch) -> None:
     for node, ranks in (("local0", (0, 1)), ("local1", (2, 3))):
         m.board.assign(node, Assigned(0, (0, 1), ranks, 0))
         lines = [f"[ddptui:{r}:{lr}]:step=1" for lr, r in enumerate(ranks)]
@@ -181,7 +184,7 @@ def _stalled_world(m: Monitor) -> None:
 
 
 def test_deadlock_names_both_groups_with_their_collectives() -> None:
-    m = Monitor(["local0", "local1"], 2)
+    m = JobWatch(["local0", "local1"], 2)
     _stalled_world(m)
     events = m.stacks_taken(GLOO_DEADLOCK, now=111.0)
     stall = next(e for e in events if isinstance(e, StallReport)).to_dict()
@@ -199,7 +202,7 @@ def test_deadlock_names_both_groups_with_their_collectives() -> None:
     for node in ("local0", "local1"):
         m.node_exited(node, -9)
     told = m.summary()
-    assert {r.cause for r in told.ranks} == {fx.DEADLOCK}
+    assert {r.cause for r in told.ranks} == {causes.DEADLOCK}
     assert {r.state for r in told.ranks} == {RankState.STOPPED} and told.culprit is None
 
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from ddptui.core.diagnose.flight_recorder import analyse
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StacksReport, StallReport
 from ddptui.core.events import RankChanged
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2"
@@ -44,7 +44,7 @@ def test_flight_recorder_names_rank_1_and_the_all_reduce() -> None:
 
 
 def test_stall_replayed_names_rank_1_the_only_suspect() -> None:
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     m.feed("local0", _until_the_skip(), now=100.0)
     assert not [e for e in m.tick(105.0, 10.0) if isinstance(e, StallReport)]
     first = [e for e in m.tick(111.0, 10.0) if isinstance(e, StallReport)]
@@ -66,7 +66,7 @@ def test_stall_replayed_names_rank_1_the_only_suspect() -> None:
 def test_dumps_gathered_on_their_own_mark_rank_1_on_the_grid() -> None:
     """A watchdog timeout gathers the dumps alone (no stacks): rank 1 is marked, the others
     are said to wait in all_reduce 5 (NCCL keeps rank 1's all_reduce 4 `completed`)."""
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     m.feed("local0", _until_the_skip(), now=100.0)
     dumps_only = {"method": "none", "ranks": [], "fr": COLLECT["fr"]}
     events = m.recorder_taken({"local0": dumps_only}, "watchdog", now=101.0)

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
-from ddptui.core.monitor.monitor import Monitor
 from ddptui.core.node import worker_hook
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2" / "console"
@@ -48,7 +48,7 @@ def test_the_console_said_the_stall_named_rank_1_and_tore_down_clean() -> None:
 
 def test_the_stall_replayed_says_the_same_and_where_rank_0_waits() -> None:
     captured = [e for e in _events("stall.jsonl") if e["event"] == "stall"][-1]
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     log = (DATA / "stall_node.log").read_bytes()
     m.feed("local0", log[: log.index(b"\n", log.index(b"skips all_reduce")) + 1], now=100.0)
     m.board.last_progress = 100.0
@@ -80,7 +80,7 @@ def test_the_watchdog_timeout_gathered_the_dumps_and_they_name_rank_1() -> None:
     assert {e["rank"] for e in marked} == {1}
     # the raw NCCL dumps, read without torch, say the same again
     dumps = worker_hook._flight_recorder(str(DATA / "watchdog"))
-    m = Monitor(["local0"], 2)
+    m = JobWatch(["local0"], 2)
     again = m.recorder_taken({"local0": {"ranks": [], "fr": dumps}}, "watchdog", now=1.0)
     report = again[-1]
     assert isinstance(report, FlightRecorderReport)

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from ddptui.core.diagnose.chatter import is_chatter, may_hold_chatter
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.events import Event, RankChanged, RankState
-from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.chatter import is_chatter, may_hold_chatter
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "stall" / "gpu_h100x2" / "console"
 LOG = (DATA / "stall_node.log").read_bytes()
@@ -38,8 +38,8 @@ def test_the_capture_shows_the_flap_the_dump_chatter_caused() -> None:
     assert len(AFTER) == 4 and all(b"preparing to dump debug info" in line for line in AFTER)
 
 
-def _stalled() -> Monitor:
-    m = Monitor(["local0"], 2)
+def _stalled() -> JobWatch:
+    m = JobWatch(["local0"], 2)
     m.feed("local0", LOG[:SKIP], now=100.0)
     m.board.last_progress = 100.0
     first = [e for e in m.tick(121.0, 20.0) if isinstance(e, StallReport)]

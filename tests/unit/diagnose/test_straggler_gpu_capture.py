@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.diagnose.clock import ZERO
 from ddptui.core.diagnose.collectives import CollectiveTimeline, read_samples
 from ddptui.core.diagnose.straggler import StragglerResult, StragglerScorer
+from ddptui.core.monitor.clock import ZERO
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "straggler"
 CAPTURES = {  # capture -> (ranks, the slow rank's work over the others')
@@ -68,9 +68,9 @@ def test_the_named_straggler_is_what_its_rank_events_and_the_story_say(tmp_path:
     watch names rank 1, and rank 1's own rank events say straggler (one judge, no other)."""
     import json
 
+    from ddptui.core.diagnose.job_watch import JobWatch
     from ddptui.core.diagnose.speed import StragglerReport
     from ddptui.core.events import RankChanged
-    from ddptui.core.monitor.monitor import Monitor
     from ddptui.core.story.story import Story
 
     with tarfile.open(DATA / "gpu_h200x2_live" / "straggler_slow_records.tar.gz") as tar:
@@ -80,7 +80,7 @@ def test_the_named_straggler_is_what_its_rank_events_and_the_story_say(tmp_path:
         for path in sorted(tmp_path.glob("*/collectives/rank_*.jsonl"))
         for line in path.read_text().splitlines()
     ]
-    monitor = Monitor(["local0"], 2)
+    monitor = JobWatch(["local0"], 2)
     events = monitor.feed("local0", b"[ddptui:0:0]:step 0\n[ddptui:1:1]:step 0\n", now=1.0)
     for i, line in enumerate(sorted(lines, key=lambda d: d["wall_ns"])):
         events += monitor.collectives("local0", line, now=2.0 + i * 0.1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pickle
 
-from ddptui.core.diagnose import failures
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.signatures import Domain, Outlook
 from ddptui.core.diagnose.verdict import RankFacts, Role, judge, role_of, roles
+from ddptui.core.monitor import causes
 
 GLOO_ABORT = (
     "terminate called after throwing an instance of 'gloo::EnforceNotMet'",
@@ -24,9 +24,9 @@ PEER_RESET = (
 def gloo_size_mismatch() -> list[RankFacts]:
     """Local 2x2 on gloo: rank 1 all-reduces twice rank 0's size; gloo aborts rank 0, which
     the failure story names (SIGABRT), and rank 1 sees its peer go."""
-    aborted = RankFacts("local0", 0, 0, failures.KILLED, True, (), GLOO_ABORT, -6)
-    odd = RankFacts("local0", 1, 1, failures.PEER, False, ("peer_lost",), PEER_RESET, -15)
-    stopped = [RankFacts("local1", i, 2 + i, failures.STOPPED, exit_code=-15) for i in (0, 1)]
+    aborted = RankFacts("local0", 0, 0, causes.KILLED, True, (), GLOO_ABORT, -6)
+    odd = RankFacts("local0", 1, 1, causes.PEER, False, ("peer_lost",), PEER_RESET, -15)
+    stopped = [RankFacts("local1", i, 2 + i, causes.STOPPED, exit_code=-15) for i in (0, 1)]
     return [aborted, odd, *stopped]
 
 
@@ -65,9 +65,9 @@ def test_without_the_audit_the_gloo_line_still_names_a_mismatch_and_warns_of_the
 
 def test_an_xid_on_a_node_outweighs_the_cuda_error_its_rank_raised() -> None:
     ranks = [
-        RankFacts("gpu-a", 0, 0, failures.PEER, False, ("peer_lost",), PEER_RESET, 1),
+        RankFacts("gpu-a", 0, 0, causes.PEER, False, ("peer_lost",), PEER_RESET, 1),
         RankFacts(
-            "gpu-b", 0, 1, failures.EXCEPTION, True, ("traceback",),
+            "gpu-b", 0, 1, causes.EXCEPTION, True, ("traceback",),
             ("RuntimeError: CUDA error: unspecified launch failure",), 1,
         ),
     ]  # fmt: skip
@@ -80,14 +80,14 @@ def test_an_xid_on_a_node_outweighs_the_cuda_error_its_rank_raised() -> None:
 
 
 def test_a_lost_node_with_no_line_of_its_own_is_named_by_the_sessions_kind() -> None:
-    ranks = [RankFacts("n0", 0, 0, failures.PEER, True, ("peer_lost",), PEER_RESET, 1)]
+    ranks = [RankFacts("n0", 0, 0, causes.PEER, True, ("peer_lost",), PEER_RESET, 1)]
     verdict = judge(ranks, node_kinds={"n1": ["node_lost"]})
     assert verdict is not None
     assert (verdict.node, verdict.rank, verdict.signature) == ("n1", None, "node_lost")
 
 
 def test_only_victims_make_a_cascade_verdict() -> None:
-    ranks = [RankFacts("n0", 0, 0, failures.PEER, False, ("peer_lost",), PEER_RESET, 1)]
+    ranks = [RankFacts("n0", 0, 0, causes.PEER, False, ("peer_lost",), PEER_RESET, 1)]
     verdict = judge(ranks)
     assert verdict is not None
     assert (verdict.signature, verdict.role, verdict.domain) == (
@@ -98,14 +98,14 @@ def test_only_victims_make_a_cascade_verdict() -> None:
 
 
 def test_a_kill_that_left_nothing_is_told_as_such() -> None:
-    verdict = judge([RankFacts("n0", 1, 1, failures.KILLED, True, (), ("step 9",), -9)])
+    verdict = judge([RankFacts("n0", 1, 1, causes.KILLED, True, (), ("step 9",), -9)])
     assert verdict is not None
     assert (verdict.signature, verdict.domain) == ("killed", Domain.UNKNOWN)
     assert "kernel log" in verdict.summary
 
 
 def test_the_teardown_and_a_clean_run() -> None:
-    torn = [RankFacts("n0", i, i, failures.TEARDOWN, exit_code=-15) for i in range(2)]
+    torn = [RankFacts("n0", i, i, causes.TEARDOWN, exit_code=-15) for i in range(2)]
     verdict = judge(torn)
     assert verdict is not None and verdict.role == Role.TEARDOWN
     assert judge([RankFacts("n0", 0, 0)]) is None
@@ -121,7 +121,7 @@ def test_roles() -> None:
         Role.CASCADE,
         Role.CASCADE,
     ]
-    torn = RankFacts("n0", 0, 0, failures.TEARDOWN)
+    torn = RankFacts("n0", 0, 0, causes.TEARDOWN)
     assert role_of(torn, culprit) == Role.TEARDOWN
 
 
@@ -140,7 +140,7 @@ def test_the_verdict_as_a_headless_line() -> None:
 
 
 def test_each_failed_ranks_role_once_the_verdict_is_in() -> None:
-    ranks = [*gloo_size_mismatch(), RankFacts("local1", 2, 4, failures.TEARDOWN), RankFacts("x", 0)]
+    ranks = [*gloo_size_mismatch(), RankFacts("local1", 2, 4, causes.TEARDOWN), RankFacts("x", 0)]
     verdict = judge(ranks, mismatches=[MISMATCH])
     assert roles(ranks, verdict) == {
         ("local0", 0): Role.CASCADE,  # the rank gloo aborted: a victim of rank 1's size

@@ -5,7 +5,7 @@ say so, with the fix.
 
 tests/data/gpu/h100x2_first/default_envcheck.jsonl is the headless run's own event stream;
 its failure records carry each rank's traceback as torchrun's error file had it, and the
-workers printed the same lines on stderr. Both are replayed here through the Monitor.
+workers printed the same lines on stderr. Both are replayed here through the JobWatch.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import json
 from pathlib import Path
 
 from ddptui.core.diagnose import failures as fx
-from ddptui.core.diagnose import patterns as dx
+from ddptui.core.diagnose.failures import ordered_failures
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import FailureRecord
+from ddptui.core.monitor import causes
+from ddptui.core.monitor import patterns as dx
 from ddptui.core.monitor.agent_log import WorkerFailed
-from ddptui.core.monitor.monitor import Monitor
 
 CAPTURE = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_first"
 EVENTS = [
@@ -49,13 +51,13 @@ def test_nccl_bus_ids_read_as_nvidia_smi_shows_them() -> None:
 
 def test_cause_of_the_capture_failures_is_duplicate_gpu() -> None:
     for f in FAILURES:
-        assert fx.cause_of(f["exit_code"], f["error"]) == fx.SHARED_GPU
-    assert not fx.is_victim(fx.SHARED_GPU)
+        assert causes.cause_of(f["exit_code"], f["error"]) == causes.SHARED_GPU
+    assert not causes.is_victim(causes.SHARED_GPU)
 
 
-def _replay() -> Monitor:
+def _replay() -> JobWatch:
     """The workers' stderr lines as torchrun --tee prefixed them, then the agents' summaries."""
-    monitor = Monitor(["local0", "local1"], 2)
+    monitor = JobWatch(["local0", "local1"], 2)
     for f in FAILURES:
         prefix = f"[ddptui:{f['rank']}:{f['local_rank']}]:"
         monitor.feed_lines(f["node"], [prefix + line for line in f["traceback"]], now=100.0)
@@ -73,33 +75,33 @@ def _replay() -> Monitor:
             from_summary=True,
         )
         monitor.board.worker_failed(f["node"], fact)
-        monitor.board.record_failure(f["node"], fact)
+        monitor.failure_reported(f["node"], fact)
     return monitor
 
 
 def test_root_cause_of_the_replayed_run_says_two_ranks_on_one_gpu() -> None:
     monitor = _replay()
-    ordered: list[FailureRecord] = monitor.board.ordered_failures()
-    assert ordered[0].root_cause and ordered[0].cause == fx.SHARED_GPU
-    assert {r.cause for r in ordered} == {fx.SHARED_GPU}
+    ordered: list[FailureRecord] = ordered_failures(monitor.board)
+    assert ordered[0].root_cause and ordered[0].cause == causes.SHARED_GPU
+    assert {r.cause for r in ordered} == {causes.SHARED_GPU}
     told = monitor.summary()
-    assert told.culprit is not None and told.culprit.cause == fx.SHARED_GPU
+    assert told.culprit is not None and told.culprit.cause == causes.SHARED_GPU
     said = fx.explanation(told.culprit.cause, told.culprit.diagnoses)
     assert said.startswith("two ranks on one GPU: ranks ")
     assert "--nproc-per-node" in said
 
 
 def test_error_file_alone_explains_it_when_the_worker_lines_were_lost() -> None:
-    monitor = Monitor(["local0", "local1"], 2)
+    monitor = JobWatch(["local0", "local1"], 2)
     f = FAILURES[0]
     fact = WorkerFailed(
         f["local_rank"], 1, f["rank"], True, traceback=tuple(f["traceback"]), from_summary=True
     )
     monitor.board.worker_failed(f["node"], fact)
-    monitor.board.record_failure(f["node"], fact)
+    monitor.failure_reported(f["node"], fact)
     cell = monitor.board.cell(f["node"], f["local_rank"])
     assert cell is not None and dx.DUPLICATE_GPU in [d.kind for d in cell.diagnoses]
-    assert cell.cause == fx.SHARED_GPU
+    assert cell.cause == causes.SHARED_GPU
 
 
 PREFLIGHT = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_preflight"
@@ -107,14 +109,14 @@ PREFLIGHT = Path(__file__).resolve().parents[2] / "data" / "gpu" / "h100x2_prefl
 
 def test_the_raw_node_logs_of_a_second_h100_run_replay_to_the_same_story() -> None:
     """`--nodes 2 --nproc-per-node 1 --no-gpu-split` on 2 x H100 (bench/gpu/preflight.py):
-    each node's whole log, bytes as they came, through the Monitor."""
-    monitor = Monitor(["local0", "local1"], 1)
+    each node's whole log, bytes as they came, through the JobWatch (the monitor and its judges)."""
+    monitor = JobWatch(["local0", "local1"], 1)
     for index, node in enumerate(("local0", "local1")):
         monitor.feed(node, (PREFLIGHT / f"duplicate_2x1_00{index}-{node}.log").read_bytes(), 1.0)
         monitor.end_of_output(node)
     told = monitor.summary()
-    assert told.culprit is not None and told.culprit.cause == fx.SHARED_GPU
-    assert {r.cause for r in told.ranks} == {fx.SHARED_GPU}
+    assert told.culprit is not None and told.culprit.cause == causes.SHARED_GPU
+    assert {r.cause for r in told.ranks} == {causes.SHARED_GPU}
     said = fx.explanation(told.culprit.cause, told.culprit.diagnoses)
     assert "both on the GPU at PCI 0000:00:06.0" in said
     # and what the console itself said in that run's summary

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import GpuReport
 from ddptui.core.monitor.gpu import (
     Worker,
@@ -17,7 +18,6 @@ from ddptui.core.monitor.gpu import (
     read_sample,
     worker_gpu,
 )
-from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).parents[2] / "data" / "gpu"
 FIRST_FIELDS = "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu"
@@ -101,8 +101,8 @@ def _sample(utils: tuple[int, int], mem: tuple[int, int] = (1000, 1000)) -> dict
     return {"rows": rows, "workers": [[30, 0, 0, None], [31, 1, 1, None]]}
 
 
-def _monitor_running(now: float) -> Monitor:
-    monitor = Monitor(["n0"], 2)
+def _monitor_running(now: float) -> JobWatch:
+    monitor = JobWatch(["n0"], 2)
     monitor.feed_lines(
         "n0",
         [

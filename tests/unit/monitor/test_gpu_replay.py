@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import GpuReport
 from ddptui.core.monitor.gpu import parse_rows, parse_workers, rank_gpus
-from ddptui.core.monitor.monitor import Monitor
 
 DATA = Path(__file__).parents[2] / "data" / "gpu" / "h100x2_telemetry"
 
@@ -32,7 +32,7 @@ def _record(event: dict) -> dict:
 def _replay(name: str, progress_while_busy: bool) -> list[GpuReport]:
     """Each rank prints when its rank event says it runs; with `progress_while_busy` it also
     prints a step line at every sample while its GPU computes (elastic_ddp prints one a step)."""
-    monitor = Monitor(["local0"], 2)
+    monitor = JobWatch(["local0"], 2)
     reports: list[GpuReport] = []
     running: set[int] = set()
     step = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ddptui.core.diagnose.failures import culprit_cell
 from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
@@ -69,7 +70,7 @@ def test_crash_marks_failed_ranks_with_exit_codes_and_traceback() -> None:
     assert cells[2].state == RankState.FAILED and cells[2].exit_code == -15
     assert cells[3].error == "RuntimeError: boom"
     assert cells[3].traceback[0].startswith("Traceback")
-    assert m.board.culprit() is cells[3]
+    assert culprit_cell(m.board) is cells[3]
 
 
 def test_node_exit_zero_finishes_ranks_that_never_printed() -> None:
@@ -141,3 +142,32 @@ def test_a_ranks_step_rate_comes_from_its_progress_lines() -> None:
         m.feed("n0", f"[ddptui:0:0]:Epoch {epoch} | Batchsize: 32\n".encode(), now=second)
     assert m.step_rate("n0", 0, now=104.0) == pytest.approx(0.75)  # 3 epochs in 4 s
     assert m.step_rate("elsewhere", 0) is None
+
+
+def test_the_monitor_reads_and_keeps_state_and_judges_nothing() -> None:
+    """The same crash read by the monitor alone and by JobWatch (the monitor with its
+    judges): the same ranks' states; only JobWatch names a culprit, orders the failures and
+    calls a silent rank hung."""
+    from ddptui.core.diagnose.job_watch import JobWatch
+    from ddptui.core.events import FailureReport
+
+    alone, judged = Monitor(["n0", "n1"], 2), JobWatch(["n0", "n1"], 2)
+    said = {m: _feed(m, "n1", "crash_node1.log") for m in (alone, judged)}
+    states = {m: [(c.rank, c.state) for c in m.board.all_cells()] for m in (alone, judged)}
+    assert states[alone] == states[judged]
+    reports = {m: [e for e in said[m] if isinstance(e, FailureReport)] for m in said}
+    assert len(reports[alone]) == len(reports[judged]) == 2
+    assert not any(r.failure.root_cause for r in reports[alone])  # as they came, none judged
+    assert [r.rank for r in reports[judged][-1].ordered] == [3, 2]  # the culprit first
+    assert alone.summary().culprit is None
+    assert judged.summary().culprit is not None and judged.summary().culprit.rank == 3
+    # two ranks print once and fall silent; an hour on, only the judges call them hung
+    quiet = {m: Monitor(["n0"], 2) if m is alone else JobWatch(["n0"], 2) for m in said}
+    for m in quiet.values():
+        m.feed_lines("n0", ["[ddptui:0:0]: step 1", "[ddptui:1:1]: step 1"], now=1000.0)
+        assert {c.state for c in m.board.all_cells()} == {RankState.RUNNING}
+    hung = {
+        m: [e for e in q.tick(4600.0, 60) if isinstance(e, RankChanged)] for m, q in quiet.items()
+    }
+    assert hung[alone] == []
+    assert {e.state for e in hung[judged]} == {RankState.HUNG}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
-from ddptui.core.diagnose.failures import cause_of
-from ddptui.core.diagnose.patterns import LOSS_SPIKE, NAN_OR_INF
 from ddptui.core.diagnose.signatures import identify
 from ddptui.core.events import MetricSampled, RankChanged
+from ddptui.core.monitor.causes import cause_of
 from ddptui.core.monitor.monitor import Monitor
+from ddptui.core.monitor.patterns import LOSS_SPIKE, NAN_OR_INF
 
 
 def _lines(*pairs: tuple[int, str]) -> bytes:

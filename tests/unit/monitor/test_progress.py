@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from ddptui.core.diagnose.patterns import progress_value
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN
+from ddptui.core.monitor.patterns import progress_value
 from ddptui.core.monitor.progress import ProgressScanner
 
 PATTERNS = [

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.core.diagnose.collective_record import records_from_rows
 from ddptui.core.diagnose.collectives import read_samples, sample_from_data
+from ddptui.core.monitor.collective_record import records_from_rows
 from ddptui.core.node import collective_sampler
 from ddptui.core.node.collective_sampler import CollectiveSampler, start_sampler
 

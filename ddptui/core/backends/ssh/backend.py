@@ -15,10 +15,10 @@ from ddptui.core.backends.ssh.early_connect import (
     take_preopened,
 )
 from ddptui.core.backends.transport import Transport, TransportError
-from ddptui.core.diagnose.clock import ClockExchange
 from ddptui.core.events import AllocationChanged, NodeChanged, NodeState, Notice
 from ddptui.core.job.plan import DEFAULT_RDZV_PORT, NodeCommand, NodeTarget, build_plan
 from ddptui.core.job.spec import JobSpec
+from ddptui.core.monitor.clock import ClockExchange
 from ddptui.core.runs.run_dir import RunDir, node_log_name
 
 REMOTE_RUNS = "~/.local/state/ddptui/runs"

@@ -17,7 +17,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
-from ddptui.core.diagnose.chatter import is_torchft_routine as routine
+from ddptui.core.monitor.chatter import is_torchft_routine as routine
 from ddptui.ui.widgets.logs.log_entry import LogEntry
 from ddptui.ui.widgets.logs.log_filter import LogFilter
 

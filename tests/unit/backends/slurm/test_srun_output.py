@@ -8,6 +8,7 @@ from ddptui.core.backends.slurm.srun_output import (
     slurm_complaint,
     task_exit,
 )
+from ddptui.core.diagnose.failures import culprit_cell
 from ddptui.core.events import RankState
 from ddptui.core.monitor.monitor import Monitor
 
@@ -79,7 +80,7 @@ def test_monitor_learns_exit_codes_from_srun_direct_lines() -> None:
     assert cells[3].traceback[0].startswith("Traceback") and len(cells[3].traceback) == 3
     assert (cells[0].state, cells[0].exit_code) == (RankState.FAILED, -15)
     assert (cells[2].node, cells[2].exit_code) == ("node2", -15)
-    assert m.board.culprit() is cells[3]
+    assert culprit_cell(m.board) is cells[3]
 
 
 # -- following a log the job writes ---------------------------------------------------------------

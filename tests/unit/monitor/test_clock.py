@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddptui.core.diagnose.clock import ClockExchange, ClockOffset, estimate_offset
+from ddptui.core.monitor.clock import ClockExchange, ClockOffset, estimate_offset
 
 
 def test_the_midpoint_of_the_shortest_round_trip_gives_the_offset_and_half_of_it_the_error() -> (

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ddptui.core.diagnose.audit import CollectiveMismatch
-from ddptui.core.diagnose.last_words import shown_error
+from ddptui.core.diagnose.failures import culprit_cell
 from ddptui.core.diagnose.verdict import MAX_EVIDENCE, RankFacts, Verdict, VerdictReport, judge
 from ddptui.core.events import RankState
 from ddptui.core.monitor.board import RankBoard
+from ddptui.core.monitor.last_words import shown_error
 from ddptui.core.monitor.rank_cell import RankCell
 
 MAX_FACT_LINES = 24
@@ -52,7 +53,7 @@ class VerdictWatch:
         self.ras: dict[str, tuple[str, ...]] = {}  # node -> what RAS said, in lines
 
     def judge(self, mismatches: Sequence[CollectiveMismatch]) -> Verdict | None:
-        first = self.board.culprit()
+        first = culprit_cell(self.board)
         facts = [rank_facts(c, c is first) for c in self.board.all_cells()]
         verdict = judge(facts, mismatches=mismatches)
         if verdict is None or not self.ras:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddptui.core.diagnose.last_words import is_boilerplate, shown_error
+from ddptui.core.monitor.last_words import is_boilerplate, shown_error
 
 CAPTURES = Path(__file__).parents[2] / "data" / "verdicts"
 ERRORS_URL = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
