@@ -181,6 +181,15 @@ CATALOGUE: tuple[Signature, ...] = (
         source=Source.NODE,
     ),
     Signature(
+        "launch_timeout",
+        Domain.INFRASTRUCTURE,
+        Outlook.RESTART_HELPS,
+        "a node took too long to start its part of the job (a loaded or slow node, a slow "
+        "login): nothing was wrong with the job, and a relaunch may well start it",
+        _re(r"^\S+: timed out\b"),
+        source=Source.NODE,
+    ),
+    Signature(
         "gpu_ecc",
         Domain.INFRASTRUCTURE,
         Outlook.RESTART_ELSEWHERE,

@@ -57,6 +57,7 @@ LAUNCH_KINDS = {
     "small_world": IncidentKind.LAUNCH_FAILED,
     "rdzv_port_taken": IncidentKind.REFUSED,
     "never_joined": IncidentKind.LAUNCH_FAILED,
+    "launch_timeout": IncidentKind.LAUNCH_FAILED,
 }
 # The signals torchrun's agent handles (it stops its workers, then ends): a node's command
 # ended by any other signal (SIGKILL, the kernel's OOM killer) lost its agent with no chance

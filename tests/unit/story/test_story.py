@@ -198,3 +198,19 @@ def test_a_world_apart_is_a_launch_failure_however_far_its_ranks_got() -> None:
     told(story, running(0, "node1"))
     story.launch_failed(port)
     assert story.headline().startswith(f"refused before launch — {port}")
+
+
+def test_a_node_slow_to_start_is_a_launch_failure_a_relaunch_may_cure_not_a_refusal() -> None:
+    """A 128-node job on a loaded machine: one node's start timed out before any rank ran."""
+    slow = "local6: timed out"
+    story = Story(Clock())
+    story.launch_failed(slow)
+    lead = story.lead()
+    assert lead is not None and lead.kind == IncidentKind.LAUNCH_FAILED
+    assert lead.outlook == Outlook.RESTART_HELPS and lead.domain == Domain.INFRASTRUCTURE
+    assert story.headline().startswith(f"launch failed — {slow}")
+    # a script missing is still the operator's to fix, refused before launch
+    missing = "script train.py not found on node1: copy it to every node at the same path"
+    story = Story(Clock())
+    story.launch_failed(missing)
+    assert story.lead().kind == IncidentKind.REFUSED
