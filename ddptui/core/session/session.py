@@ -13,7 +13,6 @@ from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, scri
 from ddptui.core.backends.errors import ScriptRefused
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
-from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.settings import SETTINGS_KEY, SettingsWatch
 from ddptui.core.diagnose.signatures import scheduler_end
@@ -31,7 +30,6 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
-    RankSummary,
     RendezvousAsked,
     StopReason,
     TeardownReport,
@@ -59,6 +57,7 @@ from ddptui.core.session.watcher import (
     start_watcher,
 )
 from ddptui.core.session.world_check import WorldCheck, WorldProblem
+from ddptui.core.story import outcome
 from ddptui.core.story.goodput import Goodput, GoodputAccount
 from ddptui.core.story.incident import IncidentReport
 from ddptui.core.story.story import Story, said_aloud
@@ -719,26 +718,6 @@ class Session:
                 tails[name] = f.read().decode(errors="replace").splitlines()
         return scheduler_end(tails)
 
-    def _first_blamed(
-        self, culprit: RankSummary, ranks: tuple[RankSummary, ...]
-    ) -> RankSummary | None:
-        """The failed rank the outcome's second line names: the monitor's first failure, or,
-        where the story's lead blames other ranks (an agent lost: its node's ranks, stopped by
-        the node helper; a survivor's error came first), the first of those that failed (the
-        lead's ranks, or its nodes' where it names no rank); None when none of them did (the
-        lead says it alone, no survivor named)."""
-        lead = self.story.lead()
-        if lead is None or not (lead.blamed or lead.nodes):
-            return culprit
-
-        def blamed(cell: RankSummary) -> bool:
-            return cell.rank in lead.blamed if lead.blamed else cell.node in lead.nodes
-
-        if blamed(culprit):
-            return culprit
-        failed = [r for r in ranks if blamed(r) and r.state == RankState.FAILED]
-        return failed[0] if failed else None
-
     async def _finish(self, detail: str) -> RunSummary:
         detail = detail or self._launch_failure
         # the launch failed (or the backend's error came before any rank ran): the story's lead
@@ -761,16 +740,8 @@ class Session:
             ok = elastic_ok and clean  # the nodes lost on the way are history, not the outcome
             if ok and self.spec.ft_replicas:
                 detail = self.membership.ft_outcome(told.quorums if told else ())
-            elif ok and len(cycles) > 1:
-                detail = (
-                    f"elastic: finished on {len(cycles[-1].nodes)} node(s) after "
-                    f"{len(cycles) - 1} restart cycle(s)"
-                )
-            elif ok and self._absent:
-                detail = (
-                    f"elastic: finished on {len(cycles[-1].nodes)} node(s); "
-                    f"{', '.join(sorted(self._absent))} never joined the rendezvous"
-                )
+            elif ok:
+                detail = outcome.elastic_finish(cycles, sorted(self._absent))
         stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
         if ended_by and not self._detach:  # preempted, timed out: the story's lead
@@ -778,36 +749,14 @@ class Session:
             detail = ended_by + (f"; {detail}" if detail else "")
             stopped_by = StopReason.FAILURE if stopped_by == StopReason.FINISHED else stopped_by
         if self._detach and not detail:
-            detail = "detached: the job runs on; `ddptui attach " + self.run_id + "` follows it"
-            if self._keeps_watch():
-                detail += "; a watcher follows it meanwhile to notify"
+            detail = outcome.detached(self.run_id, self._keeps_watch())
         elif stopped_by == StopReason.OPERATOR and not detail:
-            done = sum(r.state == RankState.DONE for r in ranks)
-            how = "torn down by the operator" if self._drill is None else "ended by a drill"
-            detail = f"{how} ({done}/{len(ranks)} ranks done)"
-            if told and told.stall and told.stall.deadlock:
-                halves = " and ".join(
-                    f"ranks {', '.join(map(str, g.ranks))} in {g.collective or 'a collective'}"
-                    for g in told.stall.groups
-                )
-                detail += f"; it had stalled in a deadlock: {halves}"
-            elif told and told.stall:
-                who = ", ".join(map(str, told.stall.suspects)) or "none singled out"
-                detail += f"; it had stalled (suspects: {who})"
-            if told and told.recorder and told.recorder.collectives:
-                detail += f"; flight recorder: {told.recorder.collectives[0]}"
+            stall, recorder = (told.stall, told.recorder) if told else (None, None)
+            detail = outcome.operator_stop(ranks, stall, recorder, self._drill is not None)
         elif not detail and told and told.culprit:
-            cell = self._first_blamed(told.culprit, ranks)
-            if cell is None:
-                pass  # the lead blames ranks that did not fail: it says it alone
-            elif cell.rank is None and self._last_error:
-                detail = self._last_error  # the backend's own words (srun refused, ...)
-            else:
-                said = explanation(cell.cause, cell.diagnoses) or cell.error
-                detail = (
-                    f"rank {cell.rank} on {cell.node} failed first "
-                    f"(exit {cell.exit_code}){': ' + said if said else ''}"
-                )
+            cell = outcome.first_blamed(self.story.lead(), told.culprit, ranks)
+            # None: the lead blames ranks that did not fail, and says it alone
+            detail = outcome.failed_first(cell, self._last_error) if cell is not None else ""
         verdict = self._verdict(ok, stopped_by, told)
         if verdict is not None:
             self.emit(verdict)
