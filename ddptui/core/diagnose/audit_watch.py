@@ -3,7 +3,7 @@
 The ranks' collective records come from two places: the flight-recorder dumps the node
 collector already gathers (a stall's stacks, a watchdog timeout, the teardown of a job that
 stuck or failed) and, at a low rate while the job runs, the worker hook's live channel. Both
-reach `Monitor.collectives_seen(node, records)`, which lands here: one `CollectiveAudit` per
+reach `JobWatch.collectives_seen(node, records)`, which lands here: one `CollectiveAudit` per
 run matches them by (group, number). A mismatch becomes a `MismatchReport` (the headless
 `{"event": "mismatch", ...}`); its odd ranks are marked on the grid, their cause is
 `collective_mismatch` (the odd rank, not the rank gloo aborted on receiving the odd size),
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic
+from typing import Any
 
 from ddptui.core.diagnose.audit import CollectiveAudit, CollectiveMismatch
-from ddptui.core.diagnose.board_view import BoardView, C
 from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH
 from ddptui.core.events import Event
+from ddptui.core.monitor.board import RankBoard
 from ddptui.core.monitor.collective_record import CollectiveRecord, records_from_dump
 
 NCCL_DUMP = "fr_nccl_rank_"  # NCCL's recorder; a rank's other file is the one gloo fills
@@ -68,10 +68,10 @@ def nccl_of(dumps: Iterable[Mapping[str, Any]]) -> tuple[int, ...] | None:
     return None
 
 
-class AuditWatch(Generic[C]):
+class AuditWatch:
     """The run's collective audit and what it marked on the board."""
 
-    def __init__(self, board: BoardView[C], world: int) -> None:
+    def __init__(self, board: RankBoard, world: int) -> None:
         self.board = board
         self.audit = CollectiveAudit(world=tuple(range(world)))
         self._told_causes: set[tuple[str, ...]] = set()

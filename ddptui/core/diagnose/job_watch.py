@@ -30,6 +30,7 @@ from ddptui.core.diagnose.failures import (
 )
 from ddptui.core.diagnose.gpu_watch import GpuWatch
 from ddptui.core.diagnose.nccl_ras import RasReport
+from ddptui.core.diagnose.rank_checks import check_hangs, slow_by_step_rate
 from ddptui.core.diagnose.recorder_watch import RecorderWatch
 from ddptui.core.diagnose.rhythm import JobRhythm
 from ddptui.core.diagnose.signatures import SIZE_RECEIVED
@@ -96,7 +97,7 @@ class JobWatch(Monitor):
         events = self.rhythm.tick(now, hang_timeout, keys)
         if hang_timeout > 0:  # each rank's budget, learned (diagnose/rhythm.py); 0: off
             budgets = {key: self.rhythm.budget(key, hang_timeout) for key in keys}
-            events += self.board.check_hangs(now, hang_timeout, budgets)
+            events += check_hangs(self.board, now, hang_timeout, budgets)
             events += self.stall.check(now, self.rhythm.job_budget(hang_timeout, keys))
         else:
             events += self.stall.check(now, hang_timeout)
@@ -113,11 +114,18 @@ class JobWatch(Monitor):
         if not self.one_world:
             return []
         if not self.speed.scored:
-            return self.board.check_stragglers(now)
+            return self.board.mark_stragglers(slow_by_step_rate(self.board, now))
         report = next((e for e in named if isinstance(e, StragglerReport)), None)
         if report is None:
             return []
-        return self.board.mark_stragglers(set(report.ranks), report.evidence)
+        slow = {
+            (c.node, c.local_rank): next(
+                (e for e in report.evidence if e.startswith(f"rank {c.rank} ")), "straggler"
+            )
+            for c in self.board.all_cells()
+            if c.rank in report.ranks
+        }
+        return self.board.mark_stragglers(slow)
 
     # -- what the session gathers -----------------------------------------------------------
 

@@ -9,18 +9,18 @@ collective they missed; the report goes to the root-cause panel and the headless
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic
+from typing import Any
 
-from ddptui.core.diagnose.board_view import BoardView, C
 from ddptui.core.diagnose.flight_recorder import analyse, blocked_in, culprits
 from ddptui.core.diagnose.stall_events import FlightRecorderReport
 from ddptui.core.events import Event
+from ddptui.core.monitor.board import RankBoard
 
 
-class RecorderWatch(Generic[C]):
+class RecorderWatch:
     """The last flight-recorder report of the run, and the grid's marks from it."""
 
-    def __init__(self, board: BoardView[C]) -> None:
+    def __init__(self, board: RankBoard) -> None:
         self.board = board
         self.last: FlightRecorderReport | None = None
 

@@ -1,6 +1,6 @@
 """Provides StallWatch: the job-wide stall (no rank progressed for the hang timeout) and its stacks.
 
-A rank silent while others print is *hung* (RankBoard.check_hangs). When every rank is
+A rank silent while others print is *hung* (rank_checks.py `check_hangs`). When every rank is
 silent, nothing compares: the job is *stalled*, every running rank turns amber, and the
 session takes every rank's stacks; what they and the flight recorder say comes back here.
 """
@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import Any
 
-from ddptui.core.diagnose.board_view import BoardView, C
 from ddptui.core.diagnose.flight_recorder import Blocked, analyse, blocked_in, culprits
 from ddptui.core.diagnose.stacks import (
     RankStack,
@@ -26,15 +25,16 @@ from ddptui.core.events import (
     Event,
     RankState,
 )
+from ddptui.core.monitor.board import RankBoard
 from ddptui.core.monitor.causes import DEADLOCK, IN_COLLECTIVE, STALLED, SUSPECT
 
 ACTIVE = (RankState.ASSIGNED, RankState.RUNNING, RankState.HUNG)
 
 
-class StallWatch(Generic[C]):
+class StallWatch:
     """Whether the job is stalled, since when, and what the last stacks said."""
 
-    def __init__(self, board: BoardView[C]) -> None:
+    def __init__(self, board: RankBoard) -> None:
         self.board = board
         self.since: float | None = None  # the last progress, while stalled
         self.last: StallReport | None = None

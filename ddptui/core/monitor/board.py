@@ -16,12 +16,10 @@ from ddptui.core.monitor.agent_log import Assigned, WorkerFailed
 from ddptui.core.monitor.causes import MISMATCH, STOPPED, TEARDOWN
 from ddptui.core.monitor.last_words import is_boilerplate, says_error, shown_error
 from ddptui.core.monitor.patterns import (
-    HUNG,
     PEER_LOST,
     RENDEZVOUS_KINDS,
     explaining_lines,
     signal_name,
-    stragglers,
 )
 from ddptui.core.monitor.rank_cell import RankCell
 
@@ -229,43 +227,6 @@ class RankBoard:
                 )
         return events
 
-    def check_hangs(
-        self, now: float, timeout: float, budgets: Mapping[tuple[str, int], float] | None = None
-    ) -> list[Event]:
-        """A running rank silent for its budget (`budgets`, by node and local rank: the job's
-        rhythm; else `timeout`) while another rank printed since is hung."""
-        running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
-        if not running:
-            return []
-        newest = max(c.last_output for c in running)
-        events: list[Event] = []
-        for cell in running:
-            budget = budgets.get((cell.node, cell.local_rank), timeout) if budgets else timeout
-            if now - cell.last_output > budget and newest - cell.last_output > budget / 2:
-                silent = f"silent for {now - cell.last_output:.0f} s while others print"
-                cell.add_diagnosis(Diagnosis(HUNG, f"hung: {silent}"))
-                events += self.move(cell, RankState.HUNG, detail=silent)
-        return events
-
-    def check_stragglers(self, now: float) -> list[Event]:
-        """A running rank whose step rate falls well behind the others' is a straggler."""
-        running = [c for c in self.all_cells() if c.state == RankState.RUNNING]
-        rates = {i: r for i, c in enumerate(running) if (r := c.progress.rate(now)) is not None}
-        slow = stragglers(rates)
-        events: list[Event] = []
-        for index, cell in enumerate(running):
-            flagged = index in slow
-            if flagged == cell.straggler:
-                continue
-            cell.straggler = flagged
-            detail = (
-                f"straggler: {rates[index]:.2f} steps/s, the others {slow[index]:.2f}"
-                if flagged
-                else "keeps pace again"
-            )
-            events.append(cell.changed(detail))
-        return events
-
     def node_restarting(self, node: str, attempts: str) -> list[Event]:
         """The node's agent restarts its worker group: its ranks wait for the next round,
         restarting, not failed (those that failed keep their exit and cause in the story)."""
@@ -279,16 +240,17 @@ class RankBoard:
             events += self.move(cell, RankState.RESTARTING, detail=said)
         return events
 
-    def mark_stragglers(self, ranks: set[int], evidence: Sequence[str]) -> list[Event]:
-        """The speed watch named these ranks slow (and no other): their rank events say so."""
+    def mark_stragglers(self, slow: Mapping[tuple[str, int], str]) -> list[Event]:
+        """A judge named these running ranks slow (by node and local rank), each with its
+        words, and no other: the rank events of those whose mark changed say so."""
         events: list[Event] = []
         for cell in self.all_cells():
-            flagged = cell.rank in ranks and cell.state == RankState.RUNNING
+            key = (cell.node, cell.local_rank)
+            flagged = key in slow and cell.state == RankState.RUNNING
             if flagged == cell.straggler:
                 continue
             cell.straggler = flagged
-            said = next((e for e in evidence if e.startswith(f"rank {cell.rank} ")), "")
-            events.append(cell.changed(said or ("straggler" if flagged else "keeps pace again")))
+            events.append(cell.changed(slow[key] if flagged else "keeps pace again"))
         return events
 
 

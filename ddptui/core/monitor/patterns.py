@@ -48,7 +48,6 @@ KINDS = (
 # ranks only while they have not been assigned yet (later, it is a teardown's echo).
 RENDEZVOUS_KINDS = frozenset({RENDEZVOUS_CONNECT, RENDEZVOUS_TIMEOUT, PORT_IN_USE})
 
-STRAGGLER_RATIO = 0.5  # a rank at under half the others' median rate is a straggler
 RATE_WINDOW_S = 60.0
 MIN_PROGRESS_SAMPLES = 3
 
@@ -302,20 +301,3 @@ class StepRate:
             return None
         progressed = v1 - v0 if v1 == v1 and v0 == v0 and v1 > v0 else len(self._samples) - 1
         return progressed / span
-
-
-def stragglers(rates: dict[int, float], ratio: float = STRAGGLER_RATIO) -> dict[int, float]:
-    """Which of `rates` (key -> rate) run at under `ratio` of the others' median.
-
-    Returns key -> that median, for the detail line. Needs at least two ranks with rates.
-    """
-    if len(rates) < 2:
-        return {}
-    slow: dict[int, float] = {}
-    for key, rate in rates.items():
-        others = sorted(r for k, r in rates.items() if k != key)
-        mid = len(others) // 2
-        median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
-        if median > 0 and rate < ratio * median:
-            slow[key] = median
-    return slow

@@ -13,6 +13,7 @@ import pytest
 from ddptui.core.diagnose import failures
 from ddptui.core.diagnose.failures import ordered_failures, rank_summaries
 from ddptui.core.diagnose.job_watch import JobWatch
+from ddptui.core.diagnose.rank_checks import check_hangs, slow_by_step_rate
 from ddptui.core.events import Diagnosis, FailureReport, RankChanged, RankState
 from ddptui.core.job.spec import DEFAULT_PROGRESS_PATTERN, SpecError, make_spec
 from ddptui.core.monitor import causes
@@ -275,14 +276,16 @@ def test_a_rank_well_behind_the_others_is_a_straggler() -> None:
             progress(monitor, rank, second, float(second))
         if second % 4 == 0:
             progress(monitor, 2, second // 4, float(second))
-    events = monitor.board.check_stragglers(20.0)
+    events = monitor.board.mark_stragglers(slow_by_step_rate(monitor.board, 20.0))
     assert [(e.rank, e.straggler) for e in events if isinstance(e, RankChanged)] == [(2, True)]
     assert "straggler" in events[0].detail
-    assert monitor.board.check_stragglers(20.5) == []  # no news, no event
+    assert (
+        monitor.board.mark_stragglers(slow_by_step_rate(monitor.board, 20.5)) == []
+    )  # no news, no event
     for second in range(20, 80):  # it catches up
         for rank in (0, 1, 2):
             progress(monitor, rank, second, float(second))
-    back = monitor.board.check_stragglers(80.0)
+    back = monitor.board.mark_stragglers(slow_by_step_rate(monitor.board, 80.0))
     assert [(e.rank, e.straggler) for e in back if isinstance(e, RankChanged)] == [(2, False)]
 
 
@@ -292,7 +295,7 @@ def test_progress_pattern_is_configurable() -> None:
         monitor.feed("n0", f"[ddptui:0:0]:it={second * 10}\n".encode(), now=float(second))
         if second % 4 == 0:
             monitor.feed("n0", f"[ddptui:1:1]:it={second}\n".encode(), now=float(second))
-    flagged = monitor.board.check_stragglers(10.0)
+    flagged = monitor.board.mark_stragglers(slow_by_step_rate(monitor.board, 10.0))
     assert [e.rank for e in flagged if isinstance(e, RankChanged)] == [1]
 
 
@@ -318,7 +321,7 @@ def test_hung_rank_gets_a_diagnosis() -> None:
     monitor = JobWatch(["n0"], 2)
     monitor.feed("n0", b"[ddptui:0:0]:a\n[ddptui:1:1]:b\n", now=100.0)
     monitor.feed("n0", b"[ddptui:0:0]:still going\n", now=200.0)
-    events = monitor.board.check_hangs(now=201.0, timeout=60.0)
+    events = check_hangs(monitor.board, now=201.0, timeout=60.0)
     assert isinstance(events[0], RankChanged)
     assert events[0].diagnoses[0].kind == dx.HUNG
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddptui.core.diagnose.failures import culprit_cell
+from ddptui.core.diagnose.rank_checks import check_hangs
 from ddptui.core.events import NodeLines, RankChanged, RankState
 from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, GroupSucceeded, WorkerFailed
 from ddptui.core.monitor.monitor import Monitor
@@ -107,7 +108,7 @@ def test_silent_rank_turns_hung_while_others_progress() -> None:
     m = Monitor(["n0"], 2)
     m.feed("n0", b"[ddptui:0:0]:a\n[ddptui:1:1]:b\n", now=100.0)
     m.feed("n0", b"[ddptui:0:0]:still going\n", now=200.0)
-    events = m.board.check_hangs(now=201.0, timeout=60.0)
+    events = check_hangs(m.board, now=201.0, timeout=60.0)
     assert [(e.rank, e.state) for e in events] == [(1, RankState.HUNG)]
     back = m.feed("n0", b"[ddptui:1:1]:back\n", now=202.0)
     assert any(isinstance(e, RankChanged) and e.state == RankState.RUNNING for e in back)
