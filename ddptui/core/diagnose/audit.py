@@ -163,7 +163,23 @@ class CollectiveAudit:
             mismatch = self._judge(key, slot)
             if mismatch is not None:
                 found.append(mismatch)
+            elif key in self._closed:
+                found += self._after_closing(key)
         self.mismatches.extend(found)
+        return found
+
+    def _after_closing(self, key: tuple[str, int]) -> list[CollectiveMismatch]:
+        """A collective of the group closed (every rank agreed): what each rank passed there is
+        now its history, and the later collectives left undecided for want of it (an odd rank
+        told from the others by what it changed) are judged again. The records come in any
+        order across ranks (a node's files are read in the order the directory lists them):
+        an odd record judged before an earlier collective closed is not left unsaid."""
+        found = []
+        for later in sorted(k for k in self._open if k[0] == key[0] and k[1] > key[1]):
+            if later in self._open:
+                mismatch = self._judge(later, self._open[later])
+                if mismatch is not None:
+                    found.append(mismatch)
         return found
 
     def _reopen(self, key: tuple[str, int]) -> dict[int, CollectiveRecord]:

@@ -267,3 +267,26 @@ def test_a_skip_is_recognised_when_the_others_next_collective_is_already_closed(
     assert audit.feed([rec(0, 1), rec(1, 1), rec(0, 2, op=bcast), rec(1, 2, op=bcast)]) == []
     [mismatch] = audit.feed([rec(2, 1, op=bcast)])
     assert (mismatch.kind, mismatch.seq, mismatch.culprits) == (MismatchKind.SKIPPED, 1, (2,))
+
+
+def test_an_odd_size_read_before_an_earlier_collective_closed_is_still_named() -> None:
+    """The gloo mismatch as a loaded machine delivered it (2 nodes x 2 ranks; rank 0 died in
+    collective 6 without a record of it): rank 1's odd collective 6 and ranks 2 and 3's
+    usual one came before rank 0's records of 1-5, its node's files read in the order the
+    directory listed them. Collective 5 closes only then; collective 6 is judged again."""
+    audit = CollectiveAudit(world=(0, 1, 2, 3))
+    found = audit.feed([rec(r, s) for r in (1, 2, 3) for s in range(1, 6)])
+    found += audit.feed([rec(1, 6, size=8), rec(2, 6), rec(3, 6)])
+    assert found == []  # without rank 0's history at that site, no one stands out yet
+    [odd] = audit.feed([rec(0, s) for s in range(1, 6)])
+    assert (odd.kind, odd.seq, odd.culprits) == (MismatchKind.SIZE, 6, (1,))
+    # every order of the same records names the same rank, once
+    for first in ((0, 1), (1, 0)):
+        again = CollectiveAudit(world=(0, 1, 2, 3))
+        batches = {
+            0: [rec(0, s) for s in range(1, 6)],
+            1: [rec(r, s) for r in (1, 2, 3) for s in range(1, 6)]
+            + [rec(1, 6, size=8), rec(2, 6), rec(3, 6)],
+        }
+        said = [m for b in first for m in again.feed(batches[b])]
+        assert [(m.seq, m.culprits) for m in said] == [(6, (1,))]
