@@ -1,7 +1,9 @@
 """A node's torchrun agent killed alone inside a Slurm allocation (the Slurm testbed's three
 slurmd hosts, real torchrun): its orphaned worker stopped, the story blaming that node, an
 elastic job shrinking and going on inside the same allocation, a fixed one stopping, nothing
-left on any node and the allocation gone. docs/failures.md has the table."""
+left on any node and the allocation gone. A worker killed alone (as the OOM killer ends one):
+its agent restarts the group inside the same step and the job finishes. docs/failures.md
+has the table."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from tests.integration.test_failure_matrix_local import (
     _story_line,
     _until_stepping,
 )
-from tests.integration.test_failure_matrix_ssh import agent_killed
+from tests.integration.test_failure_matrix_ssh import agent_killed, worker_killed
 from tests.procs import outputs
 
 pytestmark = pytest.mark.integration
@@ -28,14 +30,20 @@ HOSTS = ["node1", "node2", "node3"]
 VICTIM = "node3"
 
 
-@pytest.mark.parametrize(("nodes", "ok"), [("2:3", True), ("3", False)])
-def test_an_agent_killed_alone(
-    slurm_cluster: SlurmCluster, tmp_path: Path, nodes: str, ok: bool
-) -> None:
+MODES = {
+    "agent_killed_elastic": ("2:3", agent_killed, f"agent lost: node {VICTIM}", True),
+    "agent_killed_fixed": ("3", agent_killed, f"agent lost: node {VICTIM}", False),
+    "worker_killed_fixed": ("3", worker_killed, "restarted: rank ", True),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_node_dies(slurm_cluster: SlurmCluster, tmp_path: Path, mode: str) -> None:
+    nodes, hurt, headline, ok = MODES[mode]
     proc = start(slurm_cluster, tmp_path, "--nodes", nodes, "--max-restarts", "3", *ELASTIC_JOB)
     events = _until_stepping(proc, 3)
     run_id = next(e["run_id"] for e in events if e["event"] == "plan")
-    agent_killed(slurm_cluster.tb, run_id)
+    hurt(slurm_cluster.tb, run_id)
     out, err = outputs(proc, ENDS_WITHIN_S)
     events += [json.loads(line) for line in out.splitlines()]
     summary = events[-1]
@@ -43,8 +51,11 @@ def test_an_agent_killed_alone(
 
     assert summary["ok"] is ok and proc.returncode == (0 if ok else 1), summary["detail"]
     told = _story_line(summary)
-    assert told.startswith(f"agent lost: node {VICTIM}"), summary["detail"]
-    if ok:
+    assert told.startswith(headline), summary["detail"]
+    survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
+    blamed = {r for i in summary["incidents"] if i["round"] == 0 for r in i["blamed"]}
+    assert not blamed & survivors, summary["incidents"]  # a survivor is never the culprit
+    if nodes == "2:3":
         last = last_cycles(events)
         assert sorted(m["node"] for m in last[max(last)]["members"]) == ["node1", "node2"]
     assert all(wait < 30 for wait in _barrier_waits(summary)), _barrier_waits(summary)

@@ -46,10 +46,20 @@ class Mode:
 
 
 def _victim_pids(run_id: str) -> tuple[list[int], list[int]]:
-    """(VICTIM's torchrun agents, its workers): the hosts share this machine's PID space."""
+    """(VICTIM's torchrun agents, its workers): the hosts share this machine's PID space.
+    A worker is what an agent started (torchrun sets its TORCHELASTIC_RUN_ID), never the
+    node helper or a Slurm step's own processes, which carry the job's tag too."""
     pids = pids_with_tag(f"{run_id}.2")
     agents = [p for p in pids if any(Path(w).name == "torchrun" for w in _cmdline(p)[:2])]
-    return agents, [p for p in pids if p not in agents]
+    return agents, [p for p in pids if p not in agents and _is_worker(p)]
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"\0TORCHELASTIC_RUN_ID=" in b"\0" + f.read()
+    except OSError:
+        return False
 
 
 def agent_killed(tb: Testbed, run_id: str) -> None:
@@ -87,6 +97,7 @@ MODES = {
     "agent_killed_fixed": Mode("3", agent_killed, f"agent lost: node {VICTIM}", False),
     "worker_killed_fixed": Mode("3", worker_killed, "restarted: rank ", True),
     "host_lost_fixed": Mode("3", link_cut, f"node lost: node {VICTIM}", False),
+    "host_lost_elastic": Mode("2:3", link_cut, f"node lost: node {VICTIM}", True),
     "helper_killed": Mode("3", helper_killed, "", True),
 }
 

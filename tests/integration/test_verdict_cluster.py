@@ -14,6 +14,7 @@ import pytest
 from testbed.netns import Testbed
 from tests.integration.sshrun import TRAINER, popen_headless, run_headless
 from tests.integration.stall_hold import HANG_TIMEOUT, HOLD_S, EventReader, assert_one_stall_held
+from tests.integration.test_verdict_local import odd_size_written
 
 
 def test_a_missing_relative_script_is_refused_before_launch_naming_the_nodes(
@@ -64,6 +65,16 @@ def test_a_gloo_size_mismatch_gets_one_verdict(clean_testbed: Testbed, tmp_path:
     assert final, [e["event"] for e in run.events][-8:]
     assert final[-1]["signature"] == "collective_mismatch"
     assert run.summary["verdict"]["signature"] == "collective_mismatch"
-    mismatches = run.of("mismatch")  # the odd rank's records, where they came
-    for mismatch in mismatches:
-        assert mismatch["culprits"] == [1] and final[-1]["rank"] == 1, json.dumps(mismatches)
+    mismatches = run.of("mismatch")
+    assert len(mismatches) <= 1, json.dumps(mismatches)  # one per cause
+    # Two ranks: gloo aborts rank 0, the receiver, before it records that all_reduce. Rank 1
+    # records its odd one at its exception, most often before its agent's SIGTERM: then the
+    # audit names it; else nothing shows the odd size and the verdict gives gloo's word.
+    runs = clean_testbed.login_home / ".local/state/ddptui/runs" / run.summary["run_id"]
+    if odd_size_written(runs, rank=1, numel=2048):
+        assert mismatches, [e["event"] for e in run.events]
+        assert mismatches[0]["kind"] == "size" and mismatches[0]["culprits"] == [1]
+        assert final[-1]["rank"] == 1 and run.summary["verdict"]["rank"] == 1
+    else:
+        assert not mismatches, json.dumps(mismatches)
+        assert "the odd rank may be its peer" in final[-1]["summary"]

@@ -19,6 +19,7 @@ from tests.procs import outputs
 ROOT = Path(__file__).resolve().parents[2]
 HANG = str(ROOT / "trainer" / "hang.py")
 MISMATCH = str(ROOT / "trainer" / "mismatch.py")
+RUNS_FOR_EVIDENCE = 6  # the odd rank records its collective before its agent stops it, mostly
 
 
 def _start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -55,36 +56,45 @@ def test_a_gloo_size_mismatch_gets_one_verdict_and_no_boilerplate(tmp_path: Path
     stops the rest: the verdict then names rank 1, the rank with the odd size, not the rank
     gloo aborted. Where the agent's SIGTERM came first (a loaded host), no rank wrote the odd
     record and the verdict says gloo's word, that the odd rank may be the aborted one's peer."""
-    proc = _start(tmp_path, "--nodes", "2", "--nproc-per-node", "2", MISMATCH, "--steps", "40")
-    out, _ = outputs(proc, 240)
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    verdicts = [e for e in events if e["event"] == "verdict"]
-    assert verdicts and verdicts[-1]["final"], [e["event"] for e in events][-6:]
-    final = verdicts[-1]
-    assert final["signature"] == "collective_mismatch" and final["domain"] == "job"
-    assert final["outlook"] == "fix_first"
-    mismatches = [e for e in events if e["event"] == "mismatch"]
-    if _odd_size_written(tmp_path / "state", rank=1, numel=2048):
+    named = 0
+    for attempt in range(RUNS_FOR_EVIDENCE):  # until the odd record was written (most runs)
+        state = tmp_path / f"try{attempt}"
+        state.mkdir()
+        proc = _start(state, "--nodes", "2", "--nproc-per-node", "2", MISMATCH, "--steps", "40")
+        out, _ = outputs(proc, 240)
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        verdicts = [e for e in events if e["event"] == "verdict"]
+        assert verdicts and verdicts[-1]["final"], [e["event"] for e in events][-6:]
+        final = verdicts[-1]
+        assert final["signature"] == "collective_mismatch" and final["domain"] == "job"
+        assert final["outlook"] == "fix_first"
+        mismatches = [e for e in events if e["event"] == "mismatch"]
+        assert len(mismatches) <= 1, mismatches  # one per cause
+        summary = events[-1]
+        # the summary keeps the final verdict as it was said (its event's own keys aside)
+        assert summary["verdict"] == {
+            k: v for k, v in final.items() if k not in ("event", "ts", "final")
+        }
+        for rank in summary["ranks"]:
+            assert "To enable traceback" not in rank["error"]
+        if not odd_size_written(state / "state", rank=1, numel=2048):
+            # nothing to see it by: the audit says nothing, the verdict gives gloo's word
+            assert not mismatches, mismatches
+            assert "the odd rank may be its peer" in final["summary"]
+            assert "Received data size" in final["evidence"][0]
+            continue
         assert mismatches, [e["event"] for e in events]  # written: the audit must see it
         assert mismatches[0]["kind"] == "size" and mismatches[0]["culprits"] == [1]
         assert final["rank"] == 1 and "rank 1: size mismatch" in final["evidence"][0]
-    else:  # nothing to see it by: the audit says nothing, the verdict gives gloo's word
-        assert not mismatches, mismatches
-        assert "the odd rank may be its peer" in final["summary"]
-        assert "Received data size" in final["evidence"][0]
-    summary = events[-1]
-    assert (
-        summary["verdict"]
-        == {k: v for k, v in final.items() if k not in ("event", "ts")} | {"final": True}
-        or summary["verdict"]["signature"] == "collective_mismatch"
-    )
-    for rank in summary["ranks"]:
-        assert "To enable traceback" not in rank["error"]
+        named += 1
+        break
+    assert named, f"rank 1's odd record was never written in {RUNS_FOR_EVIDENCE} runs"
 
 
-def _odd_size_written(state: Path, rank: int, numel: int) -> bool:
-    """Whether `rank`'s collective sampler wrote a record of a collective of `numel`."""
-    for path in state.glob(f"runs/*/nodes/*.debug/collectives/rank_{rank}.jsonl"):
+def odd_size_written(base: Path, rank: int, numel: int) -> bool:
+    """Whether `rank`'s collective sampler wrote a record of a collective of `numel`, in a
+    collectives folder under `base` (a state directory, or a host's runs)."""
+    for path in base.rglob(f"collectives/rank_{rank}.jsonl"):
         for line in path.read_text().splitlines():
             if any(row[3] == [[numel]] for row in json.loads(line)["rows"]):
                 return True

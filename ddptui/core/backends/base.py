@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
@@ -140,9 +141,9 @@ class Backend(ABC):
         """NCCL RAS's text answer on the node (core/node/ras_query.py), asked once."""
         raise BackendError(f"{self.name} cannot ask NCCL RAS")
 
-    async def kill_rank(self, command: NodeCommand, local_rank: int | None) -> str:
-        """Fault injection: SIGKILL one worker of the node (None: every worker); what was
-        killed, in words."""
+    async def kill_rank(self, command: NodeCommand, local_rank: int | None, signum: int = 9) -> str:
+        """Fault injection: SIGKILL one worker of the node (None: every worker; another
+        `signum`: SIGTERM to stop them); what was killed, in words."""
         raise BackendError(f"{self.name} cannot kill one rank")
 
     async def ended(self, command: NodeCommand) -> int | None:
@@ -414,14 +415,16 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: NCCL RAS: {answer.get('error', '?')}")
         return str(answer["text"])
 
-    async def kill_rank(self, command: NodeCommand, local_rank: int | None) -> str:
+    async def kill_rank(self, command: NodeCommand, local_rank: int | None, signum: int = 9) -> str:
         """Fault injection: SIGKILL one worker of the node (the job helper's `kill_rank`),
-        or every worker (`local_rank` None: a torchft replica group); what was killed, in
+        or every worker (`local_rank` None: a torchft replica group); `signum` 15 stops them
+        instead (an elastic job's workers stuck waiting for a lost node); what was done, in
         words."""
         which = f"local rank {local_rank}" if local_rank is not None else "every worker"
         argv = self._argv(
-            "kill_rank", command.tag, "all" if local_rank is None else str(local_rank)
-        )
+            "kill_rank", command.tag, "all" if local_rank is None else str(local_rank),
+            str(signum),
+        )  # fmt: skip
         try:
             result = await self.transport(command.node).run(
                 argv, stdin=self._helper_source, timeout=30
@@ -431,7 +434,8 @@ class HelperBackend(Backend):
             raise BackendError(f"{command.node}: could not kill {which}: {exc}") from None
         if not killed:
             raise BackendError(f"{command.node}: no worker ({which}) runs")
-        return f"killed {which} on {command.node} (pid {', '.join(map(str, killed))})"
+        done = "killed" if signum == 9 else f"signalled ({signal.Signals(signum).name})"
+        return f"{done} {which} on {command.node} (pid {', '.join(map(str, killed))})"
 
     async def drill(self, command: NodeCommand, at: float) -> dict[str, Any]:
         """The node helper's `drill` over the node's connection (see Backend.drill)."""

@@ -425,10 +425,12 @@ def gpu(tag: str, gpu_ms: str, gone_s: str = "", tasks: str = "") -> int:
     return sample_alone(TAG_VAR, tag, int(gpu_ms), gone, tasks == "slurm")
 
 
-def kill_rank(tag: str, local_rank: str) -> int:
+def kill_rank(tag: str, local_rank: str, signum: str = "9") -> int:
     """Fault injection: SIGKILL the job's worker of this local rank (`all`: every worker, a
     torchft replica group) and what it started, as the kernel's OOM killer would end it; its
-    agent sees a worker die. Prints the PIDs."""
+    agent sees a worker die. Another `signum` (15: the console stops an elastic job's
+    workers stuck waiting for a lost node, so that their agent restarts them). Prints the
+    PIDs."""
     wants = [f"\0{TAG_VAR}={tag}\0".encode()]
     if local_rank != "all":
         wants.append(f"\0LOCAL_RANK={local_rank}\0".encode())
@@ -444,7 +446,7 @@ def kill_rank(tag: str, local_rank: str) -> int:
         # a worker (torchrun sets its TORCHELASTIC_RUN_ID), never the agent itself
         if all(w in env for w in wants) and b"\0TORCHELASTIC_RUN_ID=" in env:
             try:
-                os.kill(int(name), 9)
+                os.kill(int(name), int(signum))
                 killed.append(int(name))
             except OSError:
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any, TypeVar
@@ -106,6 +107,7 @@ class Session:
         self._logs: dict[str, IO[bytes]] = {}
         self._first_failed_node: str | None = None
         self._grace: asyncio.Future[None] | None = None
+        self._restarting: asyncio.Future[None] | None = None  # an elastic round without a lost node
         self._drill: asyncio.Future[None] | None = None  # a preemption drill under way
         self.collector: NodeCollector | None = None
         self.settings: SettingsWatch | None = None  # the ranks' settings, compared
@@ -463,8 +465,9 @@ class Session:
         if self._world_probe is not None:
             self._world_probe.cancel()
         clocks.cancel()
-        if self._grace is not None:
-            self._grace.cancel()
+        for pending in (self._grace, self._restarting):
+            if pending is not None:
+                pending.cancel()
         stop.cancel()
 
     async def _tick(self) -> None:
@@ -557,7 +560,7 @@ class Session:
             tries = 0 if offset > before else tries + 1
             if tries > RECONNECT_TRIES:
                 self.emit(NodeChanged(node, NodeState.FAILED, None, "connection lost"))
-                self._node_failed(node)
+                self._node_failed(node, connection_lost=True)
                 return
             self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
             await asyncio.sleep(min(2.0, 0.5 * tries))
@@ -601,15 +604,42 @@ class Session:
             self._absent.update(waiting)  # their end is no failure of the job
             self._stop.set()
 
-    def _node_failed(self, node: str) -> None:
+    def _node_failed(self, node: str, connection_lost: bool = False) -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
         unless the job is elastic and goes on without this node (a spare may join)."""
         if not self._stop.is_set() and self._goes_on_without(node):
+            if connection_lost:
+                self._restarting = asyncio.ensure_future(self._restart_without(node))
             return
         if self._first_failed_node is None:
             self._first_failed_node = node
             self._stop_reason = self._stop_reason or StopReason.FAILURE
             self._grace = asyncio.ensure_future(self._stop_after_grace())
+
+    async def _restart_without(self, lost: str) -> None:
+        """An elastic job's node lost by its connection (a network cut, a host gone): its
+        processes may live on out of reach, so no peer's connection closes, and the other
+        nodes' workers wait for its ranks in a collective until the backend's timeout (gloo's:
+        30 minutes) while their agents see nothing wrong. Their workers are stopped (SIGTERM)
+        so that the agents restart them, in a round without the lost node."""
+        assert self.plan is not None
+        survivors = [
+            c for c in self.plan.commands
+            if c.node != lost and c.node in self.node_exit and self.node_exit[c.node] is None
+        ]  # fmt: skip
+        if not survivors:
+            return
+        said = ", ".join(c.node for c in survivors)
+        self.emit(Notice("warning", f"{lost}: connection lost; the workers on {said} wait "
+                         f"for its ranks: stopping them so that torchrun restarts them "
+                         f"without {lost}"))  # fmt: skip
+        for command in survivors:
+            try:
+                done = await self.backend.kill_rank(command, None, signal.SIGTERM)
+            except BackendError as exc:
+                self.emit(Notice("error", f"{exc}: its workers wait on for {lost}"))
+                continue
+            self.emit(Notice("info", done))
 
     def _goes_on_without(self, node: str) -> bool:
         goes_on, spare = self.membership.node_left(node, self.node_exit)
