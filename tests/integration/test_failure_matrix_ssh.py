@@ -112,6 +112,7 @@ def test_a_node_dies(clean_testbed: Testbed, tmp_path: Path, mode: str) -> None:
     spec.hurt(tb, run_id)
     out, err = outputs(proc, ENDS_WITHIN_S)
     events += [json.loads(line) for line in out.splitlines()]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     summary = events[-1]
     assert summary["event"] == "summary", (events[-5:], err[-3000:])
 

@@ -311,7 +311,12 @@ class CycleWatch:
         said = {
             MembershipChange.DRAINED: "drained by the operator",
             MembershipChange.KILLED: "agent killed by the operator (fault injection)",
-        }.get(change, f"agent lost ({describe_exit(exit_code) if exit_code else 'gone'})")
+        }.get(
+            change,
+            f"agent lost ({describe_exit(exit_code)})"
+            if exit_code
+            else "lost (its connection: no exit code came)",
+        )
         if self._pending.node == node:
             return  # already told: the operator's action, or one of its own ranks first
         self._pending = _Pending(f"node {node} {said}", node, None)

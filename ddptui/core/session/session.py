@@ -40,6 +40,7 @@ from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.job.secret_env import StreamScrubber
 from ddptui.core.job.spec import JobSpec, SpecError
 from ddptui.core.monitor.clock import ZERO, estimate_offset
+from ddptui.core.monitor.cycles import MembershipChange
 from ddptui.core.monitor.monitor import MonitorSummary
 from ddptui.core.node.collective_follow import COLLECTIVES_KEY
 from ddptui.core.runs.history import RunRecorder
@@ -607,6 +608,10 @@ class Session:
     def _node_failed(self, node: str, connection_lost: bool = False) -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
         unless the job is elastic and goes on without this node (a spare may join)."""
+        if connection_lost and self.monitor is not None and not self._stop.is_set():
+            # no exit came to tell it: the next round's cause is this node, not the workers
+            # the console stops below
+            self.monitor.cycles.node_left(node, MembershipChange.LOST, None)
         if not self._stop.is_set() and self._goes_on_without(node):
             if connection_lost:
                 self._restarting = asyncio.ensure_future(self._restart_without(node))
@@ -767,7 +772,11 @@ class Session:
         cycles = told.cycles if told else ()
         elastic_ok = self.membership.finished_ok(cycles, self.node_exit)
         if elastic_ok is not None and not detail and not self._detach and not self._stop_reason:
-            ok = elastic_ok and clean  # the nodes lost on the way are history, not the outcome
+            # the nodes lost on the way are history, not the outcome: a host lost by its
+            # connection cannot be proven clean (said in its teardown line), the rest must be
+            last = set(cycles[-1].nodes) if cycles else set()
+            went_on = all(r.clean for n, r in self.teardown_reports.items() if n in last)
+            ok = elastic_ok and went_on
             if ok and self.spec.ft_replicas:
                 detail = self.membership.ft_outcome(told.quorums if told else ())
             elif ok:
