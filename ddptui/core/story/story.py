@@ -231,25 +231,16 @@ class Story:
                 return self._restart(event)
             case AllocationChanged(state="requeued", job_id=job, restarts=count) if count:
                 self._requeued = f"Slurm requeued job {job} (restart {count})"
-            case MembershipChanged(change=MembershipChange.LOST) if (
-                cut := self._keys.get(("node", event.node, self.round))
-            ) is not None:  # its connection was lost: the same loss, the job goes on
-                return self._found(
-                    IncidentKind.NODE_LOST,
-                    ("node", event.node),
-                    event.ts,
-                    nodes=(event.node,),
-                    summary=f"{self.incidents[cut].summary}; {event.detail}",
-                    domain=Domain.INFRASTRUCTURE,
-                    precise=True,
-                    counts=False,
-                )
             case MembershipChanged(change=MembershipChange.LOST):
-                known = self._keys.get(("left", event.node, self.round))
+                kind, key = IncidentKind.AGENT_LOST, ("left", event.node)
+                if ("node", event.node, self.round) in self._keys:
+                    # its connection was lost: the same loss, told with the job going on
+                    kind, key = IncidentKind.NODE_LOST, ("node", event.node)
+                known = self._keys.get((*key, self.round))
                 said = self.incidents[known].summary if known is not None else "its agent ended"
                 return self._found(
-                    IncidentKind.AGENT_LOST,
-                    ("left", event.node),
+                    kind,
+                    key,
                     event.ts,
                     nodes=(event.node,),
                     summary=f"{said}; {event.detail}",

@@ -214,3 +214,21 @@ def test_a_node_slow_to_start_is_a_launch_failure_a_relaunch_may_cure_not_a_refu
     story = Story(Clock())
     story.launch_failed(missing)
     assert story.lead().kind == IncidentKind.REFUSED
+
+
+def test_a_connection_lost_in_an_elastic_job_is_one_node_lost_incident_told_going_on() -> None:
+    """The console tells the host lost, then the membership says the job goes on without
+    it: the same loss, one incident (not an agent lost beside it)."""
+    from ddptui.core.events import NodeChanged, NodeState
+    from ddptui.core.monitor.cycles import MembershipChange, MembershipChanged
+
+    story = Story(Clock())
+    told(story, *(running(r, f"node{r + 1}") for r in range(3)))
+    told(story, NodeChanged("node3", NodeState.FAILED, None, "connection lost"))
+    on = "2 node(s) go on (at least 2)"
+    told(story, MembershipChanged("node3", MembershipChange.LOST, ("node1", "node2"), 2, on))
+    assert [i.kind for i in story.incidents] == [IncidentKind.NODE_LOST]
+    lead = story.lead()
+    assert lead is not None and lead.nodes == ("node3",) and lead.count == 1
+    assert lead.summary == f"its connection was lost; {on}"
+    assert story.headline().startswith(f"node lost: node node3 — its connection was lost; {on}")
