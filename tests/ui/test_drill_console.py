@@ -78,5 +78,7 @@ async def test_the_drill_key_asks_then_shows_each_ranks_exit_at_80x24(tmp_path: 
     follower = DdpApp(run.read_spec(), attach=run, follow=True)
     async with follower.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(follower.screen, DrillScreen), "the table", 60)
+        # pushed is not yet composed: its table is there once the screen has mounted it
+        await wait_for(pilot, lambda: bool(follower.screen.query("Static")), "its text", 30)
         text = str(follower.screen.query_one("Static").render())
         assert "2 of 2 rank(s) exited within the 10 s grace" in " ".join(text.split())

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass
-from operator import itemgetter
+from dataclasses import dataclass, replace
+from itertools import compress, repeat
+from operator import and_, eq, itemgetter, methodcaller
 from typing import cast
 
 from ddptui.core.metrics.reader import MetricReader, block_spells_nan_or_inf
@@ -23,6 +25,7 @@ KEEP_LOOKBACK = 256
 KEEP_SHAPES = 3  # a rank's last lines of this many shapes (a loss line, a throughput line)
 SHAPE_LOOKBACK = 16  # a rank's own lines looked at before its newest kept metric line, at most
 _RANK = itemgetter(1)
+_TEXT = itemgetter(0)
 _NAN_OR_INF = re.compile(r"(?<![A-Za-z])(?:nan|NaN|NAN|inf|Inf|INF)(?![A-Za-z])").search
 
 
@@ -38,12 +41,16 @@ class Sampled:
     wrong: tuple[WrongNumber, ...] = ()
 
 
+_NUMBER_START = re.compile(r"[\d+.-]|nan|inf", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class _Pending:
     node: str
     local_rank: int | None
     text: str
     seq: int
+    report: int | None = None  # which of its rank's report lines it is, where counted
 
 
 class MetricWatch:
@@ -65,6 +72,13 @@ class MetricWatch:
         self.check = WrongNumberCheck()
         self._pending: dict[int, list[_Pending]] = {}  # rank -> kept lines, oldest first
         self._broken: set[int] = set()  # ranks whose NaN or Inf was reported already
+        # A rank whose lines print no step is told by which of its reports a value came in:
+        # its report lines are counted, every one, read or not (the interval skips most).
+        self._stepless: set[int] = set()  # ranks whose last sample had no step
+        self._reports: dict[int, int] = {}  # rank -> its report lines before those marked
+        self._marks: dict[int, list[int]] = {}  # rank -> this block's report lines' offsets
+        self._fresh: dict[int, int] = {}  # rank -> the line of its first stepless sample
+        self._heads: dict[int, str] = {}  # rank -> its report lines' words before a number
 
     def block(
         self, node: str, lines: list[Attributed], first: int, now: float, text: str = ""
@@ -81,6 +95,8 @@ class MetricWatch:
         found_ranks: set[int | None] = set(map(_RANK, lines))  # in C: a flood's blocks are long
         found_ranks.discard(None)
         ranks = cast("set[int]", found_ranks)
+        self._fresh = {}  # found between blocks: stepless now, all of this block counted
+        self._mark_reports(lines, ranks)
         active: set[int] = set()
         for rank in ranks:
             if not reader.quiet(rank, now) and not (
@@ -91,19 +107,62 @@ class MetricWatch:
         if active:
             for offset, (line, who, local_rank) in enumerate(lines):
                 if who is not None and who in active:
-                    kept = _Pending(node, local_rank, line, first + offset)
+                    kept = self._pending_at(node, local_rank, line, first, offset, who)
                     if self._read(who, kept, now, found):
                         active.discard(who)
                         after[who] = offset
                         if not active:
                             break
+        if self._fresh:  # ranks found stepless just now: their report lines after it too
+            fresh = {rank: seq - first for rank, seq in self._fresh.items()}
+            self._fresh = {}
+            self._mark_reports(lines, set(fresh), fresh)
         if not text:
             text = "\n".join(line[0] for line in lines)
         if block_spells_nan_or_inf(text):  # a rank's first NaN or Inf is never sampled away
             self._first_nans(node, lines, first, now, after, found)
         if after:
             self._keep_last(node, lines, first, after)
+        for rank, offsets in self._marks.items():
+            self._reports[rank] = self._reports.get(rank, 0) + len(offsets)
+        self._marks = {}
         return found
+
+    def _mark_reports(
+        self, lines: list[Attributed], ranks: set[int], after: Mapping[int, int] | None = None
+    ) -> None:
+        """Where this block's report lines are (after `after`'s offset, by rank), for the
+        ranks whose lines print no step: one `may_report` a line of theirs alone, none for
+        the ranks whose lines print their step."""
+        counted = ranks & self._stepless if after is None else ranks
+        if not counted:
+            return
+        alone = len(ranks) == 1  # the block's lines are one rank's (a node of one rank)
+        for rank in counted:
+            head = self._heads[rank]
+            start = after[rank] + 1 if after is not None else 0
+            rest = lines[start:] if start else lines
+            offsets = range(start, len(lines))
+            if head:  # in C, line by line: a flood's blocks are long
+                said = map(methodcaller("startswith", head), map(_TEXT, rest))
+                if not alone:
+                    said = map(and_, said, map(eq, map(_RANK, rest), repeat(rank)))
+                found = list(compress(offsets, said))
+            else:
+                may_report = self.reader.may_report
+                found = [i for i in offsets if lines[i][1] == rank and may_report(lines[i][0])]
+            if found:
+                self._marks.setdefault(rank, []).extend(found)
+
+    def _pending_at(
+        self, node: str, local_rank: int | None, line: str, first: int, offset: int, rank: int
+    ) -> _Pending:
+        """A line of the block as kept or read, with which report of its rank it is."""
+        marks = self._marks.get(rank)
+        report = None
+        if marks is not None:
+            report = self._reports.get(rank, 0) + bisect_right(marks, offset)
+        return _Pending(node, local_rank, line, first + offset, report)
 
     def _first_nans(
         self,
@@ -121,7 +180,7 @@ class MetricWatch:
                 and rank not in self._broken
                 and _NAN_OR_INF(line) is not None
             ):
-                kept = _Pending(node, local_rank, line, first + offset)
+                kept = self._pending_at(node, local_rank, line, first, offset, rank)
                 self._read(rank, kept, now, found, force=True)
                 after[rank] = offset
 
@@ -165,7 +224,7 @@ class MetricWatch:
             if shapes is None:
                 shapes = kept[rank] = {}
                 left[rank] = SHAPE_LOOKBACK
-            shapes[shape] = _Pending(node, local_rank, line, first + offset)
+            shapes[shape] = self._pending_at(node, local_rank, line, first, offset, rank)
             if len(shapes) >= KEEP_SHAPES:
                 del wanted[rank]
                 if not wanted:
@@ -222,6 +281,19 @@ class MetricWatch:
     def _record(
         self, rank: int, line: _Pending, sample: MetricSample, found: list[Sampled]
     ) -> None:
+        if sample.report is None:
+            self._stepless.discard(rank)
+        elif line.report is not None:  # counted: which of its report lines it really is
+            sample = replace(sample, report=line.report)
+        elif rank not in self._stepless:  # its first: every report line before was read
+            self._stepless.add(rank)
+            self._reports[rank] = sample.report or 0
+            self._fresh[rank] = line.seq
+            # its report lines are told by their words before the first number (`loss: `):
+            # a test as cheap as a line's first bytes (a line that starts with its number
+            # is asked `may_report` instead)
+            number = _NUMBER_START.search(line.text)
+            self._heads[rank] = line.text[: number.start()] if number else ""
         self.store.add(sample)
         wrong = tuple(self.check.check(sample))
         if any(w.kind is WrongNumberKind.NAN_OR_INF for w in wrong):

@@ -156,3 +156,21 @@ def test_a_ranks_last_step_is_read_behind_another_ranks_lines_and_its_traceback(
     assert {rank: s.step for rank, s in last.items()} == {0: 12, 1: 12}
     assert all(math.isnan(s.values["loss"]) for s in last.values())
     assert math.isnan(monitor.summary().metrics["loss.last"])
+
+
+def test_a_nan_in_lines_without_a_step_says_which_report_it_was_however_they_came() -> None:
+    """`loss: X` five times a second, the 5th NaN, with the default one-second interval (most
+    lines unread): the NaN is the rank's 5th report whether the lines came one a block or all
+    in one, or with another rank's lines between."""
+    said_as = []
+    for blocks in ([[i] for i in range(5)], [list(range(5))], [[0, 1], [2], [3, 4]]):
+        monitor = Monitor(["n0"], 2)
+        events: list = []
+        for n, block in enumerate(blocks):
+            lines = []
+            for i in block:
+                lines += [(0, f"step {i} done"), (1, f"loss: {'nan' if i == 4 else 1 / (i + 1)}")]
+            events += monitor.feed("n0", _lines(*lines), now=1.0 + 0.2 * n)
+        said = [d.summary for e in events if isinstance(e, RankChanged) for d in e.diagnoses]
+        said_as.append(said)
+    assert said_as == [["loss is nan in rank 1's 5th report"]] * 3
