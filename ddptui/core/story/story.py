@@ -499,7 +499,7 @@ class Story:
         if cycle.index in self._requeue_rounds:  # a fresh torchrun: the job runs again
             why, blamed, nodes = self._requeue_rounds[cycle.index], (), ()
         who = ranks_words(blamed, nodes) + " "
-        why = why.removeprefix(who) if blamed else why  # the headline names the rank already
+        why = why.removeprefix(who) if who.strip() else why  # the headline names them already
         # torchrun counts a restart on the failed worker's agent alone: said where it did
         count = f"; restart {cycle.restarts} of {cycle.max_restarts}" if cycle.restarts else ""
         reports += self._found(

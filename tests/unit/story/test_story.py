@@ -232,3 +232,16 @@ def test_a_connection_lost_in_an_elastic_job_is_one_node_lost_incident_told_goin
     assert lead is not None and lead.nodes == ("node3",) and lead.count == 1
     assert lead.summary == f"its connection was lost; {on}"
     assert story.headline().startswith(f"node lost: node node3 — its connection was lost; {on}")
+
+
+def test_a_round_after_a_lost_node_names_the_node_once() -> None:
+    story = Story(Clock())
+    told(story, running(0, "node1"), running(1, "node2"), running(2, "node3"))
+    members = (CycleMember("node1", 0, (0,)), CycleMember("node2", 1, (1,)))
+    cut = "node node3 lost (its connection: no exit code came)"
+    told(story, CycleReport(RestartCycle(1, 1001.0, 2, members, cut, "node3", None, restarts=1,
+                                         max_restarts=3)))  # fmt: skip
+    (restart,) = story.incidents
+    assert restart.headline() == (
+        "restarted: node node3 — lost (its connection: no exit code came); restart 1 of 3"
+    )
