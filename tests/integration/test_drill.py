@@ -84,7 +84,12 @@ def _assert_drilled(events: list[dict[str, Any]], handler: str, tmp_path: Path) 
             assert any(f"[RANK {rank}] " in t and ": snapshot saved" in t for t in said), rank
         assert any(": snapshot saved" in t and "SIGUSR1" in t for t in said), said[-6:]
     elif handler == "none":
-        assert codes == {-signal.SIGUSR1}, rows
+        # each rank ends by the signal (no handler: its default ends it), or, where its own
+        # came a few ms after its peer's on a loaded machine, of that peer's end (its
+        # collective fails: exit 1); the first to end is always the signal's
+        first = min(rows, key=lambda r: r["sent_at"] + r["after_s"])
+        assert first["exit_code"] == -signal.SIGUSR1, rows
+        assert codes <= {-signal.SIGUSR1, 1}, rows
     # the teardown's proof follows the drill, every node clean; the run says it was a drill
     teardown = [i for i, kind in enumerate(kinds) if kind == "teardown"]
     assert len(teardown) == 2 and min(teardown) > kinds.index("drill"), kinds
