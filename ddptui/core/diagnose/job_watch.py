@@ -3,8 +3,9 @@
 The monitor (core/monitor/) reads node output and keeps every rank's state; it judges
 nothing. JobWatch is that monitor with the judges beside it: a stall and its stacks, the
 flight recorder's dumps, the collective audit, the straggler watch, the learned rhythm and
-its silence budgets, the GPU flags, and the one verdict. It hears the monitor through three
-hooks (a rank spoke, a new round began, a block's events are in) and answers what time
+its silence budgets, the GPU flags, and the one verdict. It hears the monitor through four
+hooks (a rank spoke, a new round began, a block's events are in, a failure was reported:
+its place in the story) and answers what time
 alone, stacks, dumps, collective records and GPU samples bring.
 """
 

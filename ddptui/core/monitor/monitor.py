@@ -126,8 +126,8 @@ def wrong_number_diagnosis(wrong: WrongNumber, line: str, seq: int, now: float) 
 class Monitor:
     """Reads each node's raw output (framing, attribution, the agent-log parser) and keeps
     every rank's state; it judges nothing. What the state means is diagnose's
-    (`core/diagnose/job_watch.py`'s JobWatch runs the judges over it, through the three hooks
-    below: who spoke, a new round, and the events of each block)."""
+    (`core/diagnose/job_watch.py`'s JobWatch runs the judges over it, through the four hooks
+    below: who spoke, a new round, the events of each block, a failure reported)."""
 
     def __init__(
         self,
