@@ -613,7 +613,7 @@ class Session:
             # the console stops below
             self.monitor.cycles.node_left(node, MembershipChange.LOST, None)
         if not self._stop.is_set() and self._goes_on_without(node):
-            if connection_lost:
+            if connection_lost and not self.spec.ft_replicas:  # torchft's groups heal alone
                 self._restarting = asyncio.ensure_future(self._restart_without(node))
             return
         if self._first_failed_node is None:
