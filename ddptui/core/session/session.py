@@ -608,7 +608,7 @@ class Session:
     def _node_failed(self, node: str, connection_lost: bool = False) -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
         unless the job is elastic and goes on without this node (a spare may join)."""
-        if connection_lost and self.monitor is not None and not self._stop.is_set():
+        if connection_lost and self.monitor and self.monitor.one_world and not self._stop.is_set():
             # no exit came to tell it: the next round's cause is this node, not the workers
             # the console stops below
             self.monitor.cycles.node_left(node, MembershipChange.LOST, None)
