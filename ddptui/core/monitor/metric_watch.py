@@ -132,7 +132,8 @@ class MetricWatch:
         self, lines: list[Attributed], ranks: set[int], after: Mapping[int, int] | None = None
     ) -> None:
         """Where this block's report lines are (after `after`'s offset, by rank), for the
-        ranks whose lines print no step: one `may_report` a line of theirs alone, none for
+        ranks whose lines print no step: a line of theirs that starts with the words its
+        reports start with (`may_report` where they start with their number); nothing for
         the ranks whose lines print their step."""
         counted = ranks & self._stepless if after is None else ranks
         if not counted:
