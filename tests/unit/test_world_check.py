@@ -12,7 +12,12 @@ from ddptui.core.events import (
 from ddptui.core.job.plan import LaunchPlan, NodeCommand
 from ddptui.core.monitor.agent_log import AgentLogParser, Assigned, Configured
 from ddptui.core.monitor.monitor import Monitor
-from ddptui.core.session.world_check import PROBE_AFTER_S, WorldCause, WorldCheck
+from ddptui.core.session.world_check import (
+    PROBE_AFTER_S,
+    PROBE_CONFIRM_S,
+    WorldCause,
+    WorldCheck,
+)
 from tests.cases import TORCHRUN_CAPTURES as DATA
 
 ENDPOINT = "10.0.0.11:29400"
@@ -102,17 +107,37 @@ def test_who_holds_the_port_names_a_squatter_or_a_node_serving_itself() -> None:
     squatter = {"pid": 1234, "user": "alice", "cmd": "python3 serve.py", "tag": ""}
     ours = {"pid": 99, "user": "root", "cmd": "torchrun ...", "tag": "r1.0"}
     assert check.holders_seen({"node1": [ours], "node2": [], "node3": []}) is None
-    taken = check.holders_seen({"node1": [squatter], "node2": []})
+    assert check.holders_seen({"node1": [squatter], "node2": []}) is None  # seen once
+    taken = check.holders_seen({"node1": [squatter], "node2": []})  # and again
     assert taken is not None and (taken.node, taken.cause) == ("node1", WorldCause.PORT_TAKEN)
     assert taken.explanation.startswith(
         "port 29400 on node1 is in use by PID 1234 (user alice, python3 serve.py): "
     )
     itself = {"pid": 77, "user": "root", "cmd": "torchrun ...", "tag": "r1.1"}
+    assert check.holders_seen({"node1": [ours], "node2": [itself]}) is None
     split = check.holders_seen({"node1": [ours], "node2": [itself]})
     assert split is not None and (split.node, split.cause) == ("node2", WorldCause.SPLIT_WORLD)
     assert split.explanation.startswith("node2 serves a rendezvous of its own on port 29400")
     # node2's agent bound the port first on a host it shares with node1: the one store
     assert check.holders_seen({"node1": [itself], "node2": [itself]}) is None
+
+
+def test_a_listener_caught_closing_is_no_holder() -> None:
+    """The agent serving the store on a host shared by the nodes ends at its join timeout:
+    one probe catches its listening socket with no process left holding it (or one whose
+    environment is already gone). Found once, asked again PROBE_CONFIRM_S later, it is gone:
+    nothing is named. A squatter found twice in a row is."""
+    check = WorldCheck(_plan(), 0.0)
+    closing = {"pid": None, "user": "root", "cmd": "", "tag": ""}
+    assert check.probe_due(PROBE_AFTER_S) == ["node1", "node2", "node3"]
+    assert check.holders_seen({"node1": [closing]}) is None
+    assert check.probe_due(PROBE_AFTER_S + PROBE_CONFIRM_S - 0.1) == []
+    assert check.probe_due(PROBE_AFTER_S + PROBE_CONFIRM_S) == ["node1", "node2", "node3"]
+    assert check.holders_seen({"node1": []}) is None
+    assert check.probe_due(PROBE_AFTER_S + PROBE_CONFIRM_S + 1) == []  # back to its rhythm
+    assert check.holders_seen({"node1": [closing]}) is None
+    taken = check.holders_seen({"node1": [closing]})
+    assert taken is not None and taken.cause == WorldCause.PORT_TAKEN
 
 
 def test_an_elastic_world_is_judged_by_its_floor() -> None:

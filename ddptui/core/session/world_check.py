@@ -26,6 +26,7 @@ PROBE_AFTER_S = 5.0  # no world yet this long after launch: ask the nodes who ho
 PROBE_EVERY_S = 10.0
 PROBE_UNTIL_S = 120.0
 PROBE_AT_MOST = 16  # nodes asked per round besides the first (at 512 hosts: a few rounds)
+PROBE_CONFIRM_S = 2.0  # a holder found once is asked about again this soon, before it is named
 _ASK_NOW = frozenset({PORT_IN_USE, RENDEZVOUS_CONNECT})
 
 
@@ -68,6 +69,9 @@ class WorldCheck:
         self.asked: dict[str, RendezvousAsked] = {}
         self._rotation = 0
         self._next_probe = started + PROBE_AFTER_S
+        self._last_probe = started
+        self._suspect: tuple[str, WorldCause] | None = None
+        self._last_asked: list[str] = []
         self._expected_nodes = len(plan.commands) - len(spares & set(plan.node_names))
         self._expected_world = self._expected_nodes * plan.nproc_per_node
         self.port = int(plan.rdzv_endpoint.rsplit(":", 1)[1]) if ":" in plan.rdzv_endpoint else 0
@@ -185,7 +189,10 @@ class WorldCheck:
             return []
         if now < self._next_probe or now - self.started > PROBE_UNTIL_S:
             return []
+        self._last_probe = now
         self._next_probe = now + PROBE_EVERY_S
+        if self._suspect is not None:  # confirming: the same nodes again
+            return self._last_asked
         head = self.plan.commands[0]
         apart = [
             c.node
@@ -196,14 +203,30 @@ class WorldCheck:
         ]
         start = self._rotation % len(apart) if apart else 0
         self._rotation += PROBE_AT_MOST
-        return [head.node] + (apart[start:] + apart[:start])[:PROBE_AT_MOST]
+        self._last_asked = [head.node] + (apart[start:] + apart[:start])[:PROBE_AT_MOST]
+        return self._last_asked
 
     def holders_seen(
         self, holders: Mapping[str, Sequence[Mapping[str, Any]]]
     ) -> WorldProblem | None:
         """Each asked node's listeners on the rendezvous port (netinfo.port_holders): on the
         first node, one that is not this job's holds the port; elsewhere, the node's own
-        agent listening means it serves a rendezvous of its own."""
+        agent listening means it serves a rendezvous of its own. A finding is named only when
+        the next probe, PROBE_CONFIRM_S later, finds it again: a listener caught while its
+        process exits (an agent at its join timeout, its files closed and its environment
+        gone) is no holder."""
+        found = self._holders_problem(holders)
+        suspect = (found.node, found.cause) if found else None
+        if found is None or suspect != self._suspect:
+            self._suspect = suspect
+            if found is not None:
+                self._next_probe = self._last_probe + PROBE_CONFIRM_S
+            return None
+        return found
+
+    def _holders_problem(
+        self, holders: Mapping[str, Sequence[Mapping[str, Any]]]
+    ) -> WorldProblem | None:
         tags = {c.node: c.tag for c in self.plan.commands}
         ours = {c.tag for c in self.plan.commands}
         # A listener the head sees too is the one store of a host they share (pseudo-nodes
