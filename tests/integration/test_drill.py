@@ -146,7 +146,8 @@ def test_ssh_drill_times_every_rank_on_every_host(
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    ("mode", "handler"), [("salloc", "none"), ("sbatch", "none"), ("srun", "slow")]
+    ("mode", "handler"),
+    [("salloc", "none"), ("sbatch", "none"), ("srun", "slow"), ("srun", "checkpoint")],
 )
 def test_slurm_drill_times_every_rank_against_the_grace_and_the_warning(
     slurm_cluster: SlurmCluster, tmp_path: Path, mode: str, handler: str

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 from ddptui.core.node import STDIN_PROGRAM
 from testbed.netns import Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
-from tests.integration.sshrun import popen_headless, state_env
+from tests.integration.sshrun import popen_headless, read_until, state_env
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
     _barrier_waits,
@@ -174,5 +175,47 @@ def test_the_console_killed_then_attached(clean_testbed: Testbed, tmp_path: Path
     summary = followed[-1]
     assert summary["ok"] is True and attach.returncode == 0, summary["detail"]
     proofs = {e["node"]: e["clean"] for e in followed if e["event"] == "teardown"}
+    assert proofs == dict.fromkeys(HOSTS, True), proofs
+    assert tb.wait_clean(HOSTS) == {}
+
+
+@pytest.mark.parametrize("nodes", ["3", "2:3"])
+def test_a_node_never_joins_the_rendezvous(
+    clean_testbed: Testbed, tmp_path: Path, nodes: str
+) -> None:
+    """VICTIM's agent frozen (SIGSTOP) before it asks for the rendezvous, over SSH: a fixed
+    job's other hosts wait for it until their join timeout and the story names it; an
+    elastic job starts without it and, once finished, stops it instead of waiting for it."""
+    tb = clean_testbed
+    job = [*ELASTIC_JOB[:2], "--rdzv-conf", "last_call_timeout=2,join_timeout=15", *ELASTIC_JOB[4:]]
+    args = ("--hosts", "node[1-3]", "--nodes", nodes, *job)
+    proc = popen_headless(tb, tmp_path / "state", *args)
+    events = read_until(proc, lambda e: e["event"] == "plan")
+    run_id = events[-1]["run_id"]
+    deadline = time.monotonic() + 30
+    while not (agents := _victim_pids(run_id)[0]) and time.monotonic() < deadline:
+        time.sleep(0.02)  # its agent starts in well under a second; torch's import takes two
+    for agent in agents:
+        os.kill(agent, signal.SIGSTOP)
+    out, err = outputs(proc, ENDS_WITHIN_S)
+    events += [json.loads(line) for line in out.splitlines()]
+    summary = events[-1]
+    assert summary["event"] == "summary", (events[-5:], err[-3000:])
+    asked = {e["node"] for e in events if e["event"] == "rendezvous_asked"}
+    assert agents and VICTIM not in asked  # frozen before it asked
+    if nodes == "3":
+        assert summary["ok"] is False and proc.returncode == 1
+        assert summary["headline"].startswith(
+            f"launch failed — {VICTIM} never joined the rendezvous (its agent never asked"
+        ), summary["detail"]
+    else:
+        assert summary["ok"] is True and proc.returncode == 0, summary["detail"]
+        assert summary["world_size"] == 2
+        cycles = last_cycles(events)
+        assert all(VICTIM not in [m["node"] for m in c["members"]] for c in cycles.values())
+        assert summary["detail"].startswith(
+            f"elastic: finished on 2 node(s); {VICTIM} never joined the rendezvous"
+        ), summary["detail"]
+    proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(HOSTS, True), proofs
     assert tb.wait_clean(HOSTS) == {}

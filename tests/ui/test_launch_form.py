@@ -131,8 +131,13 @@ async def test_backend_sections_and_loading_a_profile() -> None:
         assert screen.check.spec.profile == "cifar10-vgg"
         screen.query_one("#container_engine", Select).value = "pyxis"
         screen.query_one("#backend", Select).value = "local"
-        await pilot.pause()
-        assert "slurm backend only" in field(screen, "container_engine").error
+        # each change is a message the form takes in turn (the profile's own changes first)
+        await wait_for(
+            pilot,
+            lambda: "slurm backend only" in field(screen, "container_engine").error,
+            "pyxis refused off Slurm",
+            30,
+        )
 
 
 async def test_launch_from_the_form_runs_the_edited_job() -> None:

@@ -3,6 +3,7 @@ details, the job's quiet phase above the ranks, the step loop's budget once the 
 
 from __future__ import annotations
 
+import re
 import time
 
 from ddptui.core.diagnose.job_watch import JobWatch
@@ -53,10 +54,12 @@ async def test_a_quiet_phase_shows_with_its_budget_left_and_the_step_budget_afte
         text = screen.details.render().plain  # type: ignore[union-attr]
         phase = next(line for line in text.splitlines() if line.startswith("phase: "))
         spent, left = _numbers(phase, "phase: checkpoint · {} s of its 300 s budget, {} s left")
-        assert 41 <= spent <= 44 and spent + left == 300
+        late = time.time() - now  # the app's start, on a loaded machine: seconds
+        assert 41 <= spent <= 43 + late and spent + left == 300
         side = screen.query_one("#side")
         assert side.border_subtitle is not None
-        assert side.border_subtitle.startswith("checkpoint · 25")  # 300 - 42..44 s
+        said = re.match(r"checkpoint · (\d+) s", side.border_subtitle)
+        assert said and 300 - 44 - late <= int(said.group(1)) <= 300 - 41, side.border_subtitle
         feed(screen, _steps(m, now, 3))  # the checkpoint is over: the step loop again
         await pilot.pause()
         text = screen.details.render().plain  # type: ignore[union-attr]
