@@ -147,7 +147,13 @@ def test_ssh_drill_times_every_rank_on_every_host(
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("mode", "handler"),
-    [("salloc", "none"), ("sbatch", "none"), ("srun", "slow"), ("srun", "checkpoint")],
+    [
+        ("salloc", "none"),
+        ("sbatch", "none"),
+        ("srun", "slow"),
+        ("srun", "checkpoint"),
+        ("sbatch-srun", "checkpoint"),
+    ],
 )
 def test_slurm_drill_times_every_rank_against_the_grace_and_the_warning(
     slurm_cluster: SlurmCluster, tmp_path: Path, mode: str, handler: str
@@ -156,8 +162,13 @@ def test_slurm_drill_times_every_rank_against_the_grace_and_the_warning(
     a plain torchrun's); an srun task (`--launch srun`: no torchrun) whose handler outlasts
     the grace gets SIGKILL, each node drilling its own tasks alone (srun direct's one tag is
     every node's). Slurm's warning (`--slurm-signal USR1@5`) is the lead time each rank's
-    exit is also held against."""
-    how = ("--launch", "srun") if mode == "srun" else ("--slurm-mode", mode)
+    exit is also held against. srun direct's `srun` carries the job's tag (in a batch job,
+    on the first node): it is Slurm's client, not a worker, and the drill leaves it be, so the
+    step ends by its tasks' own exits (0, each saving its snapshot), as the table says."""
+    how = {
+        "srun": ("--launch", "srun"),
+        "sbatch-srun": ("--slurm-mode", "sbatch", "--launch", "srun"),
+    }.get(mode, ("--slurm-mode", mode))
     proc = slurmrun.start(
         slurm_cluster,
         tmp_path,

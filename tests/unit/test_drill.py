@@ -9,6 +9,7 @@ import asyncio
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +93,31 @@ def test_the_node_times_each_rank_and_kills_what_outlasts_the_grace() -> None:
     assert by_rank[1]["killed"] and by_rank[1]["after"] is None
     assert by_rank[1]["code"] == -signal.SIGKILL
     assert by_rank[0]["pid"] == quick.pid and by_rank[1]["pid"] == slow.pid
+
+
+def test_slurms_own_client_is_left_alone(tmp_path: Path) -> None:
+    """srun direct's `srun` carries the job's tag (and, in a batch job, SLURM_PROCID 0 on the
+    first node): it is no rank, gets no signal, and is not killed once the ranks have ended
+    (that ended the step and lost every task's exit code)."""
+    tag = f"drill-srun-{os.getpid()}"
+    srun = tmp_path / "srun"
+    srun.symlink_to(shutil.which("sleep") or "/bin/sleep")  # its name is what Slurm's is
+    env = {**os.environ, "DDPTUI_TAG": tag, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+    client = subprocess.Popen([str(srun), "60"], env=env)
+    quick = _rank(tag, 0, QUICK)
+    try:
+        _ready([quick])
+        said = io.StringIO()
+        with redirect_stdout(said):
+            assert drill(tag, "1.0", "USR1") == 0
+        report = json.loads(said.getvalue())
+        assert [r["pid"] for r in report["ranks"]] == [quick.pid]
+        assert report["ranks"][0]["code"] == 3
+        assert client.poll() is None  # neither USR1 (its default ends it) nor SIGKILL
+    finally:
+        for proc in (client, quick):
+            proc.kill()
+            proc.wait()
 
 
 def test_a_zombie_gives_its_exit_code_and_a_live_process_none() -> None:

@@ -23,6 +23,11 @@ KILLED_GONE_S = 5.0  # how long a SIGKILLed rank gets to be gone
 MAX_WAIT_S = 10.0  # the most a node waits for the drill's time (a clock far ahead of ours)
 # The variables that name a process's rank: torchrun's worker, else an srun task's.
 RANK_VARS = ((b"RANK", b"LOCAL_RANK"), (b"SLURM_PROCID", b"SLURM_LOCALID"))
+# Slurm's own clients carry the job's tag (they pass the environment on to the tasks): the
+# `srun` of srun direct, on the first node in a batch job. Not the job's workers: a signal
+# is theirs to forward, and one killed at the grace's end would end the step and lose every
+# task's exit code.
+SLURM_CLIENTS = frozenset({"srun", "salloc", "sbatch", "sattach"})
 
 
 def _env_of(pid: int) -> dict[bytes, bytes]:
@@ -39,6 +44,14 @@ def _on_this_node(pid: int, node: bytes) -> bool:
     (SLURMD_NODENAME), and where nodes share one process table (test hosts that are network
     namespaces of one machine) the job's tag alone does not, for srun direct's one tag."""
     return _env_of(pid).get(b"SLURMD_NODENAME", node) == node
+
+
+def _slurm_client(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() in SLURM_CLIENTS
+    except OSError:
+        return False
 
 
 def _rank_in_env(pid: int) -> tuple[int, int | None] | None:
@@ -105,7 +118,7 @@ def drill(tag: str, grace_arg: str, signals: str = "TERM", order: str = "", at: 
     names = [n for n in signals.split(",") if n] or ["TERM"]
     # The job's processes are looked up first (a look at every process: tens of ms where
     # many run), so that every node sends at `at` itself, not after its own look.
-    pids = [p for p in _tagged(tag) if is_alive(p)]
+    pids = [p for p in _tagged(tag) if is_alive(p) and not _slurm_client(p)]
     node = os.environ.get("SLURMD_NODENAME", "").encode()
     if node:
         pids = [p for p in pids if _on_this_node(p, node)]

@@ -162,6 +162,7 @@ def _proof_step(spec: JobSpec, run_id: str) -> list[str]:
         f'    {_render(reap)} >"$out.tmp" && mv "$out.tmp" "$out"',
         "}",
         "export -f prove_node",
+        "export run_dir  # the step's tasks read it too (srun direct's body does not export it)",
         f"env -u DDPTUI_TAG srun --ntasks-per-node=1 --kill-on-bad-exit=0 "
         f"--job-name={proof_step_name(run_id)} bash -c prove_node",
     ]
