@@ -8,11 +8,12 @@ has the table."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from testbed import SlurmCluster
+from testbed import SlurmCluster, Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
 from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, start
 from tests.integration.test_failure_matrix_local import (
@@ -63,3 +64,51 @@ def test_a_node_dies(slurm_cluster: SlurmCluster, tmp_path: Path, mode: str) -> 
     assert proofs == dict.fromkeys(HOSTS, True), proofs
     assert left_on_nodes(slurm_cluster.tb, HOSTS) == {}
     assert gone_from_squeue(slurm_cluster, job_of(events)), slurm_cluster.squeue_ids()
+
+
+# Slurm's own word on a lost host comes after SlurmdTimeout (300 s by default): a cluster of
+# this test's own answers within the test's time (slurmctld pings every third of it).
+SLURMD_TIMEOUT_S = 12
+
+
+@pytest.fixture
+def quick_to_notice(make_testbed: Callable[..., Testbed]) -> Iterator[SlurmCluster]:
+    """Slurm on three hosts of this test's own, telling a node that stops answering down
+    after SLURMD_TIMEOUT_S."""
+    tb = make_testbed(HOSTS, sshd=True)
+    with SlurmCluster(tb, extra_conf=[f"SlurmdTimeout={SLURMD_TIMEOUT_S}"]) as cluster:
+        yield cluster
+
+
+def test_a_host_lost_inside_the_allocation(quick_to_notice: SlurmCluster, tmp_path: Path) -> None:
+    """node3's network gone mid-run (its bridge port down: every packet dropped): the ranks
+    wait in their collectives (gloo: 30 minutes) and node3's task cannot say anything; Slurm
+    tells the node down and ends the job (NODE_FAIL). The story leads with the lost node,
+    no survivor is blamed, the reachable nodes are proven clean and the allocation is gone."""
+    cluster = quick_to_notice
+    args = ("--nodes", "3", "--max-restarts", "3", *ELASTIC_JOB)
+    proc = start(cluster, tmp_path, *args)
+    events = _until_stepping(proc, 3)
+    cluster.tb.cut_link(VICTIM)
+    try:
+        out, err = outputs(proc, ENDS_WITHIN_S)
+    finally:
+        cluster.tb.restore_link(VICTIM)
+    events += [json.loads(line) for line in out.splitlines()]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    summary = events[-1]
+    assert summary["event"] == "summary", (events[-5:], err[-3000:])
+    assert summary["ok"] is False and proc.returncode == 1, summary["detail"]
+    told = _story_line(summary)
+    assert told.startswith(f"node lost: node {VICTIM}"), summary["detail"]
+    survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
+    blamed = {r for i in summary["incidents"] if i["round"] == 0 for r in i["blamed"]}
+    assert not blamed & survivors, summary["incidents"]
+    # the verdict and the culprit are Slurm's lost node, not a rank its end stopped first
+    verdict = summary["verdict"]
+    assert (verdict["signature"], verdict["node"]) == ("slurm_node_fail", VICTIM), verdict
+    assert [r["node"] for r in summary["ranks"] if r["culprit"]] == [VICTIM], summary["ranks"]
+    proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
+    assert proofs["node1"] and proofs["node2"], proofs
+    assert left_on_nodes(cluster.tb, HOSTS[:2]) == {}
+    assert gone_from_squeue(cluster, job_of(events)), cluster.squeue_ids()

@@ -65,6 +65,10 @@ def test_slurm_signal_reaches_the_workers_before_the_time_limit_ends_the_job(
     said = "ended by the scheduler — the job reached its Slurm time limit"
     assert first.startswith(said) and summary["headline"] == first, summary
     assert "DUE TO TIME LIMIT" in summary["detail"], summary
+    # the verdict is the scheduler's, and no rank it stopped is the culprit
+    assert summary["verdict"]["signature"] == "slurm_time_limit", summary["verdict"]
+    assert summary["verdict"]["rank"] is None
+    assert not any(r["culprit"] for r in summary["ranks"]), summary["ranks"]
     assert not slurm_cluster.squeue_ids()
 
 

@@ -333,12 +333,25 @@ def identify(
 SCHEDULER_ENDS = ("slurm_preempted", "slurm_time_limit", "slurm_node_fail")
 
 
+# srun's word on the node Slurm lost (the one it names, not the log the line is in)
+_NODE_FAILURE = re.compile(r"\bNode failure on ([^\s)]+)")
+
+
 def scheduler_end(node_lines: Mapping[str, Sequence[str]]) -> str | None:
     """Why the scheduler ended the job (preempted, its time limit, a node lost), in words
-    with the line that shows it, when a node's own lines (srun's, slurmstepd's) say so."""
+    with the line that shows it (and the log it is in, where the line names no node), when
+    a node's own lines (srun's, slurmstepd's) say so."""
     for node, lines in node_lines.items():
         for name in SCHEDULER_ENDS:
             line = BY_NAME[name].find(lines)
             if line is not None:
-                return f"{BY_NAME[name].summary} ({node}: {line})"
+                where = "" if lost_node(line) else f"{node}: "
+                return f"{BY_NAME[name].summary} ({where}{line})"
     return None
+
+
+def lost_node(text: str) -> str | None:
+    """The node Slurm says it lost (`srun: error: Node failure on node3`), if the text names
+    one."""
+    found = _NODE_FAILURE.search(text)
+    return found.group(1) if found else None

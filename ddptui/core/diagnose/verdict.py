@@ -28,8 +28,9 @@ from ddptui.core.diagnose.signatures import (
     Signature,
     Source,
     identify,
+    lost_node,
 )
-from ddptui.core.events import Event
+from ddptui.core.events import Event, RankSummary
 
 MAX_EVIDENCE = 6
 
@@ -275,4 +276,28 @@ def _rank_verdict(facts: RankFacts, role: Role) -> Verdict:
             else f"exited ({facts.exit_code}) without saying why"
         ),
         tuple(line.strip() for line in facts.lines[-MAX_EVIDENCE:] if line.strip()),
+    )
+
+
+def scheduler_verdict(words: str, ranks: Sequence[RankSummary]) -> Verdict | None:
+    """The verdict of a job the scheduler ended (signatures.scheduler_end's `words`): the
+    scheduler's, not that of a rank it stopped; on the node it says it lost (its first rank),
+    or on none (a preemption, the time limit end every node alike). None when the words name
+    no signature."""
+    found = identify([words], (), Source.NODE)
+    if found is None:
+        return None
+    signature, line = found
+    node = lost_node(words)
+    cell = next((r for r in ranks if r.node == node), None) if node else None
+    return Verdict(
+        node or "",
+        cell.rank if cell else None,
+        cell.local_rank if cell else None,
+        Role.INITIATING,
+        signature.name,
+        signature.domain,
+        signature.outlook,
+        words,
+        (line,),
     )

@@ -18,7 +18,7 @@ from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.settings import SETTINGS_KEY, SettingsWatch
 from ddptui.core.diagnose.signatures import scheduler_end
 from ddptui.core.diagnose.stall_events import StallReport
-from ddptui.core.diagnose.verdict import VerdictReport
+from ddptui.core.diagnose.verdict import VerdictReport, scheduler_verdict
 from ddptui.core.events import (
     Event,
     FailureRecord,
@@ -31,6 +31,7 @@ from ddptui.core.events import (
     PlanReady,
     RankChanged,
     RankState,
+    RankSummary,
     RendezvousAsked,
     StopReason,
     TeardownReport,
@@ -726,12 +727,21 @@ class Session:
         self._logs.clear()
 
     def _verdict(
-        self, ok: bool, stopped_by: StopReason, told: MonitorSummary | None
+        self,
+        ok: bool,
+        stopped_by: StopReason,
+        told: MonitorSummary | None,
+        ranks: Sequence[RankSummary],
+        ended_by: str | None,
     ) -> VerdictReport | None:
-        """The run's one verdict: for a run that failed, or that the operator stopped after
-        it stalled or mismatched (a healthy run torn down has none)."""
+        """The run's one verdict: for a run that failed (the scheduler's, where it ended
+        the job), or that the operator stopped after it stalled or mismatched (a healthy run
+        torn down has none)."""
         if ok or self._detach or self.monitor is None or told is None:
             return None
+        said = scheduler_verdict(ended_by, ranks) if ended_by else None
+        if said is not None:
+            return VerdictReport(said, final=True)
         stuck = told.stall is not None or told.recorder is not None
         if stopped_by == StopReason.OPERATOR and not (stuck or self.monitor.mismatches()):
             return None
@@ -783,10 +793,11 @@ class Session:
                 detail = outcome.elastic_finish(cycles, sorted(self._absent))
         stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
-        if ended_by and not self._detach:  # preempted, timed out: the story's lead
+        if ended_by and not self._detach:  # preempted, timed out, a node lost: the lead
             self._emit_all(self.story.scheduler_ended(ended_by))
             detail = ended_by + (f"; {detail}" if detail else "")
             stopped_by = StopReason.FAILURE if stopped_by == StopReason.FINISHED else stopped_by
+            ranks = outcome.marked_by_lead(self.story.lead(), ranks)
         if self._detach and not detail:
             detail = outcome.detached(self.run_id, self._keeps_watch())
         elif stopped_by == StopReason.OPERATOR and not detail:
@@ -796,7 +807,7 @@ class Session:
             cell = outcome.first_blamed(self.story.lead(), told.culprit, ranks)
             # None: the lead blames ranks that did not fail, and says it alone
             detail = outcome.failed_first(cell, self._last_error) if cell is not None else ""
-        verdict = self._verdict(ok, stopped_by, told)
+        verdict = self._verdict(ok, stopped_by, told, ranks, ended_by)
         if verdict is not None:
             self.emit(verdict)
         self._emit_all(self.story.ended())

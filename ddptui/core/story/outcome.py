@@ -10,6 +10,7 @@ finish, a detached run's way back.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ddptui.core.diagnose.failures import explanation
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
@@ -36,6 +37,19 @@ def first_blamed(
         return culprit
     failed = [r for r in ranks if blamed(r) and r.state == RankState.FAILED]
     return failed[0] if failed else None
+
+
+def marked_by_lead(lead: Incident | None, ranks: Sequence[RankSummary]) -> tuple[RankSummary, ...]:
+    """The ranks with the culprit the story's lead names, for a run whose lead is not a
+    rank's failure (the scheduler ended it): the first rank it blames, else the first of
+    the nodes it names (a node Slurm lost); no culprit where it names neither (a preemption,
+    the time limit). The grid, history and the summary then name who the first line does."""
+    blamed = set(lead.blamed) if lead else set()
+    nodes = set(lead.nodes) if lead else set()
+    first = next((r for r in ranks if r.rank in blamed), None) or next(
+        (r for r in ranks if r.node in nodes), None
+    )
+    return tuple(replace(r, culprit=r is first) for r in ranks)
 
 
 def failed_first(cell: RankSummary, backend_error: str = "") -> str:

@@ -20,7 +20,14 @@ from datetime import datetime
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.settings import SettingsReport, differences_words
-from ddptui.core.diagnose.signatures import COLLECTIVE_MISMATCH, Domain, Outlook, Source, identify
+from ddptui.core.diagnose.signatures import (
+    COLLECTIVE_MISMATCH,
+    Domain,
+    Outlook,
+    Source,
+    identify,
+    lost_node,
+)
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import FlightRecorderReport, StallReport
 from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
@@ -310,9 +317,10 @@ class Story:
     def scheduler_ended(self, detail: str) -> list[IncidentReport]:
         """The scheduler ended the job (preempted, its time limit, a node it lost): that
         leads; the ranks it stopped "exited without saying why" only because of it."""
+        lost = lost_node(detail)
         return self._session_end(
             "scheduler", detail, SIGNATURE_KINDS, IncidentKind.PREEMPTED,
-            Domain.INFRASTRUCTURE, Outlook.RESTART_HELPS,
+            Domain.INFRASTRUCTURE, Outlook.RESTART_HELPS, (lost,) if lost else (),
         )  # fmt: skip
 
     def _session_end(
@@ -323,10 +331,11 @@ class Story:
         kind: IncidentKind,
         domain: Domain | None,
         outlook: Outlook,
+        nodes: tuple[str, ...] = (),
     ) -> list[IncidentReport]:
         """How the session says the run ended, in its words, as the lead: the kind its words'
-        signature names in `kinds` (else `kind`), whose (`domain`, else the signature's) and
-        the outlook (the signature's, else `outlook`)."""
+        signature names in `kinds` (else `kind`), whose (`domain`, else the signature's), the
+        outlook (the signature's, else `outlook`) and the `nodes` it names."""
         found = identify([detail], (), Source.NODE)
         signature = found[0] if found else None
         if signature is not None:
@@ -336,6 +345,7 @@ class Story:
             kind,
             (key,),
             self._clock(),
+            nodes=nodes,
             summary=detail.strip(),
             domain=domain or (signature.domain if signature else Domain.JOB),
             outlook=outlook,

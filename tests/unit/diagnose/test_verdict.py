@@ -6,7 +6,15 @@ import pickle
 
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.signatures import Domain, Outlook
-from ddptui.core.diagnose.verdict import RankFacts, Role, judge, role_of, roles
+from ddptui.core.diagnose.verdict import (
+    RankFacts,
+    Role,
+    judge,
+    role_of,
+    roles,
+    scheduler_verdict,
+)
+from ddptui.core.events import RankState, RankSummary
 from ddptui.core.monitor import causes
 
 GLOO_ABORT = (
@@ -188,3 +196,26 @@ def test_a_skipped_collective_names_the_rank_that_skipped_it() -> None:
     verdict = judge([RankFacts("n0", 0, 0), RankFacts("n1", 0, 1)], mismatches=[skip])
     assert verdict is not None and (verdict.node, verdict.rank) == ("n1", 1)
     assert verdict.summary == "rank 1 skipped all_reduce #5 of group 0: rank 1 never entered it"
+
+
+def test_the_scheduler_s_end_is_its_own_verdict() -> None:
+    """The job Slurm ended: the verdict is Slurm's, on the node it lost (that node's rank),
+    or on no rank for a time limit; never that of a rank it stopped."""
+    ranks = [
+        RankSummary(0, "node1", 0, RankState.FAILED, None, culprit=True),
+        RankSummary(2, "node3", 0, RankState.FAILED, None),
+    ]
+    lost = "Slurm lost a node of the job (NODE_FAIL) (srun: error: Node failure on node3)"
+    said = scheduler_verdict(lost, ranks)
+    assert said is not None and (said.signature, said.node, said.rank) == (
+        "slurm_node_fail",
+        "node3",
+        2,
+    )
+    assert said.domain == Domain.INFRASTRUCTURE and said.outlook == Outlook.RESTART_ELSEWHERE
+    assert said.role == Role.INITIATING and said.summary == lost
+    limit = "the job reached its Slurm time limit (node1: *** STEP 1.0 DUE TO TIME LIMIT ***)"
+    said = scheduler_verdict(limit, ranks)
+    assert said is not None and said.signature == "slurm_time_limit"
+    assert said.rank is None and said.node == ""
+    assert scheduler_verdict("all fine", ranks) is None

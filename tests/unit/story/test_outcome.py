@@ -60,3 +60,21 @@ def test_a_detached_run_says_the_way_back() -> None:
         outcome.detached("r1", False) == "detached: the job runs on; `ddptui attach r1` follows it"
     )
     assert outcome.detached("r1", True).endswith("; a watcher follows it meanwhile to notify")
+
+
+def test_the_scheduler_s_end_moves_the_culprit_to_whom_the_lead_names() -> None:
+    """Slurm lost node3 and ended the job: rank 1 on node2, stopped first by the clock, was
+    the monitor's culprit; the lead names node3, so its rank is the one marked (the grid,
+    history and the summary say who the first line does). A time limit names nobody."""
+    ranks = [
+        _rank(0, "node1", FAILED, None),
+        _rank(1, "node2", FAILED, None, culprit=True),
+        _rank(2, "node3", FAILED, None),
+    ]
+    lost = Incident(1, IncidentKind.NODE_LOST, "Slurm lost a node of the job", nodes=("node3",))
+    marked = outcome.marked_by_lead(lost, ranks)
+    assert [r.culprit for r in marked] == [False, False, True]
+    limit = Incident(1, IncidentKind.PREEMPTED, "the job reached its Slurm time limit")
+    assert not any(r.culprit for r in outcome.marked_by_lead(limit, ranks))
+    blamed = Incident(1, IncidentKind.CRASH, "rank 0 crashed", blamed=(0,), nodes=("node1",))
+    assert [r.culprit for r in outcome.marked_by_lead(blamed, ranks)] == [True, False, False]

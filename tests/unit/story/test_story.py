@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddptui.core.diagnose.audit import CollectiveMismatch, MismatchKind
 from ddptui.core.diagnose.audit_watch import MismatchReport
-from ddptui.core.diagnose.signatures import Domain, Outlook
+from ddptui.core.diagnose.signatures import Domain, Outlook, scheduler_end
 from ddptui.core.diagnose.speed import StragglerReport
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import Role, Verdict, VerdictReport
@@ -183,6 +183,21 @@ def test_the_scheduler_s_end_leads_over_the_ranks_it_stopped() -> None:
     story.scheduler_ended(ended)
     told(story, verdict(0, "exit", "node1", final=True))  # "exited without saying why"
     assert story.headline().startswith(f"ended by the scheduler — {ended}")
+
+
+def test_a_node_slurm_lost_is_named_by_the_line_not_by_the_log_it_is_in() -> None:
+    """srun's `Node failure on node3` lands in every step's log (node1's first): the lead is
+    node3 lost, none of the ranks the job's end stopped."""
+    story = Story(Clock())
+    told(story, running(0, "node1"), running(2, "node3"), verdict(0, "exit", "node1"))
+    ended = scheduler_end({"node1": ["srun: error: Node failure on node3"]})
+    assert ended == "Slurm lost a node of the job (NODE_FAIL) (srun: error: Node failure on node3)"
+    story.scheduler_ended(ended)
+    told(story, verdict(0, "exit", "node1", final=True))
+    lead = story.lead()
+    assert lead is not None and lead.kind == IncidentKind.NODE_LOST
+    assert lead.nodes == ("node3",) and not lead.blamed
+    assert story.headline().startswith(f"node lost: node node3 — {ended}")
 
 
 def test_a_world_apart_is_a_launch_failure_however_far_its_ranks_got() -> None:
