@@ -114,6 +114,15 @@ class Incident:
     def who(self) -> str:
         return ranks_words(self.blamed, self.nodes)
 
+    def marks(self, node: str, rank: int | None) -> bool:
+        """Whether a rank is one this incident blames: one of its ranks, or, for a node or
+        an agent lost that names no rank (Slurm's word on a node, a cut connection), a rank
+        of that node."""
+        if self.blamed:
+            return rank is not None and rank in self.blamed
+        lost = self.kind in (IncidentKind.NODE_LOST, IncidentKind.AGENT_LOST)
+        return lost and node in self.nodes
+
     def headline(self) -> str:
         """The one line every surface opens with: `collective mismatch: rank 1 on node1 —
         size mismatch in all_reduce #6 of group 0; fix it first: a restart fails the same way`."""

@@ -195,11 +195,12 @@ class RankGrid(Widget):
         self._changed()
 
     def show_lead(self, lead: Incident | None) -> None:
-        """The story's lead: the ranks it blames are marked with its kind, no other rank."""
+        """The story's lead: the ranks it blames (Incident.marks) are marked with its kind, no
+        other rank."""
         for row in self._rows.values():
             for cell in row.cells:
-                blamed = lead is not None and cell.rank is not None and cell.rank in lead.blamed
-                cell.blamed = lead if blamed else None
+                marked = lead is not None and lead.marks(cell.node, cell.rank)
+                cell.blamed = lead if marked else None
         if self._hovered is not None:
             self.tooltip = self._hovered.tooltip
         self._changed()

@@ -36,8 +36,12 @@ def _start(tmp_path: Path, tag: str, *words: str) -> tuple[int, int, Path]:
         timeout=30,
     )
     agent = json.loads(done.stdout.decode().splitlines()[-1])["pid"]
+    said = b"Done waiting for other agents" if words else b"training"
     deadline = time.monotonic() + 20
-    while len(pids_with_tag(tag)) < 2 and time.monotonic() < deadline:
+    # its worker started and its words in the log (its last words: what the tail reads)
+    while time.monotonic() < deadline and not (
+        len(pids_with_tag(tag)) >= 2 and log.exists() and said in log.read_bytes()
+    ):
         time.sleep(0.05)
     supervisor = int(Path(str(log) + ".pid").read_text().split()[1])
     return agent, supervisor, log
