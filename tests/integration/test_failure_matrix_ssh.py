@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,10 +23,12 @@ from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
 from tests.integration.sshrun import popen_headless, read_until, state_env
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
+    NEVER_JOINS_JOB,
     _barrier_waits,
     _cmdline,
     _story_line,
     _until_stepping,
+    freeze_before_it_asks,
 )
 from tests.procs import outputs, pids_with_tag
 
@@ -187,16 +188,11 @@ def test_a_node_never_joins_the_rendezvous(
     job's other hosts wait for it until their join timeout and the story names it; an
     elastic job starts without it and, once finished, stops it instead of waiting for it."""
     tb = clean_testbed
-    job = [*ELASTIC_JOB[:2], "--rdzv-conf", "last_call_timeout=2,join_timeout=15", *ELASTIC_JOB[4:]]
-    args = ("--hosts", "node[1-3]", "--nodes", nodes, *job)
+    args = ("--hosts", "node[1-3]", "--nodes", nodes, *NEVER_JOINS_JOB)
     proc = popen_headless(tb, tmp_path / "state", *args)
     events = read_until(proc, lambda e: e["event"] == "plan")
     run_id = events[-1]["run_id"]
-    deadline = time.monotonic() + 30
-    while not (agents := _victim_pids(run_id)[0]) and time.monotonic() < deadline:
-        time.sleep(0.02)  # its agent starts in well under a second; torch's import takes two
-    for agent in agents:
-        os.kill(agent, signal.SIGSTOP)
+    agents = freeze_before_it_asks(lambda: _victim_pids(run_id)[0])
     out, err = outputs(proc, ENDS_WITHIN_S)
     events += [json.loads(line) for line in out.splitlines()]
     summary = events[-1]

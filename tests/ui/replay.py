@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState, RankState, RunPhase, StopReason
+from ddptui.core.job.spec import JobSpec
 from ddptui.core.runs.summary import RunSummary
 from ddptui.core.session.phase import RunPhaseWatch
 from ddptui.core.story.incident import IncidentReport
@@ -105,3 +106,23 @@ def feed(screen: JobScreen, events: list[Event]) -> None:
         if change is not None:
             screen.relay.emit(change)
     screen._flush_logs()
+
+
+async def first_rows_and_marks(
+    events: list[Event], spec: JobSpec, size: tuple[int, int] = (80, 24)
+) -> tuple[list[str], list[tuple[str, int | None]]]:
+    """The root-cause panel's rows and the grid's marked cells (node, rank), the events fed
+    to a console of `spec` at `size` (80x24: the smallest it is read at)."""
+    from ddptui.ui.app import DdpApp  # the app imports this module's screens
+
+    app = DdpApp(spec)
+    async with app.run_test(size=size) as pilot:
+        screen = app.job_screen
+        assert isinstance(screen, JobScreen)
+        feed(screen, events)
+        await pilot.pause()
+        assert screen.root_cause.has_class("-shown")
+        rows = screen.root_cause.describe().plain.splitlines()
+        cells = [screen.grid.cell(node, local) for node, local in screen.grid.states()]
+        marked = [(c.node, c.rank) for c in cells if c is not None and c.blamed is not None]
+        return rows, marked

@@ -10,14 +10,11 @@ from pathlib import Path
 
 from ddptui.core.events import Event
 from ddptui.core.runs.event_log import decode_event
-from ddptui.ui.app import DdpApp
-from ddptui.ui.screens.job import JobScreen
 
 from .conftest import local_spec
-from .replay import feed
+from .replay import first_rows_and_marks
 
 EVENTS = Path(__file__).resolve().parents[1] / "data" / "slurm" / "host_lost" / "events.jsonl"
-SMALL = (80, 24)
 
 
 def _said() -> list[Event]:
@@ -26,21 +23,10 @@ def _said() -> list[Event]:
 
 
 async def test_a_host_slurm_lost_reads_node3_on_every_surface() -> None:
-    events = _said()
     # the allocation's three nodes, named as Slurm gave them
-    hosts = ("node1", "node2", "node3")
-    app = DdpApp(local_spec(backend="ssh", hosts=hosts, nodes=3, nproc_per_node=1))
-    async with app.run_test(size=SMALL) as pilot:
-        screen = app.job_screen
-        assert isinstance(screen, JobScreen)
-        feed(screen, events)
-        await pilot.pause()
-        assert screen.root_cause.has_class("-shown")
-        rows = screen.root_cause.describe().plain.splitlines()
-        assert rows[0].startswith("▶ node lost: node node3"), rows[:4]
-        cells = [screen.grid.cell(node, local) for node, local in screen.grid.states()]
-        assert sorted(c.node for c in cells if c is not None) == list(hosts)
-        marked = {c.node for c in cells if c is not None and c.blamed is not None}
-        assert marked == {"node3"}, marked  # the lost node's rank, never a survivor
-        shown = "\n".join(rows[:3])
-        assert "node1" not in shown and "node2" not in shown, rows[:3]
+    spec = local_spec(backend="ssh", hosts=("node1", "node2", "node3"), nodes=3, nproc_per_node=1)
+    rows, marked = await first_rows_and_marks(_said(), spec)
+    assert rows[0].startswith("▶ node lost: node node3"), rows[:4]
+    assert [node for node, _ in marked] == ["node3"], marked  # the lost node's, no survivor
+    shown = "\n".join(rows[:3])
+    assert "node1" not in shown and "node2" not in shown, rows[:3]

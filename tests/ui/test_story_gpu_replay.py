@@ -17,11 +17,9 @@ from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.events import Event, NodeChanged, NodeState
 from ddptui.core.story.incident import IncidentKind, IncidentReport
 from ddptui.core.story.story import Story
-from ddptui.ui.app import DdpApp
-from ddptui.ui.screens.job import JobScreen
 
 from .conftest import local_spec
-from .replay import feed
+from .replay import first_rows_and_marks
 from .stall_replay import T0
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -64,21 +62,6 @@ def _captured(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-async def _first_rows(events: list[Event]) -> tuple[list[str], list[int]]:
-    """The root-cause panel's rows and the ranks the grid marks, the events fed at 80x24."""
-    app = DdpApp(local_spec(nodes=1, nproc_per_node=2))
-    async with app.run_test(size=SMALL) as pilot:
-        screen = app.job_screen
-        assert isinstance(screen, JobScreen)
-        feed(screen, events)
-        await pilot.pause()
-        assert screen.root_cause.has_class("-shown")
-        rows = screen.root_cause.describe().plain.splitlines()
-        cells = [screen.grid.cell(node, local) for node, local in screen.grid.states()]
-        marked = [c.rank for c in cells if c is not None and c.blamed is not None]
-        return rows, marked
-
-
 def _lead(events: list[Event]) -> tuple[IncidentKind, tuple[int, ...], int]:
     """The story's lead as the last incident report named it: its kind, the ranks it
     blames, and how many incidents of its kind were told."""
@@ -92,9 +75,9 @@ async def test_a_skipped_all_reduce_on_two_gpus_reads_the_same_on_every_surface(
     events = _skipped_on_h100x2()
     kind, blamed, count = _lead(events)
     assert (kind, blamed, count) == (IncidentKind.HANG, (1,), 1)
-    rows, marked = await _first_rows(events)
+    rows, marked = await first_rows_and_marks(events, local_spec(nodes=1, nproc_per_node=2))
     assert rows[0].startswith("▶ hang: rank 1 on local0"), rows[:3]
-    assert marked == [1]
+    assert marked == [("local0", 1)]
     # the console on the GPUs said rank 1 then
     said = _captured(DATA / "stall" / "gpu_h100x2" / "console" / "stall.jsonl")
     assert [e["suspects"] for e in said if e["event"] == "stall"][-1] == [1]
@@ -104,9 +87,9 @@ async def test_a_size_mismatch_on_two_gpus_reads_the_same_on_every_surface() -> 
     events = _mismatch_on_h200x2()
     kind, blamed, count = _lead(events)
     assert (kind, blamed, count) == (IncidentKind.COLLECTIVE_MISMATCH, (1,), 1)
-    rows, marked = await _first_rows(events)
+    rows, marked = await first_rows_and_marks(events, local_spec(nodes=1, nproc_per_node=2))
     assert rows[0].startswith("▶ collective mismatch: rank 1 on local0"), rows[:3]
-    assert marked == [1]
+    assert marked == [("local0", 1)]
     said = _captured(DATA / "gpu" / "h200x2_mismatch" / "console.jsonl")
     verdicts = [e for e in said if e["event"] == "verdict"]
     assert verdicts and {v["rank"] for v in verdicts} == {1}
