@@ -171,12 +171,13 @@ def test_a_straggler_costs_the_share_of_each_step_its_peers_wait(tmp_path: Path)
 
 
 def test_quiet_checkpoints_are_phases_as_long_as_the_phase_watch_says(tmp_path: Path) -> None:
-    """Two 10 s checkpoints (rank 0 writes, printing nothing; the others wait in a barrier)
-    under a hang timeout of 6 s: phases, not a stall. (4 s, the suite's six workers on two
-    cores once held a 1 s step past its 5.5 s budget: a stall of the load, not of the job.)"""
+    """Two 20 s checkpoints (rank 0 writes, printing nothing; the others wait in a barrier)
+    under a hang timeout of 10 s: phases, not a stall. (Tighter, the suite's six workers on
+    two cores held a 1 s step past a 5.5 s budget once, and the workers' own exit after the
+    last step past 6 s: stalls of the load, not of the job.)"""
     proc = _start(
-        tmp_path, "--nodes", "2", "--hang-timeout", "6", str(TRAINER / "checkpoint_ddp.py"),
-        "--steps", "25", "--every", "10", "--step-s", "1", "--checkpoint-s", "10",
+        tmp_path, "--nodes", "2", "--hang-timeout", "10", str(TRAINER / "checkpoint_ddp.py"),
+        "--steps", "25", "--every", "10", "--step-s", "1", "--checkpoint-s", "20",
     )  # fmt: skip
     out, _ = outputs(proc, 300)
     events = [json.loads(line) for line in out.splitlines()]
