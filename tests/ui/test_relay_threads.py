@@ -64,8 +64,12 @@ def test_rank_changes_from_another_thread_reach_the_screen_once_each_in_order() 
         for i in range(20_000)
     ]
 
+    first_taken = threading.Event()
+
     def session() -> None:
-        for change in changes:
+        for i, change in enumerate(changes):
+            if i == len(changes) // 2:  # on a loaded machine the session could emit all
+                first_taken.wait(30)  # before the screen takes any: it takes one meanwhile
             relay.emit(change)
 
     thread = threading.Thread(target=session)
@@ -78,6 +82,7 @@ def test_rank_changes_from_another_thread_reach_the_screen_once_each_in_order() 
         for message in pending:  # as the screen handles each message, in order
             seen += message.take()
             taken += 1
+            first_taken.set()
     thread.join()
 
     assert seen == changes
