@@ -43,12 +43,9 @@ def marked_by_lead(lead: Incident | None, ranks: Sequence[RankSummary]) -> tuple
     """The ranks with the culprit the story's lead names, for a run whose lead is not a
     rank's failure (the scheduler ended it): the first rank it blames, else the first of
     the nodes it names (a node Slurm lost); no culprit where it names neither (a preemption,
-    the time limit). The grid, history and the summary then name who the first line does."""
-    blamed = set(lead.blamed) if lead else set()
-    nodes = set(lead.nodes) if lead else set()
-    first = next((r for r in ranks if r.rank in blamed), None) or next(
-        (r for r in ranks if r.node in nodes), None
-    )
+    the time limit). The grid (Incident.marks, the same rule), history and the summary then
+    name who the first line does."""
+    first = next((r for r in ranks if lead is not None and lead.marks(r.node, r.rank)), None)
     return tuple(replace(r, culprit=r is first) for r in ranks)
 
 
