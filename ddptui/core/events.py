@@ -230,6 +230,19 @@ class NodeChanged(Event):
     followed = True
 
 
+# A FAILED node's detail when the node itself is gone, not only its agent: its connection
+# lost (SSH), or its scheduler saying so (LOST_BY, then the scheduler's words).
+CONNECTION_LOST = "connection lost"
+LOST_BY = "lost: "
+
+
+def lost_words(detail: str) -> str | None:
+    """What a FAILED node's detail says of a node that is gone, else None."""
+    if detail == CONNECTION_LOST:
+        return "its connection was lost"
+    return detail[len(LOST_BY) :] if detail.startswith(LOST_BY) else None
+
+
 @dataclass(frozen=True)
 class AllocationChanged(Event):
     """The allocation (a Slurm job, a set of SSH hosts) changed: requested, pending, granted..."""

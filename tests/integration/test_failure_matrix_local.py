@@ -168,6 +168,8 @@ def test_a_node_dies(tmp_path: Path, mode: str) -> None:
         assert told.startswith(spec.headline), summary["detail"]
         lead = next(i for i in incidents if i["headline"] == told)
         assert lead["nodes"] == [VICTIM], lead
+    else:  # the run was healthy: nothing to tell
+        assert not incidents and not summary["headline"], summary["detail"]
     survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
     blamed = {rank for i in incidents for rank in i["blamed"] if i["round"] == 0}
     assert not blamed & survivors, incidents  # a surviving worker is never the culprit
@@ -228,6 +230,31 @@ def freeze_before_it_asks(agents_of: Callable[[], list[int]]) -> list[int]:
     return agents
 
 
+def never_joined(
+    events: list[dict[str, Any]], summary: dict[str, Any], code: int | None, nodes: str, victim: str
+) -> None:
+    """What follows a node frozen before it asked for the rendezvous, on every backend: a
+    fixed job fails at launch naming it; an elastic job finishes on the others and, once
+    finished, stops it."""
+    asked = {e["node"] for e in events if e["event"] == "rendezvous_asked"}
+    assert victim not in asked  # frozen before it asked
+    if nodes == "3":
+        assert summary["ok"] is False and code == 1, summary["detail"]
+        assert summary["headline"].startswith(
+            f"launch failed — {victim} never joined the rendezvous (its agent never asked"
+        ), summary["detail"]
+        return
+    assert summary["ok"] is True and code == 0, summary["detail"]
+    assert summary["world_size"] == 2  # the world it finished in, not the most it allowed
+    cycles = last_cycles(events)
+    assert all(victim not in [m["node"] for m in c["members"]] for c in cycles.values())
+    said = [e["message"] for e in events if e["event"] == "notice"]
+    assert f"{victim} never joined the rendezvous: stopped" in said
+    assert summary["detail"].startswith(
+        f"elastic: finished on 2 node(s); {victim} never joined the rendezvous"
+    ), summary["detail"]
+
+
 @pytest.mark.parametrize("nodes", ["3", "2:3"])
 def test_a_node_never_joins_the_rendezvous(tmp_path: Path, nodes: str) -> None:
     """VICTIM's agent frozen (SIGSTOP) before it asks for the rendezvous: a fixed job's other
@@ -238,23 +265,8 @@ def test_a_node_never_joins_the_rendezvous(tmp_path: Path, nodes: str) -> None:
     run_id = events[-1]["run_id"]
     agents = freeze_before_it_asks(lambda: _node_pids(run_id)[0])
     summary = _to_the_end(proc, events)
-    asked = {e["node"] for e in events if e["event"] == "rendezvous_asked"}
-    assert agents and VICTIM not in asked  # frozen before it asked
-    if nodes == "3":
-        assert summary["ok"] is False and proc.returncode == 1
-        assert summary["headline"].startswith(
-            f"launch failed — {VICTIM} never joined the rendezvous (its agent never asked"
-        ), summary["detail"]
-    else:
-        assert summary["ok"] is True and proc.returncode == 0, summary["detail"]
-        assert summary["world_size"] == 2  # the world it finished in, not the most it allowed
-        cycles = last_cycles(events)
-        assert all(VICTIM not in [m["node"] for m in c["members"]] for c in cycles.values())
-        said = [e["message"] for e in events if e["event"] == "notice"]
-        assert f"{VICTIM} never joined the rendezvous: stopped" in said
-        assert summary["detail"].startswith(
-            f"elastic: finished on 2 node(s); {VICTIM} never joined the rendezvous"
-        ), summary["detail"]
+    assert agents
+    never_joined(events, summary, proc.returncode, nodes, VICTIM)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(["local0", "local1", VICTIM], True), proofs
     assert not pids_with_tag(run_id)

@@ -16,14 +16,23 @@ import pytest
 from testbed import SlurmCluster, Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
 from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, start
+from tests.integration.sshrun import read_until
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
+    NEVER_JOINS_JOB,
     _barrier_waits,
     _story_line,
     _until_stepping,
+    freeze_before_it_asks,
+    never_joined,
 )
-from tests.integration.test_failure_matrix_ssh import agent_killed, worker_killed
-from tests.procs import outputs
+from tests.integration.test_failure_matrix_ssh import (
+    _victim_pids,
+    agent_killed,
+    helper_killed,
+    worker_killed,
+)
+from tests.procs import outputs, pids_with_tag
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +44,8 @@ MODES = {
     "agent_killed_elastic": ("2:3", agent_killed, f"agent lost: node {VICTIM}", True),
     "agent_killed_fixed": ("3", agent_killed, f"agent lost: node {VICTIM}", False),
     "worker_killed_fixed": ("3", worker_killed, "restarted: rank ", True),
+    # the step's task on that node, which started the agent and waits for it
+    "helper_killed": ("3", helper_killed, "", True),
 }
 
 
@@ -47,12 +58,15 @@ def test_a_node_dies(slurm_cluster: SlurmCluster, tmp_path: Path, mode: str) -> 
     hurt(slurm_cluster.tb, run_id)
     out, err = outputs(proc, ENDS_WITHIN_S)
     events += [json.loads(line) for line in out.splitlines()]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     summary = events[-1]
     assert summary["event"] == "summary", (events[-5:], err[-3000:])
 
     assert summary["ok"] is ok and proc.returncode == (0 if ok else 1), summary["detail"]
-    told = _story_line(summary)
-    assert told.startswith(headline), summary["detail"]
+    if headline:
+        assert _story_line(summary).startswith(headline), summary["detail"]
+    else:  # the run was healthy: nothing to tell
+        assert not summary["incidents"] and not summary["headline"], summary["detail"]
     survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
     blamed = {r for i in summary["incidents"] if i["round"] == 0 for r in i["blamed"]}
     assert not blamed & survivors, summary["incidents"]  # a survivor is never the culprit
@@ -80,13 +94,19 @@ def quick_to_notice(make_testbed: Callable[..., Testbed]) -> Iterator[SlurmClust
         yield cluster
 
 
-def test_a_host_lost_inside_the_allocation(quick_to_notice: SlurmCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("nodes", ["3", "2:3"])
+def test_a_host_lost_inside_the_allocation(
+    quick_to_notice: SlurmCluster, tmp_path: Path, nodes: str
+) -> None:
     """node3's network gone mid-run (its bridge port down: every packet dropped): the ranks
     wait in their collectives (gloo: 30 minutes) and node3's task cannot say anything; Slurm
-    tells the node down and ends the job (NODE_FAIL). The story leads with the lost node,
-    no survivor is blamed, the reachable nodes are proven clean and the allocation is gone."""
+    tells the node down (srun: `Node failure on node3`). A fixed job ends with it (NODE_FAIL);
+    an elastic one was allocated with `--no-kill`: its step goes on, the survivors' workers
+    are stopped so that torchrun restarts them without node3, and it finishes. The story
+    leads with the lost node, no survivor is blamed, the reachable nodes are proven clean
+    and the allocation is gone."""
     cluster = quick_to_notice
-    args = ("--nodes", "3", "--max-restarts", "3", *ELASTIC_JOB)
+    args = ("--nodes", nodes, "--max-restarts", "3", *ELASTIC_JOB)
     proc = start(cluster, tmp_path, *args)
     events = _until_stepping(proc, 3)
     cluster.tb.cut_link(VICTIM)
@@ -98,17 +118,79 @@ def test_a_host_lost_inside_the_allocation(quick_to_notice: SlurmCluster, tmp_pa
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
     summary = events[-1]
     assert summary["event"] == "summary", (events[-5:], err[-3000:])
-    assert summary["ok"] is False and proc.returncode == 1, summary["detail"]
     told = _story_line(summary)
-    assert told.startswith(f"node lost: node {VICTIM}"), summary["detail"]
+    assert told.startswith(f"node lost: node {VICTIM} — Slurm lost "), summary["detail"]
     survivors = {r["rank"] for r in summary["ranks"] if r["node"] != VICTIM}
     blamed = {r for i in summary["incidents"] if i["round"] == 0 for r in i["blamed"]}
     assert not blamed & survivors, summary["incidents"]
-    # the verdict and the culprit are Slurm's lost node, not a rank its end stopped first
-    verdict = summary["verdict"]
-    assert (verdict["signature"], verdict["node"]) == ("slurm_node_fail", VICTIM), verdict
-    assert [r["node"] for r in summary["ranks"] if r["culprit"]] == [VICTIM], summary["ranks"]
+    # no survivor is told lost: srun stopping the step's tasks after the loss is no agent's
+    lost = {n for i in summary["incidents"] if i["kind"] in ("agent_lost", "node_lost")
+            for n in i["nodes"]}  # fmt: skip
+    assert lost == {VICTIM}, summary["incidents"]
+    if nodes == "3":
+        assert summary["ok"] is False and proc.returncode == 1, summary["detail"]
+        # the verdict and the culprit are Slurm's lost node, not a rank its end stopped first
+        verdict = summary["verdict"]
+        assert (verdict["signature"], verdict["node"]) == ("slurm_node_fail", VICTIM), verdict
+        assert [r["node"] for r in summary["ranks"] if r["culprit"]] == [VICTIM], summary["ranks"]
+    else:
+        assert summary["ok"] is True and proc.returncode == 0, summary["detail"]
+        assert summary["detail"].startswith("elastic: finished on 2 node(s) after 1 restart")
+        asked = next(e for e in events if e["event"] == "allocation")
+        assert "--no-kill" in asked["detail"], asked  # Slurm's default would end the job
+        last = last_cycles(events)
+        final = last[max(last)]
+        assert sorted(m["node"] for m in final["members"]) == ["node1", "node2"], last
+        assert {c["index"]: c for c in summary["cycles"]}[final["index"]]["step_reached"] == 16
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs["node1"] and proofs["node2"], proofs
     assert left_on_nodes(cluster.tb, HOSTS[:2]) == {}
     assert gone_from_squeue(cluster, job_of(events)), cluster.squeue_ids()
+
+
+def test_the_console_killed_then_attached(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """SIGKILL of the headless console mid-run: the allocation and its step run on by
+    themselves; `ddptui attach` finds the run, follows it to its end and releases the
+    allocation, nothing left on any node."""
+    proc = start(slurm_cluster, tmp_path, "--nodes", "3", *ELASTIC_JOB)
+    events = _until_stepping(proc, 3)
+    run_id = next(e["run_id"] for e in events if e["event"] == "plan")
+    job_id = job_of(events)
+    proc.kill()
+    proc.wait()
+    assert all(pids_with_tag(f"{run_id}.{i}") for i in range(3))  # the job runs on
+    assert job_id in slurm_cluster.squeue_ids()
+    attach = start(slurm_cluster, tmp_path, run_id, "--headless", command="attach")
+    out, err = outputs(attach, ENDS_WITHIN_S)
+    followed = [json.loads(line) for line in out.splitlines()]
+    assert followed and followed[-1]["event"] == "summary", (followed[-5:], err[-3000:])
+    summary = followed[-1]
+    assert summary["ok"] is True and attach.returncode == 0, summary["detail"]
+    assert [e["state"] for e in followed if e["event"] == "allocation"][-1] == "released"
+    proofs = {e["node"]: e["clean"] for e in followed if e["event"] == "teardown"}
+    assert proofs == dict.fromkeys(HOSTS, True), proofs
+    assert left_on_nodes(slurm_cluster.tb, HOSTS) == {}
+    assert gone_from_squeue(slurm_cluster, job_id), slurm_cluster.squeue_ids()
+
+
+@pytest.mark.parametrize("nodes", ["3", "2:3"])
+def test_a_node_never_joins_the_rendezvous(
+    slurm_cluster: SlurmCluster, tmp_path: Path, nodes: str
+) -> None:
+    """VICTIM's agent frozen (SIGSTOP) before it asks for the rendezvous, inside the
+    allocation: a fixed job's other nodes wait for it until their join timeout and the story
+    names it; an elastic job starts without it and, once finished, stops it."""
+    proc = start(slurm_cluster, tmp_path, "--nodes", nodes, *NEVER_JOINS_JOB)
+    events = read_until(proc, lambda e: e["event"] == "plan")
+    run_id = events[-1]["run_id"]
+    agents = freeze_before_it_asks(lambda: _victim_pids(run_id)[0])
+    out, err = outputs(proc, ENDS_WITHIN_S)
+    events += [json.loads(line) for line in out.splitlines()]
+    summary = events[-1]
+    assert summary["event"] == "summary", (events[-5:], err[-3000:])
+    assert agents
+    never_joined(events, summary, proc.returncode, nodes, VICTIM)
+    proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
+    assert proofs == dict.fromkeys(HOSTS, True), proofs
+    assert left_on_nodes(slurm_cluster.tb, HOSTS) == {}
+    assert gone_from_squeue(slurm_cluster, job_of(events)), slurm_cluster.squeue_ids()

@@ -12,6 +12,16 @@ class BackendError(RuntimeError):
     """Nodes could not be had or reached; the message is for the operator, on one line."""
 
 
+class NodeLost(BackendError):
+    """A node of the running job is gone, as its scheduler said (the message: its words),
+    read in the log of the node being followed (`node`, or another: the scheduler's word
+    may reach every node's log); raised by `follow`, which then stops reading."""
+
+    def __init__(self, node: str, words: str) -> None:
+        super().__init__(words)
+        self.node = node
+
+
 class PortTaken(BackendError):
     """The rendezvous port is held on the node that serves the rendezvous (rdzv_port.py)."""
 

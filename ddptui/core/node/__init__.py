@@ -48,7 +48,8 @@ def _joined(*names: str) -> bytes:
 
 def job_helper_source() -> bytes:
     """The job helper's program (the GPU sampler, the collectives' follower, the reaper, the
-    preemption drill's timing, one step's tasks and its split (step.py), then job_helper.py):
+    preemption drill's timing, an agent's end read from its log, one step's tasks and its
+    split (step.py), then job_helper.py):
     `python3 - VERB ...` with this on stdin."""
     return _joined(
         "gpu_sampler.py",
@@ -57,6 +58,7 @@ def job_helper_source() -> bytes:
         "drill.py",
         "netinfo.py",
         "each.py",
+        "agent_end.py",
         "step.py",
         "job_helper.py",
     )

@@ -18,6 +18,7 @@ import select
 import sys
 import time
 
+from ddptui.core.node.agent_end import exit_from_log  # sent ahead of this program
 from ddptui.core.node.collective_follow import CollectiveFollower  # sent ahead of this program
 from ddptui.core.node.drill import drill  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
@@ -35,13 +36,11 @@ JOB = ""  # the console puts the job here (base64 JSON), never on the command li
 
 POLL_S = 0.05
 POLL_MAX_S = 0.25  # a log gone quiet is looked at 4 times a second, not 20 (see _pause)
-# The log's last line when the job ended unrecorded (_unrecorded, _exit_from_log).
+# The log's last line when the job ended unrecorded (_unrecorded, agent_end.py).
 SUPERVISOR_GONE = (
     "ddptui: the node's job supervisor was killed and the job's command has ended: its exit, "
     "never recorded, is taken from its log as {code}\n"
 )
-AGENT_DONE = b"Done waiting for other agents"  # torchrun's last line after a success
-AGENT_FAILED = b"ChildFailedError"  # torchrun's report of a failed worker, as it exits 1
 
 
 def _paths(log_path: str) -> dict[str, str]:
@@ -318,18 +317,6 @@ def _unrecorded(paths: dict[str, str]) -> bool:
     return not os.path.exists(paths["exit"])
 
 
-def _exit_from_log(log_path: str) -> int:
-    """The exit code of a torchrun agent whose end nobody recorded, from its log's end:
-    0 after its success's last line, 1 after a worker's failure report, else -9 (it ended
-    without a word: killed, with the supervisor that was waiting for it)."""
-    with open(log_path, "rb") as f:
-        f.seek(max(0, os.path.getsize(log_path) - (1 << 16)))
-        end = f.read()
-    if AGENT_FAILED in end:
-        return 1
-    return 0 if AGENT_DONE in end else -9
-
-
 def _copy_log(
     paths: dict[str, str],
     offset: int,
@@ -370,7 +357,7 @@ def _copy_log(
                 if _unrecorded(paths):
                     if tag:
                         orphans(tag)
-                    code = _exit_from_log(paths["log"])
+                    code = exit_from_log(paths["log"])
                     with open(paths["log"], "a") as log:
                         log.write(SUPERVISOR_GONE.format(code=code))
                     _write_private(paths["exit"] + ".tmp", f"{code}\n")

@@ -28,6 +28,7 @@ import json
 import os
 import re
 
+from ddptui.core.node.agent_end import exit_from_log  # sent ahead of this program
 from ddptui.core.node.each import MARK  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR  # sent ahead of this program
 
@@ -35,6 +36,11 @@ LABEL = re.compile(rb"^ *(\d+): ")
 SRUN_TASKS = re.compile(rb"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
 _EXITED = re.compile(rb"Exited with exit code (\d+)")
 _SIGNALS = {b"Terminated": -15, b"Killed": -9, b"Interrupt": -2, b"Aborted": -6}
+# A node's log's last line when its task was killed and its agent's end is read from the log.
+TASK_GONE = (
+    "ddptui: the node's step task was killed and the job's command has ended: its exit, "
+    "never recorded, is taken from its log as {code}\n"
+)
 
 
 def task_table(
@@ -330,7 +336,20 @@ class StepSplit:
         self._flush()
         for node in list(self.fds):
             if node not in self.exits:
-                self._end(node, self.srun_said.get(node, srun_code or 1))
+                self._end(node, self._unmarked_exit(node, srun_code))
+
+    def _unmarked_exit(self, node: str, srun_code: int) -> int:
+        """A node whose task ended without its exit mark. A task killed by a signal (its
+        shell, the agent's parent, SIGKILLed: the OOM killer's or a person's doing) may have
+        left the agent running to its end: the agent's own log says how it ended, and the
+        log says whose reading that is. Else srun's word on the task, else srun's code."""
+        said = self.srun_said.get(node)
+        if said is None:
+            return srun_code or 1
+        code = exit_from_log(self.logs[node], said) if said < 0 else said
+        if code != said:
+            os.write(self.fds[node], TASK_GONE.format(code=code).encode())
+        return code
 
 
 def program_in_env(program: bytes, env: dict[str, str]) -> bytes:

@@ -11,15 +11,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import IO, Any, TypeVar
 
 from ddptui.core.backends.base import Backend, BackendError, ScriptMissing, script_refusal
-from ddptui.core.backends.errors import ScriptRefused
+from ddptui.core.backends.errors import NodeLost, ScriptRefused
 from ddptui.core.backends.factory import make_backend
 from ddptui.core.diagnose.audit_watch import MismatchReport
 from ddptui.core.diagnose.job_watch import JobWatch
 from ddptui.core.diagnose.settings import SETTINGS_KEY, SettingsWatch
-from ddptui.core.diagnose.signatures import scheduler_end
+from ddptui.core.diagnose.signatures import lost_node, scheduler_end
 from ddptui.core.diagnose.stall_events import StallReport
 from ddptui.core.diagnose.verdict import VerdictReport, scheduler_verdict
 from ddptui.core.events import (
+    CONNECTION_LOST,
+    LOST_BY,
     Event,
     FailureRecord,
     FailureReport,
@@ -118,6 +120,7 @@ class Session:
         self._world_probe: asyncio.Future[None] | None = None
         self._launch_failure = ""
         self._absent: set[str] = set()  # nodes stopped because they never joined (elastic)
+        self._lost: set[str] = set()  # nodes the scheduler said it lost
         self.membership = Membership(spec, self.emit)
         self._followers: list[asyncio.Future[None]] = []
         self._followed = asyncio.Event()  # a follower was added (a spare joined)
@@ -556,18 +559,34 @@ class Session:
         self.emit(NodeChanged(node, NodeState.RUNNING))
         while True:
             before = offset
-            code = await self.backend.follow(command, offset, on_chunk)
+            try:
+                code = await self.backend.follow(command, offset, on_chunk)
+            except NodeLost as lost:  # its scheduler said so, maybe in another node's log
+                self._scheduler_lost(lost.node, str(lost))
+                if lost.node == node:
+                    return
+                continue
             if code is not None or self._stop.is_set():
                 break
             tries = 0 if offset > before else tries + 1
             if tries > RECONNECT_TRIES:
-                self.emit(NodeChanged(node, NodeState.FAILED, None, "connection lost"))
+                self.emit(NodeChanged(node, NodeState.FAILED, None, CONNECTION_LOST))
                 self._node_failed(node, connection_lost=True)
                 return
             self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
             await asyncio.sleep(min(2.0, 0.5 * tries))
         shown(scrubber.flush())
-        self._node_ended(node, code)
+        if node not in self._lost:  # a lost node's end, if it comes, ends nothing more
+            self._node_ended(node, code)
+
+    def _scheduler_lost(self, node: str, words: str) -> None:
+        """The scheduler says it lost `node`: told once, as a node whose connection was
+        lost (its processes are out of reach)."""
+        if node in self._lost or self.plan is None:
+            return
+        self._lost.add(node)
+        self.emit(NodeChanged(node, NodeState.FAILED, None, f"{LOST_BY}{words}"))
+        self._node_failed(node, connection_lost=True)
 
     def _node_ended(self, node: str, code: int | None) -> None:
         assert self.monitor is not None
@@ -793,6 +812,8 @@ class Session:
                 detail = outcome.elastic_finish(cycles, sorted(self._absent))
         stopped_by = self._stop_reason or StopReason.FINISHED
         ended_by = self._scheduler_end()
+        if ok and ended_by and lost_node(ended_by) in self._lost:
+            ended_by = None  # it went on without the node Slurm lost (elastic): told as it came
         if ended_by and not self._detach:  # preempted, timed out, a node lost: the lead
             self._emit_all(self.story.scheduler_ended(ended_by))
             detail = ended_by + (f"; {detail}" if detail else "")

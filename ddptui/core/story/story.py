@@ -39,6 +39,7 @@ from ddptui.core.events import (
     NodeState,
     RankChanged,
     RankState,
+    lost_words,
 )
 from ddptui.core.monitor.cycles import CycleReport, MembershipChange, MembershipChanged
 from ddptui.core.monitor.patterns import NAN_OR_INF
@@ -271,7 +272,9 @@ class Story:
             case NodeChanged(state=NodeState.STOPPING):
                 self._stopping.add(event.node)
             case NodeChanged(state=NodeState.FAILED, exit_code=int(code)) if (
-                killed_by(code) not in (None, *AGENT_HANDLED) and event.node not in self._stopping
+                killed_by(code) not in (None, *AGENT_HANDLED)
+                and event.node not in self._stopping
+                and not self._lost_besides(event.node)
             ):
                 return self._found(
                     IncidentKind.AGENT_LOST,
@@ -281,17 +284,25 @@ class Story:
                     summary=f"its torchrun agent was killed ({signal_name(killed_by(code) or 0)})",
                     domain=Domain.INFRASTRUCTURE,
                 )
-            case NodeChanged(state=NodeState.FAILED, detail="connection lost"):
+            case NodeChanged(state=NodeState.FAILED, detail=str(detail)) if lost_words(detail):
                 return self._found(
                     IncidentKind.NODE_LOST,
                     ("node", event.node),
                     event.ts,
                     nodes=(event.node,),
-                    summary="its connection was lost",
+                    summary=lost_words(detail) or "",
                     domain=Domain.INFRASTRUCTURE,
                     outlook=Outlook.RESTART_ELSEWHERE,
                 )
         return []
+
+    def _lost_besides(self, node: str) -> bool:
+        """Whether a node other than `node` is lost in this round: a node killed after it
+        was killed for it (srun ends a step's tasks when Slurm loses one of its nodes), not
+        by a loss of its own."""
+        return any(
+            key[0] == "node" and key[1] != node and key[-1] == self.round for key in self._keys
+        )
 
     def operator_stopped(self, detail: str = "") -> list[IncidentReport]:
         """The operator asked for the teardown while the job ran."""

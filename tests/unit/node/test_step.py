@@ -84,6 +84,29 @@ def test_a_killed_task_gets_the_code_srun_says(tmp_path: Path) -> None:
     assert logs["node2"].read_bytes() == b"up\nsrun: error: node2: task 1: Killed\n"
 
 
+@pytest.mark.parametrize(
+    ("last", "code"),
+    [(b"Done waiting for other agents. Elapsed: 0.02 seconds", "0"), (b"ChildFailedError", "1")],
+)
+def test_a_killed_task_whose_agent_ran_on_gets_the_agents_own_end(
+    tmp_path: Path, last: bytes, code: str
+) -> None:
+    """The task's shell (the agent's parent) SIGKILLed, the agent left running to its end:
+    srun's "Killed" is the shell's end, not the agent's; the agent's log says how it ended,
+    and the node's log says that the exit is that reading."""
+    split, logs, _ = _split(tmp_path, ["node1", "node2"])
+    split.feed(b"0: up\n1: up\n1: " + last + b"\nsrun: error: node2: task 1: Killed\n")
+    split.feed(b"0: " + MARK + b"exit 0\n")
+    split.finish(137)
+    assert (_exit(logs["node1"]), _exit(logs["node2"])) == ("0", code)
+    said = logs["node2"].read_text().splitlines()
+    assert said[-2:] == [
+        "srun: error: node2: task 1: Killed",
+        f"ddptui: the node's step task was killed and the job's command has ended: its exit, "
+        f"never recorded, is taken from its log as {code}",
+    ]
+
+
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 @pytest.mark.parametrize("via_env", [True, False])
 def test_the_task_runs_its_nodes_command_with_its_env_and_reports_the_exit(

@@ -249,6 +249,24 @@ def test_a_connection_lost_in_an_elastic_job_is_one_node_lost_incident_told_goin
     assert story.headline().startswith(f"node lost: node node3 — its connection was lost; {on}")
 
 
+def test_a_node_slurm_lost_leads_and_the_tasks_srun_killed_for_it_are_not_lost_agents() -> None:
+    """Slurm lost node3: srun then kills the step's other tasks (exit -9, "Killed"). Those
+    nodes lost nothing of their own; node3 alone is lost, told in Slurm's words."""
+    from ddptui.core.events import LOST_BY, NodeChanged, NodeState
+
+    story = Story(Clock())
+    told(story, *(running(r, f"node{r + 1}") for r in range(3)))
+    said = "Slurm lost the node (srun: error: Node failure on node3)"
+    told(story, NodeChanged("node3", NodeState.FAILED, None, f"{LOST_BY}{said}"))
+    told(story, *(NodeChanged(n, NodeState.FAILED, -9) for n in ("node1", "node2")))
+    assert [(i.kind, i.nodes) for i in story.incidents] == [(IncidentKind.NODE_LOST, ("node3",))]
+    assert story.headline().startswith(f"node lost: node node3 — {said}")
+    # a node killed with nothing lost before it is a lost agent, as ever
+    alone = Story(Clock())
+    told(alone, running(0, "node1"), NodeChanged("node1", NodeState.FAILED, -9))
+    assert [i.kind for i in alone.incidents] == [IncidentKind.AGENT_LOST]
+
+
 def test_a_round_after_a_lost_node_names_the_node_once() -> None:
     story = Story(Clock())
     told(story, running(0, "node1"), running(1, "node2"), running(2, "node3"))

@@ -69,7 +69,7 @@ from ddptui.core.backends.slurm.gpu_follow import LabelledGpu, NodeGpuFollow
 from ddptui.core.backends.slurm.job import SlurmJob
 from ddptui.core.backends.slurm.log_follow import follow_log
 from ddptui.core.backends.slurm.query import JobInfo
-from ddptui.core.backends.slurm.srun_output import slurm_complaint
+from ddptui.core.backends.slurm.srun_output import LostWatch, slurm_complaint
 from ddptui.core.backends.slurm.supervisor import StepSupervisor
 from ddptui.core.backends.slurm.teardown import SlurmTeardown
 from ddptui.core.backends.transport import ChunkSink, LocalTransport, Transport, TransportError
@@ -124,6 +124,7 @@ class SlurmBackend(HelperBackend):
         self._told_batch_output = False
         self._restarts = 0  # the requeues seen (sbatch)
         self._complaints: set[str] = set()
+        self._told_lost: set[str] = set()  # nodes srun said Slurm lost (LostWatch)
         self._step_nodes: dict[str, dict[str, Any]] = {}  # the one step's table (step.py)
         self._gpu_step: NodeGpuFollow | None = None  # every node's sampler, while followed
         self._gpu_users = 0
@@ -526,8 +527,9 @@ class SlurmBackend(HelperBackend):
                 self._ended,
             )
         else:
+            watch = LostWatch(command.node, on_chunk, self._told_lost)
             code = await follow_log(
-                Path(self.node_log_path(command)), offset, on_chunk, self._ended
+                Path(self.node_log_path(command)), offset, watch.feed, self._ended
             )
         if code != 0:
             self._slurm_complaint(Path(self.node_log_path(command)))

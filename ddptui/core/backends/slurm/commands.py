@@ -69,7 +69,16 @@ def allocation_args(spec: JobSpec) -> list[str]:
             args.append(f"--{flag}={value}")
     if s.exclusive:
         args.append("--exclusive")
-    return [*args, *s.extra_args]
+    return [*args, *keep_on_node_failure(spec), *s.extra_args]
+
+
+def keep_on_node_failure(spec: JobSpec) -> list[str]:
+    """An elastic job goes on without a node it loses: Slurm must not end the job (nor its
+    step) when it tells a node down, as it does by default. Not a batch job's: srun's word
+    on the lost node goes to the job's own output there, which the console reads only once
+    the job has ended, so no one would tell the others to go on without it."""
+    elastic = spec.min_nodes is not None and spec.slurm.mode != "sbatch"
+    return ["--no-kill"] if elastic else []
 
 
 def slurm_signal_name(spec: JobSpec) -> str | None:
@@ -147,6 +156,7 @@ def nodes_step_argv(
         "--ntasks-per-node=1",
         f"--nodelist={','.join(nodes)}",
         "--kill-on-bad-exit=0",
+        *keep_on_node_failure(spec),
         "--label",
         "--input=all",
         f"--job-name={step_name(run_id)}",

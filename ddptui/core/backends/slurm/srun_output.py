@@ -7,13 +7,19 @@ torchrun writes for us (`[ddptui:R:L]:text`), so the Monitor reads them as it re
 srun's own line about tasks (`srun: error: node2: tasks 2-3: Terminated`) becomes one
 monitor's `worker_ended_line` per task, attributed to that rank, so the Monitor learns each
 rank's exit code from it without knowing srun; srun's other lines go to the first node.
+
+LostWatch reads a node's own log (a step of torchrun agents) for srun's word that Slurm lost
+that node.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import hostlist
+
+from ddptui.core.backends.errors import NodeLost
 from ddptui.core.monitor.framing import worker_ended_line
 
 LABEL = re.compile(rb"^\s*(\d+): ?")
@@ -21,6 +27,7 @@ SRUN_TASKS_LINE = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
 # srun refusing to run a step at all: an option it lacks (no pyxis), too few CPUs, ...
 _COMPLAINT = re.compile(r"^srun: (?:fatal: |unrecognized option|error: (?!\S+: tasks? ))")
 _EXITED = re.compile(r"Exited with exit code (\d+)")
+_NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$")
 _SIGNALS = {
     "Terminated": -15,
     "Killed": -9,
@@ -60,6 +67,43 @@ def task_exit(text: str) -> tuple[int, bool] | None:
         return int(exited.group(1)), True
     code = _SIGNALS.get(what.split(" (")[0])
     return (code, code not in (-15, -9)) if code is not None else (1, True)
+
+
+class LostWatch:
+    """A node's log on its way to the console, watched for srun's word that Slurm lost a
+    node of the step (`srun: error: Node failure on node[3-4]`, in every node's log): the
+    lost node's processes are out of reach and will say nothing more; with `--no-kill` the
+    step goes on without them. Whichever node's log says it first tells it; the lost node's
+    own log ends its following."""
+
+    def __init__(self, node: str, on_chunk: Callable[[bytes], None], told: set[str]) -> None:
+        self.node = node
+        self.on_chunk = on_chunk
+        self.told = told  # the nodes told lost already (by any node's log)
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        """Hand `chunk` on; then raise NodeLost if a line of it says Slurm lost this node,
+        or another not told yet."""
+        self.on_chunk(chunk)
+        *lines, self._rest = (self._rest + chunk).split(b"\n")
+        for line in lines:
+            said = line.decode(errors="replace").strip()
+            for node in lost_nodes(said):
+                if node == self.node or node not in self.told:
+                    self.told.add(node)
+                    raise NodeLost(node, f"Slurm lost the node ({said})")
+
+
+def lost_nodes(line: str) -> list[str]:
+    """The nodes srun's `Node failure on NODES` line names (none for any other line)."""
+    found = _NODE_FAILURE.match(line)
+    if not found:
+        return []
+    try:
+        return list(hostlist.expand_hostlist(found.group(1)))
+    except hostlist.BadHostlist:
+        return [found.group(1)]
 
 
 def slurm_complaint(lines: Sequence[str]) -> str | None:

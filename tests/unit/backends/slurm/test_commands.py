@@ -13,6 +13,7 @@ from ddptui.core.backends.slurm.commands import (
     allocation_args,
     direct_plan,
     direct_step_argv,
+    nodes_step_argv,
     salloc_argv,
     torchrun_plan,
 )
@@ -54,6 +55,18 @@ def test_salloc_asks_for_what_the_job_needs() -> None:
     ]
     direct = _spec(slurm={"launch": "srun"})
     assert allocation_args(direct) == ["--nodes=2", "--ntasks-per-node=2"]
+
+
+def test_an_elastic_job_is_allocated_and_stepped_to_outlive_a_lost_node() -> None:
+    """Slurm ends a job (and its step) when it tells one of its nodes down, unless asked not
+    to: an elastic job asks, a fixed one keeps Slurm's default."""
+    elastic, fixed = _spec(nodes=3, min_nodes=2), _spec(nodes=3)
+    assert "--no-kill" in allocation_args(elastic)
+    assert "--no-kill" in nodes_step_argv(elastic, "12", "r1", ["a", "b", "c"], 1, "/w")
+    assert "--no-kill" not in allocation_args(fixed)
+    assert "--no-kill" not in nodes_step_argv(fixed, "12", "r1", ["a", "b", "c"], 1, "/w")
+    batch = _spec(nodes=3, min_nodes=2, slurm={"mode": "sbatch"})
+    assert "--no-kill" not in allocation_args(batch)  # nobody would tell it live
 
 
 def test_torchrun_steps_one_per_node_with_their_own_address() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from ddptui.core.backends.errors import NodeLost
 from ddptui.core.backends.slurm.srun_output import (
+    LostWatch,
     SrunDemux,
     expand_tasks,
     slurm_complaint,
@@ -92,3 +96,28 @@ def test_a_task_ended_by_an_operators_stop_signal_keeps_its_number() -> None:
     assert task_exit("srun: error: node1: task 0: User defined signal 1") == (-10, True)
     assert task_exit("srun: error: node2: task 1: User defined signal 2") == (-12, True)
     assert task_exit("srun: error: node2: task 1: Quit (core dumped)") == (-3, True)
+
+
+def test_the_node_slurm_lost_is_told_once_by_whichever_log_says_it_first() -> None:
+    """srun's word that Slurm lost node3 lands in every node's log: node1's, read first,
+    tells it (after handing the line on); node1's own following goes on past it; node3's
+    own log, told or not, ends node3's following."""
+    told: set[str] = set()
+    shown: list[bytes] = []
+    first = LostWatch("node1", shown.append, told)
+    first.feed(b"step 4\nsrun: error: Node fail")
+    with pytest.raises(NodeLost) as lost:
+        first.feed(b"ure on node3\nsrun: error: node1: task 0: Killed\n")
+    assert (lost.value.node, str(lost.value)) == (
+        "node3", "Slurm lost the node (srun: error: Node failure on node3)",
+    )  # fmt: skip
+    assert b"".join(shown).endswith(b"task 0: Killed\n")  # every byte handed on first
+    LostWatch("node2", shown.append, told).feed(b"srun: error: Node failure on node3\n")
+    with pytest.raises(NodeLost):
+        LostWatch("node3", shown.append, told).feed(b"srun: error: Node failure on node3\n")
+    again = LostWatch("node2", shown.append, told)
+    with pytest.raises(NodeLost) as lost:  # a hostlist: each node in it
+        again.feed(b"srun: error: Node failure on node[3-4]\n")
+    assert lost.value.node == "node4"
+    # a line that only quotes the words is no node's loss
+    LostWatch("node1", shown.append, set()).feed(b"print('Node failure on node9')\n")
