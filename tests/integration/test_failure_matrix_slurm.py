@@ -141,6 +141,7 @@ def test_a_host_lost_inside_the_allocation(
         last = last_cycles(events)
         final = last[max(last)]
         assert sorted(m["node"] for m in final["members"]) == ["node1", "node2"], last
+        assert final["cause"] == f"node {VICTIM} lost (srun: error: Node failure on {VICTIM})"
         assert {c["index"]: c for c in summary["cycles"]}[final["index"]]["step_reached"] == 16
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs["node1"] and proofs["node2"], proofs

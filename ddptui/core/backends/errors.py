@@ -17,9 +17,10 @@ class NodeLost(BackendError):
     read in the log of the node being followed (`node`, or another: the scheduler's word
     may reach every node's log); raised by `follow`, which then stops reading."""
 
-    def __init__(self, node: str, words: str) -> None:
+    def __init__(self, node: str, words: str, said: str) -> None:
         super().__init__(words)
         self.node = node
+        self.said = said  # the scheduler's own line
 
 
 class PortTaken(BackendError):

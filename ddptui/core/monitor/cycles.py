@@ -305,9 +305,10 @@ class CycleWatch:
             return None
         return member.global_ranks[local_rank]
 
-    def node_left(self, node: str, change: str, exit_code: int | None) -> None:
+    def node_left(self, node: str, change: str, exit_code: int | None, how: str = "") -> None:
         """A node's agent ended (lost, drained, killed): the next round's cause. The node
-        itself outranks a worker's failure seen first: its loss is why the peers failed."""
+        itself outranks a worker's failure seen first: its loss is why the peers failed.
+        `how` says who told a node lost with no exit code (else: its connection)."""
         said = {
             MembershipChange.DRAINED: "drained by the operator",
             MembershipChange.KILLED: "agent killed by the operator (fault injection)",
@@ -315,7 +316,7 @@ class CycleWatch:
             change,
             f"agent lost ({describe_exit(exit_code)})"
             if exit_code
-            else "lost (its connection: no exit code came)",
+            else f"lost ({how or 'its connection: no exit code came'})",
         )
         if self._pending.node == node:
             return  # already told: the operator's action, or one of its own ranks first

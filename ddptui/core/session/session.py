@@ -562,7 +562,7 @@ class Session:
             try:
                 code = await self.backend.follow(command, offset, on_chunk)
             except NodeLost as lost:  # its scheduler said so, maybe in another node's log
-                self._scheduler_lost(lost.node, str(lost))
+                self._scheduler_lost(lost)
                 if lost.node == node:
                     return
                 continue
@@ -571,7 +571,7 @@ class Session:
             tries = 0 if offset > before else tries + 1
             if tries > RECONNECT_TRIES:
                 self.emit(NodeChanged(node, NodeState.FAILED, None, CONNECTION_LOST))
-                self._node_failed(node, connection_lost=True)
+                self._node_failed(node, lost=CONNECTION_LOST)
                 return
             self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
             await asyncio.sleep(min(2.0, 0.5 * tries))
@@ -579,14 +579,14 @@ class Session:
         if node not in self._lost:  # a lost node's end, if it comes, ends nothing more
             self._node_ended(node, code)
 
-    def _scheduler_lost(self, node: str, words: str) -> None:
-        """The scheduler says it lost `node`: told once, as a node whose connection was
-        lost (its processes are out of reach)."""
-        if node in self._lost or self.plan is None:
+    def _scheduler_lost(self, lost: NodeLost) -> None:
+        """The scheduler says it lost a node: told once, as a node whose connection was lost
+        (its processes are out of reach)."""
+        if lost.node in self._lost or self.plan is None:
             return
-        self._lost.add(node)
-        self.emit(NodeChanged(node, NodeState.FAILED, None, f"{LOST_BY}{words}"))
-        self._node_failed(node, connection_lost=True)
+        self._lost.add(lost.node)
+        self.emit(NodeChanged(lost.node, NodeState.FAILED, None, f"{LOST_BY}{lost}"))
+        self._node_failed(lost.node, lost=lost.said)
 
     def _node_ended(self, node: str, code: int | None) -> None:
         assert self.monitor is not None
@@ -625,28 +625,31 @@ class Session:
             self._absent.update(waiting)  # their end is no failure of the job
             self._stop.set()
 
-    def _node_failed(self, node: str, connection_lost: bool = False) -> None:
+    def _node_failed(self, node: str, lost: str = "") -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
-        unless the job is elastic and goes on without this node (a spare may join)."""
-        if connection_lost and self.monitor and self.monitor.one_world and not self._stop.is_set():
+        unless the job is elastic and goes on without this node (a spare may join). `lost`:
+        how a node that gave no exit was lost (CONNECTION_LOST, or its scheduler's line)."""
+        if lost and self.monitor and self.monitor.one_world and not self._stop.is_set():
             # no exit came to tell it: the next round's cause is this node, not the workers
             # the console stops below
-            self.monitor.cycles.node_left(node, MembershipChange.LOST, None)
+            how = "" if lost == CONNECTION_LOST else lost
+            self.monitor.cycles.node_left(node, MembershipChange.LOST, None, how)
         if not self._stop.is_set() and self._goes_on_without(node):
-            if connection_lost and not self.spec.ft_replicas:  # torchft's groups heal alone
-                self._restarting = asyncio.ensure_future(self._restart_without(node))
+            if lost and not self.spec.ft_replicas:  # torchft's groups heal alone
+                self._restarting = asyncio.ensure_future(self._restart_without(node, lost))
             return
         if self._first_failed_node is None:
             self._first_failed_node = node
             self._stop_reason = self._stop_reason or StopReason.FAILURE
             self._grace = asyncio.ensure_future(self._stop_after_grace())
 
-    async def _restart_without(self, lost: str) -> None:
-        """An elastic job's node lost by its connection (a network cut, a host gone): its
-        processes may live on out of reach, so no peer's connection closes, and the other
-        nodes' workers wait for its ranks in a collective until the backend's timeout (gloo's:
-        30 minutes) while their agents see nothing wrong. Their workers are stopped (SIGTERM)
-        so that the agents restart them, in a round without the lost node."""
+    async def _restart_without(self, lost: str, how: str) -> None:
+        """An elastic job's node lost by its connection (a network cut, a host gone) or as
+        its scheduler said (`how`): its processes may live on out of reach, so no peer's
+        connection closes, and the other nodes' workers wait for its ranks in a collective
+        until the backend's timeout (gloo's: 30 minutes) while their agents see nothing wrong.
+        Their workers are stopped (SIGTERM) so that the agents restart them, in a round
+        without the lost node."""
         assert self.plan is not None
         survivors = [
             c for c in self.plan.commands
@@ -655,7 +658,7 @@ class Session:
         if not survivors:
             return
         said = ", ".join(c.node for c in survivors)
-        self.emit(Notice("warning", f"{lost}: connection lost; the workers on {said} wait "
+        self.emit(Notice("warning", f"{lost}: {how}; the workers on {said} wait "
                          f"for its ranks: stopping them so that torchrun restarts them "
                          f"without {lost}"))  # fmt: skip
         for command in survivors:

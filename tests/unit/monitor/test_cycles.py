@@ -85,6 +85,22 @@ def test_the_lost_node_is_the_cause_when_the_session_says_so_first() -> None:
     assert any(isinstance(e, CycleReport) and e.cycle.index == 0 for e in events)
 
 
+def test_a_node_lost_with_no_exit_is_told_by_who_said_so() -> None:
+    """No exit came from a lost node: its connection went, unless its scheduler said so."""
+    causes = []
+    for how in ("", "srun: error: Node failure on b"):
+        watch = CycleWatch(max_restarts=3)
+        watch.assigned("a", Assigned(0, (0,), (0,), 0, 2, "h:1"), 10.0)
+        watch.assigned("b", Assigned(1, (0,), (1,), 0, 2, "h:1"), 10.1)
+        watch.node_left("b", MembershipChange.LOST, None, how)
+        watch.assigned("a", Assigned(0, (0,), (0,), 1, 1, "h:2"), 20.0)
+        causes.append(watch.final()[-1].cause)
+    assert causes == [
+        "node b lost (its connection: no exit code came)",
+        "node b lost (srun: error: Node failure on b)",
+    ]
+
+
 def test_ranks_renumbered_by_a_new_round_are_followed() -> None:
     monitor = Monitor(["a", "b"], 1)
     monitor.board.assign("b", Assigned(1, (0,), (1,), 0, 2, "h:1"))

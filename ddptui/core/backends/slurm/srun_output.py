@@ -92,7 +92,7 @@ class LostWatch:
             for node in lost_nodes(said):
                 if node == self.node or node not in self.told:
                     self.told.add(node)
-                    raise NodeLost(node, f"Slurm lost the node ({said})")
+                    raise NodeLost(node, f"Slurm lost the node ({said})", said)
 
 
 def lost_nodes(line: str) -> list[str]:

@@ -108,9 +108,11 @@ def test_the_node_slurm_lost_is_told_once_by_whichever_log_says_it_first() -> No
     first.feed(b"step 4\nsrun: error: Node fail")
     with pytest.raises(NodeLost) as lost:
         first.feed(b"ure on node3\nsrun: error: node1: task 0: Killed\n")
-    assert (lost.value.node, str(lost.value)) == (
-        "node3", "Slurm lost the node (srun: error: Node failure on node3)",
-    )  # fmt: skip
+    assert (lost.value.node, str(lost.value), lost.value.said) == (
+        "node3",
+        "Slurm lost the node (srun: error: Node failure on node3)",
+        "srun: error: Node failure on node3",
+    )
     assert b"".join(shown).endswith(b"task 0: Killed\n")  # every byte handed on first
     LostWatch("node2", shown.append, told).feed(b"srun: error: Node failure on node3\n")
     with pytest.raises(NodeLost):
