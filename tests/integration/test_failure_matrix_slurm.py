@@ -24,6 +24,7 @@ from tests.integration.test_failure_matrix_local import (
     _story_line,
     _until_stepping,
     freeze_before_it_asks,
+    named_slow,
     never_joined,
 )
 from tests.integration.test_failure_matrix_ssh import (
@@ -74,6 +75,7 @@ def test_a_node_dies(slurm_cluster: SlurmCluster, tmp_path: Path, mode: str) -> 
         last = last_cycles(events)
         assert sorted(m["node"] for m in last[max(last)]["members"]) == ["node1", "node2"]
     assert all(wait < 30 for wait in _barrier_waits(summary)), _barrier_waits(summary)
+    assert not named_slow(events)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(HOSTS, True), proofs
     assert left_on_nodes(slurm_cluster.tb, HOSTS) == {}
@@ -143,6 +145,7 @@ def test_a_host_lost_inside_the_allocation(
         assert sorted(m["node"] for m in final["members"]) == ["node1", "node2"], last
         assert final["cause"] == f"node {VICTIM} lost (srun: error: Node failure on {VICTIM})"
         assert {c["index"]: c for c in summary["cycles"]}[final["index"]]["step_reached"] == 16
+    assert not named_slow(events)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs["node1"] and proofs["node2"], proofs
     assert left_on_nodes(cluster.tb, HOSTS[:2]) == {}

@@ -29,6 +29,7 @@ from tests.integration.test_failure_matrix_local import (
     _story_line,
     _until_stepping,
     freeze_before_it_asks,
+    named_slow,
     never_joined,
 )
 from tests.procs import outputs, pids_with_tag
@@ -137,6 +138,7 @@ def test_a_node_dies(clean_testbed: Testbed, tmp_path: Path, mode: str) -> None:
         assert sorted(m["node"] for m in last["members"]) == ["node1", "node2"], cycles
         assert {c["index"]: c for c in summary["cycles"]}[last["index"]]["step_reached"] == 16
     assert all(wait < 30 for wait in _barrier_waits(summary)), _barrier_waits(summary)
+    assert not named_slow(events)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     if spec.hurt is link_cut:
         # unreachable, so not proven clean; what runs there is this job's alone, and stays

@@ -28,6 +28,8 @@ SRUN_TASKS_LINE = re.compile(r"^srun: error: (\S+): tasks? ([\d,\-]+): (.+)$")
 _COMPLAINT = re.compile(r"^srun: (?:fatal: |unrecognized option|error: (?!\S+: tasks? ))")
 _EXITED = re.compile(r"Exited with exit code (\d+)")
 _NODE_FAILURE = re.compile(r"^srun: error: Node failure on (\S+)$")
+_NODE_FAILURE_WORDS = b"Node failure on "
+_LINE_MAX = 4096  # of a line not yet ended, what LostWatch keeps (srun's own is short)
 _SIGNALS = {
     "Terminated": -15,
     "Killed": -9,
@@ -86,8 +88,12 @@ class LostWatch:
         """Hand `chunk` on; then raise NodeLost if a line of it says Slurm lost this node,
         or another not told yet."""
         self.on_chunk(chunk)
-        *lines, self._rest = (self._rest + chunk).split(b"\n")
-        for line in lines:
+        data = self._rest + chunk
+        cut = data.rfind(b"\n") + 1
+        whole, self._rest = data[:cut], data[cut:][-_LINE_MAX:]  # srun's line is short
+        if _NODE_FAILURE_WORDS not in whole:  # every chunk of every log: one look, mostly
+            return
+        for line in whole.splitlines():
             said = line.decode(errors="replace").strip()
             for node in lost_nodes(said):
                 if node == self.node or node not in self.told:
