@@ -15,6 +15,14 @@ AGENT_DONE = b"Done waiting for other agents"  # torchrun's last line after a su
 AGENT_FAILED = b"ChildFailedError"  # torchrun's report of a failed worker, as it exits 1
 
 
+def read_from_log(who: str, code: int) -> str:
+    """The node log's last line when the agent's exit is read from it: who was killed."""
+    return (
+        f"ddptui: the node's {who} was killed and the job's command has ended: its exit, "
+        f"never recorded, is taken from its log as {code}\n"
+    )
+
+
 def exit_from_log(log_path: str, otherwise: int = -9) -> int:
     """The exit code of a torchrun agent whose end nobody recorded, from its log's end: 0
     after its success's last line, 1 after a worker's failure report, else `otherwise` (it

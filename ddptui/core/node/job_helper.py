@@ -18,7 +18,7 @@ import select
 import sys
 import time
 
-from ddptui.core.node.agent_end import exit_from_log  # sent ahead of this program
+from ddptui.core.node.agent_end import exit_from_log, read_from_log  # sent ahead of this program
 from ddptui.core.node.collective_follow import CollectiveFollower  # sent ahead of this program
 from ddptui.core.node.drill import drill  # sent ahead of this program
 from ddptui.core.node.each import each  # sent ahead of this program
@@ -36,11 +36,6 @@ JOB = ""  # the console puts the job here (base64 JSON), never on the command li
 
 POLL_S = 0.05
 POLL_MAX_S = 0.25  # a log gone quiet is looked at 4 times a second, not 20 (see _pause)
-# The log's last line when the job ended unrecorded (_unrecorded, agent_end.py).
-SUPERVISOR_GONE = (
-    "ddptui: the node's job supervisor was killed and the job's command has ended: its exit, "
-    "never recorded, is taken from its log as {code}\n"
-)
 
 
 def _paths(log_path: str) -> dict[str, str]:
@@ -359,7 +354,7 @@ def _copy_log(
                         orphans(tag)
                     code = exit_from_log(paths["log"])
                     with open(paths["log"], "a") as log:
-                        log.write(SUPERVISOR_GONE.format(code=code))
+                        log.write(read_from_log("job supervisor", code))
                     _write_private(paths["exit"] + ".tmp", f"{code}\n")
                     os.replace(paths["exit"] + ".tmp", paths["exit"])
                     continue  # the rest of the log, then the exit as recorded

@@ -28,7 +28,7 @@ import json
 import os
 import re
 
-from ddptui.core.node.agent_end import exit_from_log  # sent ahead of this program
+from ddptui.core.node.agent_end import exit_from_log, read_from_log  # sent ahead of this program
 from ddptui.core.node.each import MARK  # sent ahead of this program
 from ddptui.core.node.reaper import TAG_VAR  # sent ahead of this program
 
@@ -36,11 +36,6 @@ LABEL = re.compile(rb"^ *(\d+): ")
 SRUN_TASKS = re.compile(rb"^srun: error: (\S+): tasks? [\d,\-]+: (.+)$")
 _EXITED = re.compile(rb"Exited with exit code (\d+)")
 _SIGNALS = {b"Terminated": -15, b"Killed": -9, b"Interrupt": -2, b"Aborted": -6}
-# A node's log's last line when its task was killed and its agent's end is read from the log.
-TASK_GONE = (
-    "ddptui: the node's step task was killed and the job's command has ended: its exit, "
-    "never recorded, is taken from its log as {code}\n"
-)
 
 
 def task_table(
@@ -348,7 +343,7 @@ class StepSplit:
             return srun_code or 1
         code = exit_from_log(self.logs[node], said) if said < 0 else said
         if code != said:
-            os.write(self.fds[node], TASK_GONE.format(code=code).encode())
+            os.write(self.fds[node], read_from_log("step task", code).encode())
         return code
 
 
