@@ -237,12 +237,19 @@ def freeze_before_it_asks(agents_of: Callable[[], list[int]]) -> list[int]:
     return agents
 
 
-def never_joined(
-    events: list[dict[str, Any]], summary: dict[str, Any], code: int | None, nodes: str, victim: str
-) -> None:
-    """What follows a node frozen before it asked for the rendezvous, on every backend: a
-    fixed job fails at launch naming it; an elastic job finishes on the others and, once
-    finished, stops it."""
+def never_joins(
+    proc: subprocess.Popen[str], agents_of: Callable[[str], list[int]], nodes: str, victim: str
+) -> list[dict[str, Any]]:
+    """`proc`'s run (`--nodes nodes`) with `victim`'s agents (`agents_of(run_id)`) frozen
+    before they ask for the rendezvous, to its end: what follows, on every backend, is
+    asserted (a fixed job fails at launch naming it; an elastic job finishes on the others
+    and, once finished, stops it); every event, the summary last."""
+    events = read_until(proc, lambda e: e["event"] == "plan")
+    run_id = events[-1]["run_id"]
+    agents = freeze_before_it_asks(lambda: agents_of(run_id))
+    summary = _to_the_end(proc, events)
+    assert agents
+    code = proc.returncode
     asked = {e["node"] for e in events if e["event"] == "rendezvous_asked"}
     assert victim not in asked  # frozen before it asked
     if nodes == "3":
@@ -250,7 +257,7 @@ def never_joined(
         assert summary["headline"].startswith(
             f"launch failed — {victim} never joined the rendezvous (its agent never asked"
         ), summary["detail"]
-        return
+        return events
     assert summary["ok"] is True and code == 0, summary["detail"]
     assert summary["world_size"] == 2  # the world it finished in, not the most it allowed
     cycles = last_cycles(events)
@@ -260,6 +267,7 @@ def never_joined(
     assert summary["detail"].startswith(
         f"elastic: finished on 2 node(s); {victim} never joined the rendezvous"
     ), summary["detail"]
+    return events
 
 
 @pytest.mark.parametrize("nodes", ["3", "2:3"])
@@ -268,12 +276,8 @@ def test_a_node_never_joins_the_rendezvous(tmp_path: Path, nodes: str) -> None:
     nodes wait for it until their join timeout, and the story names it; an elastic job starts
     without it and, once finished, stops it instead of waiting for it forever."""
     proc = _start(tmp_path, nodes, *NEVER_JOINS_JOB)
-    events = read_until(proc, lambda e: e["event"] == "plan")
-    run_id = events[-1]["run_id"]
-    agents = freeze_before_it_asks(lambda: _node_pids(run_id)[0])
-    summary = _to_the_end(proc, events)
-    assert agents
-    never_joined(events, summary, proc.returncode, nodes, VICTIM)
+    events = never_joins(proc, lambda run_id: _node_pids(run_id)[0], nodes, VICTIM)
+    run_id = next(e["run_id"] for e in events if e["event"] == "plan")
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(["local0", "local1", VICTIM], True), proofs
     assert not pids_with_tag(run_id)

@@ -16,16 +16,14 @@ import pytest
 from testbed import SlurmCluster, Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
 from tests.integration.slurmrun import gone_from_squeue, job_of, left_on_nodes, start
-from tests.integration.sshrun import read_until
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
     NEVER_JOINS_JOB,
     _barrier_waits,
     _story_line,
     _until_stepping,
-    freeze_before_it_asks,
     named_slow,
-    never_joined,
+    never_joins,
 )
 from tests.integration.test_failure_matrix_ssh import (
     _victim_pids,
@@ -185,15 +183,7 @@ def test_a_node_never_joins_the_rendezvous(
     allocation: a fixed job's other nodes wait for it until their join timeout and the story
     names it; an elastic job starts without it and, once finished, stops it."""
     proc = start(slurm_cluster, tmp_path, "--nodes", nodes, *NEVER_JOINS_JOB)
-    events = read_until(proc, lambda e: e["event"] == "plan")
-    run_id = events[-1]["run_id"]
-    agents = freeze_before_it_asks(lambda: _victim_pids(run_id)[0])
-    out, err = outputs(proc, ENDS_WITHIN_S)
-    events += [json.loads(line) for line in out.splitlines()]
-    summary = events[-1]
-    assert summary["event"] == "summary", (events[-5:], err[-3000:])
-    assert agents
-    never_joined(events, summary, proc.returncode, nodes, VICTIM)
+    events = never_joins(proc, lambda run_id: _victim_pids(run_id)[0], nodes, VICTIM)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(HOSTS, True), proofs
     assert left_on_nodes(slurm_cluster.tb, HOSTS) == {}

@@ -20,7 +20,7 @@ import pytest
 from ddptui.core.node import STDIN_PROGRAM
 from testbed.netns import Testbed
 from tests.integration.elastic_run import ELASTIC_JOB, last_cycles
-from tests.integration.sshrun import popen_headless, read_until, state_env
+from tests.integration.sshrun import popen_headless, state_env
 from tests.integration.test_failure_matrix_local import (
     ENDS_WITHIN_S,
     NEVER_JOINS_JOB,
@@ -28,9 +28,8 @@ from tests.integration.test_failure_matrix_local import (
     _cmdline,
     _story_line,
     _until_stepping,
-    freeze_before_it_asks,
     named_slow,
-    never_joined,
+    never_joins,
 )
 from tests.procs import outputs, pids_with_tag
 
@@ -195,15 +194,7 @@ def test_a_node_never_joins_the_rendezvous(
     tb = clean_testbed
     args = ("--hosts", "node[1-3]", "--nodes", nodes, *NEVER_JOINS_JOB)
     proc = popen_headless(tb, tmp_path / "state", *args)
-    events = read_until(proc, lambda e: e["event"] == "plan")
-    run_id = events[-1]["run_id"]
-    agents = freeze_before_it_asks(lambda: _victim_pids(run_id)[0])
-    out, err = outputs(proc, ENDS_WITHIN_S)
-    events += [json.loads(line) for line in out.splitlines()]
-    summary = events[-1]
-    assert summary["event"] == "summary", (events[-5:], err[-3000:])
-    assert agents
-    never_joined(events, summary, proc.returncode, nodes, VICTIM)
+    events = never_joins(proc, lambda run_id: _victim_pids(run_id)[0], nodes, VICTIM)
     proofs = {e["node"]: e["clean"] for e in events if e["event"] == "teardown"}
     assert proofs == dict.fromkeys(HOSTS, True), proofs
     assert tb.wait_clean(HOSTS) == {}
