@@ -570,8 +570,7 @@ class Session:
                 break
             tries = 0 if offset > before else tries + 1
             if tries > RECONNECT_TRIES:
-                self.emit(NodeChanged(node, NodeState.FAILED, None, CONNECTION_LOST))
-                self._node_failed(node, lost=CONNECTION_LOST)
+                self._told_lost(node, CONNECTION_LOST)
                 return
             self.emit(Notice("warning", f"{node}: output stream lost, reconnecting ({tries})"))
             await asyncio.sleep(min(2.0, 0.5 * tries))
@@ -582,11 +581,15 @@ class Session:
     def _scheduler_lost(self, lost: NodeLost) -> None:
         """The scheduler says it lost a node: told once, as a node whose connection was lost
         (its processes are out of reach)."""
-        if lost.node in self._lost or self.plan is None:
-            return
-        self._lost.add(lost.node)
-        self.emit(NodeChanged(lost.node, NodeState.FAILED, None, f"{LOST_BY}{lost}"))
-        self._node_failed(lost.node, lost=lost.said)
+        if lost.node not in self._lost:
+            self._lost.add(lost.node)
+            self._told_lost(lost.node, f"{LOST_BY}{lost}", lost.said)
+
+    def _told_lost(self, node: str, detail: str, how: str = "") -> None:
+        """A node gone with no exit to tell it (`detail`: events.lost_words'; `how`: who said
+        so, in its words, else its connection)."""
+        self.emit(NodeChanged(node, NodeState.FAILED, None, detail))
+        self._node_failed(node, lost=how)
 
     def _node_ended(self, node: str, code: int | None) -> None:
         assert self.monitor is not None
@@ -625,17 +628,16 @@ class Session:
             self._absent.update(waiting)  # their end is no failure of the job
             self._stop.set()
 
-    def _node_failed(self, node: str, lost: str = "") -> None:
+    def _node_failed(self, node: str, lost: str | None = None) -> None:
         """torchrun's healthy agents would wait 300 s in their exit barrier: stop them,
         unless the job is elastic and goes on without this node (a spare may join). `lost`:
-        how a node that gave no exit was lost (CONNECTION_LOST, or its scheduler's line)."""
-        if lost and self.monitor and self.monitor.one_world and not self._stop.is_set():
+        for a node that gave no exit, who said it was lost ("": its connection)."""
+        if lost is not None and self.monitor and self.monitor.one_world and not self._stop.is_set():
             # no exit came to tell it: the next round's cause is this node, not the workers
             # the console stops below
-            how = "" if lost == CONNECTION_LOST else lost
-            self.monitor.cycles.node_left(node, MembershipChange.LOST, None, how)
+            self.monitor.cycles.node_left(node, MembershipChange.LOST, None, lost or "")
         if not self._stop.is_set() and self._goes_on_without(node):
-            if lost and not self.spec.ft_replicas:  # torchft's groups heal alone
+            if lost is not None and not self.spec.ft_replicas:  # torchft's groups heal alone
                 self._restarting = asyncio.ensure_future(self._restart_without(node, lost))
             return
         if self._first_failed_node is None:
@@ -658,9 +660,9 @@ class Session:
         if not survivors:
             return
         said = ", ".join(c.node for c in survivors)
-        self.emit(Notice("warning", f"{lost}: {how}; the workers on {said} wait "
-                         f"for its ranks: stopping them so that torchrun restarts them "
-                         f"without {lost}"))  # fmt: skip
+        self.emit(Notice("warning", f"{lost}: {how or CONNECTION_LOST}; the workers on "
+                         f"{said} wait for its ranks: stopping them so that torchrun restarts "
+                         f"them without {lost}"))  # fmt: skip
         for command in survivors:
             try:
                 done = await self.backend.kill_rank(command, None, signal.SIGTERM)
